@@ -1,0 +1,1 @@
+"""Graph-mode data-parallel inference (public API assembled once all modules exist)."""

@@ -1,0 +1,420 @@
+"""The engine: builds the graph once, owns the Session, and runs read -> devices -> write.
+
+    files --ImageReader (decode pool)--> uint8 batches --DeviceRunner (one sess.run on every
+    device)--> float32 features --writer thread--> output
+
+The three stages overlap: the reader decodes the next batches while the devices compute,
+and a writer thread formats and commits the previous batch. Queues between them are
+bounded, so memory does not grow with the number of images.
+"""
+
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from parallel.data_parallelism import data_parallelism, merge_results
+from parallel.devices import Devices
+from parallel.placement import ReplicatedVariables
+from parallel.reader import IMAGE_EXTENSIONS, RESIZE_MODES, ImageReader, discover_images
+from parallel.shard_features import shard_features, shard_sizes
+from parallel.writer import FORMATS, ErrorLog, open_writer
+
+tf1 = tf.compat.v1
+log = logging.getLogger("parallel")
+
+# Exit statuses, documented in the README ("Failure behaviour").
+EXIT_OK = 0
+EXIT_FAILED = 1          # the run could not complete
+EXIT_USAGE = 2           # bad flags or inputs; nothing was written
+EXIT_SOME_FAILED = 3     # the run completed, but some images could not be read
+EXIT_INTERRUPTED = 130   # SIGINT/SIGTERM: committed rows are kept; rerun to resume
+
+
+class RunError(RuntimeError):
+    """The run stopped part-way (disk full, a device error, --strict); committed rows are kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What the engine needs to know about a model; nothing here depends on VGG.
+
+    Attributes:
+      name: short model name, recorded in the output's settings sidecar.
+      fn: builds one replica. Called once per device by `data_parallelism`, inside
+        that device's scope: `fn(images)` with `images: uint8 [N, H, W, 3]` RGB returns
+        the features as a float tensor `[N, ...]` (flattened to `[N, D]` by the engine).
+        Variables must be created with `tf.compat.v1.get_variable` so that the
+        placement strategy can give each device its own copy.
+      image_size: `(height, width)` the reader resizes every image to.
+      load_weights: called once per process, after the graph is built; returns
+        `{variable name: array}` for every variable `fn` created (names as created
+        under the caller's variable scope, e.g. "vgg16/conv1_1/weights").
+      output_name: prefix of the feature columns, e.g. "fc7" gives fc7_0 ... fc7_4095.
+      settings: what determines the features (weights identity, layer, ...); an
+        existing output written with other settings is not appended to.
+    """
+
+    name: str
+    fn: Callable
+    image_size: tuple
+    load_weights: Callable[[], Mapping[str, np.ndarray]]
+    output_name: str
+    settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One run. Everything the CLI parses; no flags are read anywhere else.
+
+    Attributes:
+      model: the model to run (see `ModelSpec`).
+      images: folder searched recursively for images.
+      output: output file; its sidecars sit beside it.
+      devices: checked `Devices` (see `parallel.devices.resolve_devices`).
+      per_device_batch: images per device per step; a host batch is this times the devices.
+      resize: "crop" (centre square, then resize) or "stretch".
+      output_format: "csv", "parquet" or "npy".
+      workers: decode threads; None: one per core.
+      prefetch_batches: host batches decoded ahead of the devices.
+      overwrite: start afresh instead of resuming an existing output.
+      strict: the first unreadable image stops the run.
+      progress: show a progress bar (the CLI sets it when stderr is a terminal).
+    """
+
+    model: ModelSpec
+    images: Path
+    output: Path
+    devices: Devices
+    per_device_batch: int = 12
+    resize: str = "crop"
+    output_format: str = "csv"
+    workers: Optional[int] = None
+    prefetch_batches: int = 2
+    overwrite: bool = False
+    strict: bool = False
+    progress: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.per_device_batch, int) or self.per_device_batch < 1:
+            raise ValueError("--batch-size must be at least 1; got %r" % (self.per_device_batch,))
+        if self.resize not in RESIZE_MODES:
+            raise ValueError("--resize %r; expected one of %s" % (self.resize, ", ".join(RESIZE_MODES)))
+        if self.output_format not in FORMATS:
+            raise ValueError("--format %r; expected one of %s" % (self.output_format, ", ".join(FORMATS)))
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("--workers must be at least 1; got %r" % (self.workers,))
+        if self.prefetch_batches < 1:
+            raise ValueError("--prefetch must be at least 1; got %r" % (self.prefetch_batches,))
+
+    @property
+    def host_batch(self):
+        """Images per `sess.run`: per_device_batch on each device."""
+        return self.per_device_batch * len(self.devices.names)
+
+
+@dataclasses.dataclass
+class Summary:
+    """What became of every discovered image; the counts add up to `discovered`.
+
+    Attributes:
+      discovered: image files found under --images.
+      written: rows committed by this run.
+      failed: images that could not be read (listed in the errors file).
+      already_done: rows committed by an earlier run of the same output (resume).
+      skipped: images not reached because the run was stopped.
+      seconds: wall time of the read -> run -> write loop (start-up excluded).
+      output: where the rows are.
+      interrupted: stopped by SIGINT/SIGTERM.
+    """
+
+    discovered: int = 0
+    written: int = 0
+    failed: int = 0
+    already_done: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    output: Optional[Path] = None
+    interrupted: bool = False
+
+    @property
+    def exit_status(self):
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_SOME_FAILED if self.failed else EXIT_OK
+
+    def line(self):
+        """The one-line summary printed at the end of a run."""
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        text = ("%d images: %d written, %d failed, %d already done, %d skipped in %.1f s (%.1f images/s) -> %s"
+                % (self.discovered, self.written, self.failed, self.already_done, self.skipped,
+                   self.seconds, rate, self.output))
+        if self.failed:
+            text += " (failures: %s)" % ErrorLog.path_for(self.output)
+        return text
+
+
+class DeviceRunner:
+    """Builds the replicated graph once and runs uint8 batches through every device.
+
+    Each device gets a placeholder `uint8 [None, H, W, 3]` and a resident copy of the
+    weights (`ReplicatedVariables`), loaded from host arrays once; the graph is then
+    finalized, so nothing can be added to it per step.
+    """
+
+    def __init__(self, model, devices, per_device_batch, weights=None):
+        """Builds the graph and the Session, and loads the weights.
+
+        Args:
+          model: ModelSpec.
+          devices: Devices.
+          per_device_batch: rows per device per step (the largest batch `run` sends).
+          weights: {variable name: array}; None calls `model.load_weights()`.
+        """
+        self.devices = devices
+        self.max_rows_per_step = per_device_batch * len(devices.names)
+        height, width = model.image_size
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            placement = ReplicatedVariables(devices.names)
+
+            def replica():
+                images = tf1.placeholder(tf.uint8, [None, height, width, 3], name="images")
+                features = model.fn(images)
+                size = features.shape[1:].num_elements()
+                if size is None:
+                    raise ValueError("model %s returns features of unknown size %s" % (model.name, features.shape))
+                return images, tf.reshape(features, [-1, size])
+
+            self.placeholders, self.outputs = data_parallelism(placement, replica)
+            self.feature_size = self.outputs[0].shape[1]
+            self.session = tf1.Session(graph=self.graph, config=devices.session_config())
+            try:
+                placement.load(self.session, model.load_weights() if weights is None else weights)
+            except BaseException:
+                self.session.close()
+                raise
+        self.graph.finalize()
+
+    def run(self, images):
+        """Features of a batch of any size, in row order.
+
+        A device that runs out of memory halves the rows per step and the batch is
+        retried (with a warning), down to one row per device; no row is lost.
+
+        Args:
+          images: uint8 [N, H, W, 3], N >= 1.
+
+        Returns:
+          float32 [N, feature_size].
+        """
+        results, start = [], 0
+        while start < len(images):
+            chunk = images[start:start + self.max_rows_per_step]
+            try:
+                fetches, feed_dict = shard_features(chunk, self.placeholders, self.outputs)
+                per_device = self.session.run(fetches, feed_dict)
+            except tf.errors.ResourceExhaustedError:
+                if self.max_rows_per_step <= len(self.devices.names):
+                    raise
+                self.max_rows_per_step = max(len(self.devices.names), self.max_rows_per_step // 2)
+                log.warning("out of memory on a device; retrying with %d images per step",
+                            self.max_rows_per_step)
+                continue
+            results.append(merge_results(per_device, shard_sizes(len(chunk), len(self.devices.names))))
+            start += len(chunk)
+        return np.concatenate(results) if len(results) > 1 else results[0]
+
+    def close(self):
+        self.session.close()
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between batches."""
+
+    def __init__(self):
+        self.signal_name = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signal_name is not None:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        log.warning("%s received: finishing the batch in flight, then stopping", self.signal_name)
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class _WriterThread:
+    """Formats and commits batches on a thread of its own, behind a bounded queue."""
+
+    _DONE = object()
+
+    def __init__(self, writer, depth=2):
+        self._writer = writer
+        self._queue = queue.Queue(maxsize=depth)
+        self._error = None
+        self.rows_committed = 0
+        self._thread = threading.Thread(target=self._loop, name="writer", daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if self._error is not None:
+                continue  # drain so that put() never blocks forever
+            try:
+                self._writer.write(*item)
+                self.rows_committed += len(item[0])
+            except BaseException as error:  # handed to the main thread
+                self._error = error
+
+    def put(self, paths, features):
+        self._raise_if_failed()
+        self._queue.put((paths, features))
+
+    def finish(self):
+        """Waits for every queued batch to be committed; re-raises a writer error."""
+        self._queue.put(self._DONE)
+        self._thread.join()
+        self._raise_if_failed()
+
+    def _raise_if_failed(self):
+        if self._error is not None:
+            raise self._error
+
+
+class _Progress:
+    """A tqdm bar on stderr, or nothing."""
+
+    def __init__(self, enabled, total, initial):
+        self._bar = None
+        if enabled:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, initial=initial, unit="img", dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, count, failed):
+        if self._bar is not None:
+            self._bar.update(count)
+            if failed:
+                self._bar.set_postfix(failed=failed, refresh=False)
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+
+
+def run(config):
+    """Extracts features of every image under `config.images` into `config.output`.
+
+    Resumes an output written earlier with the same settings: only images without a
+    committed row are computed. Stops cleanly on SIGINT/SIGTERM.
+
+    Args:
+      config: Config.
+
+    Returns:
+      Summary (its `exit_status` is what the CLI exits with).
+
+    Raises:
+      ValueError: bad inputs (missing or empty folder, bad weights, settings mismatch),
+        raised before any output file is created; `parallel.writer.OutputError` (also a
+        ValueError) when the output cannot be written.
+      RuntimeError: --strict and an image could not be read.
+    """
+    images_root = Path(config.images)
+    if not images_root.is_dir():
+        raise ValueError("--images %s is not a folder" % images_root)
+    paths = discover_images(images_root)
+    if not paths:
+        raise ValueError("--images %s contains no images (looked for %s, recursively)"
+                         % (images_root, " ".join(sorted(IMAGE_EXTENSIONS))))
+    weights = config.model.load_weights()  # a bad weights file fails before any output exists
+    log.info("%d images under %s; devices: %s", len(paths), images_root, config.devices.describe())
+
+    started = time.perf_counter()
+    runner = DeviceRunner(config.model, config.devices, config.per_device_batch, weights=weights)
+    del weights  # the devices hold their copies now
+    try:
+        settings = dict(config.model.settings, resize=config.resize,
+                        image_size="%dx%d" % tuple(config.model.image_size))
+        writer = open_writer(config.output, format=config.output_format,
+                             column_prefix=config.model.output_name, feature_size=runner.feature_size,
+                             settings=settings, overwrite=config.overwrite)
+        log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
+        try:
+            summary = _extract(config, runner, writer, paths)
+        except BaseException as error:
+            writer.abort()  # committed rows stay committed and resumable
+            if isinstance(error, (OSError, ValueError, RuntimeError, tf.errors.OpError)):
+                raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
+                               % _first_line(error)) from error
+            raise
+        if summary.interrupted:
+            writer.abort()
+        else:
+            writer.close()
+        return summary
+    finally:
+        runner.close()
+
+
+def _first_line(error):
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _extract(config, runner, writer, paths):
+    """The read -> run -> write loop over the images `writer` has not committed yet."""
+    summary = Summary(discovered=len(paths), output=Path(config.output))
+    todo = [path for path in paths if path not in writer.completed]
+    summary.already_done = len(paths) - len(todo)
+    errors = ErrorLog(config.output)
+    progress = _Progress(config.progress, total=len(paths), initial=summary.already_done)
+    writer_thread = _WriterThread(writer)
+    reader = ImageReader(config.images, todo, config.host_batch, size=tuple(config.model.image_size),
+                         resize=config.resize, workers=config.workers, prefetch_batches=config.prefetch_batches)
+    started = time.perf_counter()
+    reached = 0
+    try:
+        with _StopRequest() as stop, reader:
+            for batch in reader:
+                for failure in batch.failures:
+                    errors.add(failure.path, failure.kind, failure.message)
+                    if config.strict:
+                        raise RuntimeError("--strict: %s: %s (%s)" % (failure.path, failure.message, failure.kind))
+                summary.failed += len(batch.failures)
+                if len(batch.paths):
+                    writer_thread.put(batch.paths, runner.run(batch.images))
+                reached += len(batch.paths) + len(batch.failures)
+                progress.update(len(batch.paths) + len(batch.failures), summary.failed)
+                if stop.signal_name is not None:
+                    summary.interrupted = True
+                    break
+    finally:
+        # However the loop ended, the batches already handed to the writer are committed.
+        writer_thread.finish()
+        progress.close()
+        errors.close()
+    summary.written = writer_thread.rows_committed
+    summary.skipped = len(todo) - reached
+    summary.seconds = time.perf_counter() - started
+    return summary

@@ -1,0 +1,128 @@
+"""Where the weights live: small strategies that `data_parallelism` installs as custom getters.
+
+Both strategies keep ONE variable namespace: the names the model function creates
+("vgg16/conv1_1/weights", ...) are what weights are loaded by and saved as.
+
+- `SharedVariables`: replica 0 creates the variables on its device and every other replica
+  reads them from there. On several GPUs every step then copies every weight from GPU 0
+  to each other GPU (3 x 553 MB per step for VGG16 on 4 GPUs). Kept because it is the
+  baseline the tests measure against, and it is all a single device needs.
+- `ReplicatedVariables`: every replica gets a resident copy on its own device (like
+  tf_cnn_benchmarks' `VariableMgrLocalReplicated`), filled once at start-up by `load`;
+  a step moves only input shards and outputs between devices.
+
+Values are fed through placeholders, never embedded as graph constants: four replicas of
+VGG16 as constants would break the 2 GB GraphDef limit.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+class Placement:
+    """Base strategy: the devices, and the variables each canonical name maps to.
+
+    Attributes:
+      devices: tuple of device names, one replica each.
+    """
+
+    def __init__(self, devices):
+        devices = tuple(devices)
+        if not devices:
+            raise ValueError("devices=%r: at least one device is needed" % (devices,))
+        for device in devices:
+            if not isinstance(device, str):
+                raise ValueError("device names must be strings; got %r" % (device,))
+        self.devices = devices
+        self._copies = {}  # canonical name -> [variable per replica that holds its own copy]
+        self._loader = None
+
+    def custom_getter(self, replica):
+        """Returns the custom getter for replica `replica` (None: plain get_variable)."""
+        raise NotImplementedError
+
+    def variables(self):
+        """Returns {canonical name: [variables]}: every variable a load must fill."""
+        return {name: list(copies) for name, copies in self._copies.items()}
+
+    def _record(self, name, variable):
+        copies = self._copies.setdefault(name, [])
+        if all(variable is not existing for existing in copies):
+            copies.append(variable)
+        return variable
+
+    def load(self, session, values):
+        """Fills every copy of every variable from host arrays, in one `Session.run`.
+
+        The first call adds one placeholder per canonical name and the assign ops to the
+        graph, so call it once before the graph is finalized; later calls reuse them.
+
+        Args:
+          session: the `tf.compat.v1.Session` running this graph.
+          values: {canonical variable name: np.ndarray} with exactly the names of
+            `variables()` and their shapes.
+
+        Raises:
+          ValueError: a missing or unexpected name, or a shape that does not match,
+            naming the variable and both shapes.
+        """
+        expected = self.variables()
+        missing = sorted(set(expected) - set(values))
+        unexpected = sorted(set(values) - set(expected))
+        if missing or unexpected:
+            raise ValueError("weights do not match the model's variables: missing %s, unexpected %s"
+                             % (missing or "none", unexpected or "none"))
+        if self._loader is None:
+            self._loader = self._build_loader(expected)
+        placeholders, assign_op = self._loader
+        feed_dict = {}
+        for name, placeholder in placeholders.items():
+            array = np.asarray(values[name])
+            if not placeholder.shape.is_compatible_with(array.shape):
+                raise ValueError("variable %s has shape %s but the weights give %s"
+                                 % (name, placeholder.shape.as_list(), list(array.shape)))
+            feed_dict[placeholder] = array
+        session.run(assign_op, feed_dict)
+
+    def _build_loader(self, variables):
+        placeholders, assigns = {}, []
+        with tf.name_scope("load_weights"):
+            for name, copies in sorted(variables.items()):
+                first = copies[0]
+                # The placeholder lives on the host; each assign runs on its copy's device,
+                # so the value crosses to each device exactly once, at start-up.
+                with tf.device("/device:CPU:0"):
+                    placeholder = tf1.placeholder(first.dtype.base_dtype, first.shape,
+                                                  name=name.replace("/", "_"))
+                placeholders[name] = placeholder
+                assigns.extend(copy.assign(placeholder, read_value=False) for copy in copies)
+            return placeholders, tf.group(*assigns)
+
+
+class SharedVariables(Placement):
+    """Variables on the first device, read by every replica (tensor2tensor's default)."""
+
+    def custom_getter(self, replica):
+        def getter(getter, name, *args, **kwargs):
+            return self._record(name, getter(name, *args, **kwargs))
+        return getter
+
+
+class ReplicatedVariables(Placement):
+    """A resident copy of every variable on every device.
+
+    Replica 0's variables keep the canonical names; replica i > 0 gets
+    "replica_<i>/<canonical name>", created on device i, in the LOCAL_VARIABLES
+    collection and not trainable (it is a copy, not a second parameter).
+    """
+
+    def custom_getter(self, replica):
+        def getter(getter, name, *args, **kwargs):
+            if replica == 0:
+                return self._record(name, getter(name, *args, **kwargs))
+            kwargs.update(reuse=tf1.AUTO_REUSE, trainable=False,
+                          collections=[tf1.GraphKeys.LOCAL_VARIABLES])
+            return self._record(name, getter("replica_%d/%s" % (replica, name), *args, **kwargs))
+        return getter

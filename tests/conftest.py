@@ -1,0 +1,46 @@
+"""Shared fixtures: a fresh graph, and sessions with n logical CPU devices."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+def cpu_devices(count):
+    """Graph names of `count` logical CPU devices."""
+    return ["/device:CPU:%d" % index for index in range(count)]
+
+
+def cpu_session(graph, count):
+    """A Session on `graph` with `count` logical CPU devices and no soft placement."""
+    config = tf1.ConfigProto(device_count={"CPU": count}, allow_soft_placement=False)
+    return tf1.Session(graph=graph, config=config)
+
+
+def dense_model(inputs):
+    """A tiny model that creates its variables the way models must: get_variable.
+
+    inputs: float32 [N, 4] -> float32 [N, 3].
+    """
+    weights = tf1.get_variable("dense/weights", [4, 3], initializer=tf1.zeros_initializer())
+    biases = tf1.get_variable("dense/biases", [3], initializer=tf1.zeros_initializer())
+    return tf.matmul(inputs, weights) + biases
+
+
+DENSE_WEIGHTS = {
+    "dense/weights": np.arange(12, dtype=np.float32).reshape(4, 3) / 10,
+    "dense/biases": np.array([1, -2, 3], dtype=np.float32),
+}
+
+
+@pytest.fixture
+def graph():
+    """A fresh graph, made the default for the test."""
+    fresh = tf.Graph()
+    with fresh.as_default():
+        yield fresh

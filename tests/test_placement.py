@@ -1,0 +1,83 @@
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import DENSE_WEIGHTS, cpu_devices, cpu_session, dense_model
+from parallel.data_parallelism import data_parallelism
+from parallel.placement import ReplicatedVariables, SharedVariables
+from parallel.shard_features import shard_features
+
+tf1 = tf.compat.v1
+
+
+def cross_device_sources(graph, session, fetches, feed_dict):
+    """Ops whose output tensors crossed between devices in one step, from the partition graphs."""
+    metadata = tf1.RunMetadata()
+    session.run(fetches, feed_dict, options=tf1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+    sources = set()
+    for partition in metadata.partition_graphs:
+        for node in partition.node:
+            if node.op == "_Send" and node.attr["send_device"].s != node.attr["recv_device"].s:
+                # tensor_name is "edge_<id>_<source op name>"
+                sources.add(re.sub(r"^edge_\d+_", "", node.attr["tensor_name"].s.decode()))
+    return sources
+
+
+def build(graph, placement):
+    def replica():
+        inputs = tf1.placeholder(tf.float32, [None, 4], name="inputs")
+        return inputs, dense_model(inputs)
+    placeholders, outputs = data_parallelism(placement, replica)
+    session = cpu_session(graph, len(placement.devices))
+    placement.load(session, DENSE_WEIGHTS)
+    fetches, feed_dict = shard_features(np.ones((6, 4), np.float32), placeholders, outputs)
+    return session, fetches, feed_dict
+
+
+def test_replicated_weights_never_cross_devices_only_shards_and_outputs_do(graph):
+    session, fetches, feed_dict = build(graph, ReplicatedVariables(cpu_devices(3)))
+    sources = cross_device_sources(graph, session, fetches, feed_dict)
+    # Feeds arrive through the host as "_arg_<placeholder>..." and results go back to it.
+    allowed = {"parallel_%d/inputs" % i for i in range(3)} | {fetch.op.name for fetch in fetches}
+    assert sources, "three devices must at least exchange their inputs and outputs"
+    for source in sources:
+        name = re.sub(r"^_arg_(.*)_\d+_\d+$", r"\1", source)
+        assert name in allowed, "%s crossed between devices" % source
+
+
+def test_shared_weights_do_cross_devices_on_every_step(graph):
+    # The layout the old scripts used: the measurement above must be able to fail.
+    session, fetches, feed_dict = build(graph, SharedVariables(cpu_devices(3)))
+    sources = cross_device_sources(graph, session, fetches, feed_dict)
+    assert any("ReadVariableOp" in source for source in sources)
+
+
+def test_weights_are_variables_never_graph_constants(graph):
+    big = {"dense/weights": np.ones((1000, 1000), np.float32)}
+
+    def model(inputs):
+        return tf.matmul(inputs, tf1.get_variable("dense/weights", [1000, 1000]))
+    placement = ReplicatedVariables(cpu_devices(2))
+    data_parallelism(placement, model, [tf1.placeholder(tf.float32, [None, 1000])] * 2)
+    with cpu_session(graph, 2) as session:
+        placement.load(session, big)
+        assert graph.as_graph_def().ByteSize() < 100_000  # 4 MB of weights are nowhere in it
+        for copy in placement.variables()["dense/weights"]:
+            np.testing.assert_array_equal(session.run(copy), big["dense/weights"])
+
+
+def test_load_names_what_is_missing_unexpected_or_misshapen(graph):
+    placement = ReplicatedVariables(cpu_devices(2))
+    data_parallelism(placement, dense_model, [tf.zeros([1, 4])] * 2)
+    with cpu_session(graph, 2) as session:
+        with pytest.raises(ValueError, match=r"missing \['dense/biases'\], unexpected \['extra'\]"):
+            placement.load(session, {"dense/weights": DENSE_WEIGHTS["dense/weights"], "extra": np.zeros(1)})
+        with pytest.raises(ValueError, match=r"dense/weights has shape \[4, 3\] but the weights give \[3, 4\]"):
+            placement.load(session, dict(DENSE_WEIGHTS, **{"dense/weights": np.zeros((3, 4), np.float32)}))
+
+
+def test_placement_needs_devices():
+    with pytest.raises(ValueError, match=r"devices=\(\)"):
+        ReplicatedVariables([])
