@@ -79,7 +79,7 @@ class Placement:
         placeholders, assign_op = self._loader
         feed_dict = {}
         for name, placeholder in placeholders.items():
-            array = np.asarray(values[name])
+            array = np.asarray(values[name], dtype=placeholder.dtype.as_numpy_dtype)
             if not placeholder.shape.is_compatible_with(array.shape):
                 raise ValueError("variable %s has shape %s but the weights give %s"
                                  % (name, placeholder.shape.as_list(), list(array.shape)))
