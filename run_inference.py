@@ -51,7 +51,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if not args.verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+        _silence_native_logs()
     logging.basicConfig(format="%(message)s", stream=sys.stderr,
                         level=logging.WARNING if args.quiet else logging.INFO)
     logging.getLogger("parallel").setLevel(logging.WARNING if args.quiet else logging.INFO)
@@ -88,6 +88,27 @@ def main(argv=None):
     elif not args.quiet:
         print(summary.line(), file=sys.stderr)
     return summary.exit_status
+
+
+def _silence_native_logs():
+    """Hides TensorFlow's start-up noise (oneDNN, CUDA, CPU-feature notices) unless --verbose.
+
+    TF_CPP_MIN_LOG_LEVEL stops most of it, but some lines are printed by C++ code before
+    that setting is read. So file descriptor 2 goes to /dev/null, and Python's own stderr
+    (our messages, the progress bar, the log) keeps writing to the real one.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+    if "tensorflow" in sys.modules or not hasattr(os, "dup"):
+        return
+    try:
+        sys.stderr.flush()
+        real_stderr = os.dup(2)
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+    except (OSError, ValueError):  # no real descriptor 2 (embedded, captured): leave it alone
+        return
+    sys.stderr = open(real_stderr, "w", buffering=1, encoding=sys.stderr.encoding,
+                      errors="backslashreplace")
 
 
 def _one_line(error):
