@@ -25,10 +25,8 @@ Weights come from either on-disk layout of the same ImageNet model:
   downloads it from where Keras does and checks Keras's published MD5.
 """
 
-import collections
 import dataclasses
 import hashlib
-import io
 import logging
 import os
 import pickle

@@ -8,9 +8,10 @@ and a writer thread formats and commits the previous batch. Queues between them 
 bounded, so memory does not grow with the number of images.
 """
 
+import collections
+import contextlib
 import dataclasses
 import logging
-import os
 import queue
 import signal
 import threading
@@ -132,6 +133,10 @@ class Summary:
       already_done: rows committed by an earlier run of the same output (resume).
       skipped: images not reached because the run was stopped.
       seconds: wall time of the read -> run -> write loop (start-up excluded).
+      device_seconds: of `seconds`, the time the devices were computing (`sess.run`).
+      reader_wait_seconds: of `seconds`, the time the devices waited for decoded images.
+      writer_wait_seconds: of `seconds`, the time the devices waited for the writer (its
+        queue full, and the last batches committed after the devices finished).
       output: where the rows are.
       interrupted: stopped by SIGINT/SIGTERM.
     """
@@ -142,6 +147,9 @@ class Summary:
     already_done: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    device_seconds: float = 0.0
+    reader_wait_seconds: float = 0.0
+    writer_wait_seconds: float = 0.0
     output: Optional[Path] = None
     interrupted: bool = False
 
@@ -157,6 +165,8 @@ class Summary:
         text = ("%d images: %d written, %d failed, %d already done, %d skipped in %.1f s (%.1f images/s) -> %s"
                 % (self.discovered, self.written, self.failed, self.already_done, self.skipped,
                    self.seconds, rate, self.output))
+        if self.seconds > 0 and self.device_seconds > 0:
+            text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
         if self.failed:
             text += " (failures: %s)" % ErrorLog.path_for(self.output)
         return text
@@ -392,18 +402,26 @@ def _extract(config, runner, writer, paths):
     writer_thread = _WriterThread(writer)
     reader = ImageReader(config.images, todo, config.host_batch, size=tuple(config.model.image_size),
                          resize=config.resize, workers=config.workers, prefetch_batches=config.prefetch_batches)
-    started = time.perf_counter()
+    clock = _StageClock()
     reached = 0
     try:
         with _StopRequest() as stop, reader:
-            for batch in reader:
+            batches = iter(reader)
+            while True:
+                with clock.stage("reader_wait_seconds"):
+                    batch = next(batches, None)
+                if batch is None:
+                    break
                 for failure in batch.failures:
                     errors.add(failure.path, failure.kind, failure.message)
                     if config.strict:
                         raise RuntimeError("--strict: %s: %s (%s)" % (failure.path, failure.message, failure.kind))
                 summary.failed += len(batch.failures)
                 if len(batch.paths):
-                    writer_thread.put(batch.paths, runner.run(batch.images))
+                    with clock.stage("device_seconds"):
+                        features = runner.run(batch.images)
+                    with clock.stage("writer_wait_seconds"):
+                        writer_thread.put(batch.paths, features)
                 reached += len(batch.paths) + len(batch.failures)
                 progress.update(len(batch.paths) + len(batch.failures), summary.failed)
                 if stop.signal_name is not None:
@@ -411,10 +429,34 @@ def _extract(config, runner, writer, paths):
                     break
     finally:
         # However the loop ended, the batches already handed to the writer are committed.
-        writer_thread.finish()
+        with clock.stage("writer_wait_seconds"):
+            writer_thread.finish()
         progress.close()
         errors.close()
     summary.written = writer_thread.rows_committed
     summary.skipped = len(todo) - reached
-    summary.seconds = time.perf_counter() - started
+    summary.seconds = clock.elapsed()
+    for name, seconds in clock.totals.items():
+        setattr(summary, name, seconds)
+    log.info("%.1f s: devices %.1f s, waiting for the reader %.1f s, for the writer %.1f s",
+             summary.seconds, summary.device_seconds, summary.reader_wait_seconds, summary.writer_wait_seconds)
     return summary
+
+
+class _StageClock:
+    """Wall time of the loop, and how much of it went to each stage (clip-retrieval's runner does the same)."""
+
+    def __init__(self):
+        self._started = time.perf_counter()
+        self.totals = collections.defaultdict(float)
+
+    @contextlib.contextmanager
+    def stage(self, name):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.totals[name] += time.perf_counter() - started
+
+    def elapsed(self):
+        return time.perf_counter() - self._started

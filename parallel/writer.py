@@ -122,16 +122,9 @@ def _csv_line(fields):
     return ",".join(_csv_field(field) for field in fields) + "\n"
 
 
-def _fsync_folder(folder):
-    # A rename or a new file is durable only once the folder holding it is synced.
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _fsync_file(path):
+def _fsync(path):
+    """Makes a file's data, or a folder's entries, durable: a rename or a new file is durable
+    only once the folder holding it is synced."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
@@ -156,7 +149,7 @@ def _replace_atomically(path, data):
     finally:
         os.close(descriptor)
     os.replace(temporary, path)
-    _fsync_folder(path.parent)
+    _fsync(path.parent)
 
 
 def _remove(path):
@@ -614,7 +607,7 @@ class _CsvWriter(FeatureWriter):
         if committed == 0:  # killed before the header was committed
             _write_all(self._descriptor, header)
             os.fsync(self._descriptor)
-            _fsync_folder(self.output.parent)
+            _fsync(self.output.parent)
             self._commit(bytes=len(header))
             return []
         os.lseek(self._descriptor, 0, os.SEEK_SET)
@@ -690,7 +683,7 @@ class _PartsWriter(FeatureWriter):
             _remove(path)
         if not self._parts.exists():
             self._parts.mkdir()
-            _fsync_folder(self.output.parent)
+            _fsync(self.output.parent)
         for entry in os.listdir(self._parts):
             match = _PART_PATTERN.fullmatch(entry)
             if match is None:
@@ -720,8 +713,8 @@ class _PartsWriter(FeatureWriter):
                 os.link(final, part)
             except OSError:
                 shutil.copyfile(final, part)
-                _fsync_file(part)
-        _fsync_folder(self._parts)
+                _fsync(part)
+        _fsync(self._parts)
         self._commit(state="writing", parts=1)
         for final in self._finals:
             _remove(final)
@@ -736,7 +729,7 @@ class _PartsWriter(FeatureWriter):
             with _temporary_then_rename(self._part(index, "npy")) as temporary, open(temporary, "wb") as file:
                 np.save(file, features)
             _write_paths_csv(self._part(index, "paths.csv"), paths)
-        _fsync_folder(self._parts)
+        _fsync(self._parts)
         self._commit(rows=self._record["rows"] + len(paths), parts=index + 1)
 
     def _finish(self):
@@ -745,7 +738,7 @@ class _PartsWriter(FeatureWriter):
             self._merge_parquet(part_count)
         else:
             self._merge_npy(part_count)
-        _fsync_folder(self.output.parent)
+        _fsync(self.output.parent)
 
     def _merge_parquet(self, part_count):
         import pyarrow as pa
@@ -807,7 +800,7 @@ class _temporary_then_rename:
     def __exit__(self, kind, value, traceback):
         try:
             if kind is None:
-                _fsync_file(self._temporary)
+                _fsync(self._temporary)
                 os.replace(self._temporary, self._path)
                 return
         except OSError:

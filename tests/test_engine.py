@@ -1,6 +1,7 @@
 """The engine end to end with a cheap model, so that it runs in milliseconds on CPU."""
 
 import csv
+import time
 
 import numpy as np
 import pytest
@@ -8,7 +9,10 @@ import tensorflow as tf
 from PIL import Image
 
 from parallel import engine
+from parallel import reader as reader_module
+from parallel import writer as writer_module
 from parallel.devices import resolve_devices
+from parallel.reader import load_image
 
 tf1 = tf.compat.v1
 SIZE = (16, 16)
@@ -76,17 +80,23 @@ def test_features_do_not_depend_on_devices_or_batch_size(tmp_path):
                                    rtol=1e-5, err_msg=str(key))
 
 
-def test_values_are_what_the_model_computes(tmp_path):
+def test_the_pipeline_writes_what_a_sequential_loop_computes(tmp_path):
+    """Decode threads, prefetch, several devices and the writer thread change nothing: the rows are
+    those of decoding, running and writing one image at a time, in sorted order."""
     images = tmp_path / "images"
-    make_images(images, 1)
-    engine.run(config_for(tmp_path, images))
-    _, [(path, values)] = read_rows(tmp_path / "out" / "features.csv")
-    pixels = np.asarray(Image.open(images / path).convert("RGB").resize(SIZE, Image.BILINEAR), np.float32)
-    # The reader crops the 30x20 image to its centre 20x20 before resizing; the mean is close either way.
-    mean = np.asarray(Image.open(images / path)).reshape(-1, 3).mean(axis=0) * WEIGHTS["colour/scale"]
-    np.testing.assert_allclose(values[:3], mean, rtol=0.1)
-    np.testing.assert_allclose(values[3:], values[:3] ** 2, rtol=1e-5)
-    assert pixels.shape == (16, 16, 3)
+    names = make_images(images, 9)
+    engine.run(config_for(tmp_path, images, num_devices=2, per_device_batch=2, workers=3, prefetch_batches=2))
+    _, rows = read_rows(tmp_path / "out" / "features.csv")
+    runner = engine.DeviceRunner(MODEL, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=1)
+    try:
+        expected = [runner.run(load_image(images / name, SIZE)[np.newaxis])[0] for name in names]
+    finally:
+        runner.close()
+    assert [path for path, _ in rows] == names
+    np.testing.assert_array_equal(np.stack([values for _, values in rows]), np.stack(expected))
+    # And the model computes what it says: the mean colour times the weights, then its square.
+    mean = load_image(images / names[0], SIZE).reshape(-1, 3).mean(axis=0) * WEIGHTS["colour/scale"]
+    np.testing.assert_allclose(rows[0][1], np.concatenate([mean, mean ** 2]), rtol=1e-5)
 
 
 def test_every_image_is_accounted_for_and_bad_ones_cost_no_batch_mate(tmp_path):
@@ -168,3 +178,25 @@ def test_out_of_memory_halves_the_step_and_loses_no_row(tmp_path, caplog):
     assert fed[:3] == [7, 4, 2] and runner.max_rows_per_step == 2
     assert "out of memory" in caplog.text
     runner.close()
+
+
+@pytest.mark.parametrize("slow_stage", ["reader", "writer"])
+def test_the_summary_says_which_stage_the_devices_waited_for(tmp_path, monkeypatch, slow_stage):
+    images = tmp_path / "images"
+    make_images(images, 6)
+    # Each slowed step takes 0.1 s; the model takes milliseconds.
+    target = (reader_module, "_decode_row") if slow_stage == "reader" else (writer_module.FeatureWriter, "write")
+    real = getattr(*target)
+
+    def slowed(*args):
+        time.sleep(0.1)
+        return real(*args)
+    monkeypatch.setattr(*target, slowed)
+    summary = engine.run(config_for(tmp_path, images, per_device_batch=1, workers=1, prefetch_batches=1))
+    assert summary.written == 6
+    stages = {"reader": summary.reader_wait_seconds, "writer": summary.writer_wait_seconds}
+    assert stages[slow_stage] >= 0.4, (summary, slow_stage)
+    other = "writer" if slow_stage == "reader" else "reader"
+    assert stages[other] < stages[slow_stage] / 2, summary
+    assert 0 < summary.device_seconds and sum(stages.values()) + summary.device_seconds <= summary.seconds + 1e-3
+    assert "devices busy %.0f%%" % (100 * summary.device_seconds / summary.seconds) in summary.line()

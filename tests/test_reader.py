@@ -35,6 +35,19 @@ def noise_jpeg(path, size=(64, 64), seed=0):
     return path
 
 
+def write_bad_files(folder, scratch):
+    """empty.jpg, text.jpg and page.jpg (text saved as .jpg), cut.jpg and cut.png (truncated) in
+    `folder`; the whole files they were cut from are left in `scratch`."""
+    (folder / "empty.jpg").write_bytes(b"")
+    (folder / "text.jpg").write_text("just some notes\n")
+    (folder / "page.jpg").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
+    full = noise_jpeg(scratch / "whole.jpg").read_bytes()
+    (folder / "cut.jpg").write_bytes(full[:len(full) // 2])
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(scratch / "f.png")
+    full = (scratch / "f.png").read_bytes()
+    (folder / "cut.png").write_bytes(full[:len(full) // 2])
+
+
 def kind_of(path, **options):
     with pytest.raises(ImageError) as caught:
         load_image(path, **options)
@@ -328,14 +341,7 @@ def test_a_decompression_bomb_is_refused_before_decoding(bombs, monkeypatch):
 
 
 def test_empty_text_html_and_truncated_files(tmp_path):
-    (tmp_path / "empty.jpg").write_bytes(b"")
-    (tmp_path / "text.jpg").write_text("just some notes\n")
-    (tmp_path / "page.jpg").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
-    full = noise_jpeg(tmp_path / "full.jpg").read_bytes()
-    (tmp_path / "cut.jpg").write_bytes(full[:len(full) // 2])
-    Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "f.png")
-    full = (tmp_path / "f.png").read_bytes()
-    (tmp_path / "cut.png").write_bytes(full[:len(full) // 2])
+    write_bad_files(tmp_path, tmp_path)
     assert (kind_of(tmp_path / "empty.jpg").kind, str(kind_of(tmp_path / "empty.jpg"))) == (
         "empty", "empty file (0 bytes)")
     text, page = kind_of(tmp_path / "text.jpg"), kind_of(tmp_path / "page.jpg")
@@ -443,14 +449,7 @@ def test_every_bad_file_becomes_a_failure_and_costs_no_batch_mate(tmp_path, bomb
         "cut.png": "corrupt", "loop.jpg": "unreadable", "broken.png": "missing", "deleted.png": "missing",
         "huge.png": "too_large",
     }
-    (root / "empty.jpg").write_bytes(b"")
-    (root / "text.jpg").write_text("notes")
-    (root / "page.jpg").write_text("<html>Not found</html>")
-    full = noise_jpeg(outside / "whole.jpg").read_bytes()
-    (root / "cut.jpg").write_bytes(full[:len(full) // 2])
-    Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(outside / "f.png")
-    full = (outside / "f.png").read_bytes()
-    (root / "cut.png").write_bytes(full[:len(full) // 2])
+    write_bad_files(root, outside)
     os.symlink("loop.jpg", root / "loop.jpg")
     os.symlink(outside / "nowhere.png", root / "broken.png")
     solid((6, 5), RED).save(root / "deleted.png")

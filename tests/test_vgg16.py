@@ -1,6 +1,5 @@
 """VGG16: the table, the endpoints, Keras equivalence, the weight files and their failures."""
 
-import functools
 import hashlib
 import http.server
 import pickle
