@@ -11,7 +11,7 @@
 
 from parallel.data_parallelism import data_parallelism, merge_outputs, merge_results
 from parallel.devices import DeviceError, Devices, resolve_devices
-from parallel.engine import Config, DeviceRunner, ModelSpec, RunError, Summary, run
+from parallel.engine import Config, DeviceRunner, ModelSpec, RunError, Summary, build_graph, run
 from parallel.placement import Placement, ReplicatedVariables, SharedVariables
 from parallel.reader import ImageReader, discover_images, load_image
 from parallel.shard_features import shard_features, shard_sizes
@@ -19,7 +19,7 @@ from parallel.writer import ErrorLog, OutputError, open_writer
 
 __all__ = [
     "Config", "DeviceError", "DeviceRunner", "Devices", "ErrorLog", "ImageReader", "ModelSpec", "OutputError",
-    "Placement", "ReplicatedVariables", "RunError", "SharedVariables", "Summary", "data_parallelism",
+    "Placement", "ReplicatedVariables", "RunError", "SharedVariables", "Summary", "build_graph", "data_parallelism",
     "discover_images", "load_image", "merge_outputs", "merge_results", "open_writer", "resolve_devices", "run",
     "shard_features", "shard_sizes",
 ]

@@ -165,11 +165,46 @@ class Summary:
         text = ("%d images: %d written, %d failed, %d already done, %d skipped in %.1f s (%.1f images/s) -> %s"
                 % (self.discovered, self.written, self.failed, self.already_done, self.skipped,
                    self.seconds, rate, self.output))
-        if self.seconds > 0 and self.device_seconds > 0:
-            text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
         if self.failed:
             text += " (failures: %s)" % ErrorLog.path_for(self.output)
+        if self.seconds > 0 and self.device_seconds > 0:
+            text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
         return text
+
+
+def build_graph(model, device_names):
+    """The graph the engine runs: `model.fn` once per device, each with a resident copy of the weights.
+
+    Nothing runs here, so the graph can be built, and its placement checked, for devices this
+    machine does not have.
+
+    Args:
+      model: ModelSpec.
+      device_names: graph device names, one replica each ("/device:GPU:0", ...).
+
+    Returns:
+      (graph, placement, placeholders, outputs): the `tf.Graph`; its `ReplicatedVariables`
+      (which `load` fills); per device, a placeholder `uint8 [None, H, W, 3]` and the
+      features `float32 [None, D]`, flattened.
+
+    Raises:
+      ValueError: the model's features have no fixed size per image.
+    """
+    height, width = model.image_size
+    graph = tf.Graph()
+    with graph.as_default():
+        placement = ReplicatedVariables(device_names)
+
+        def replica():
+            images = tf1.placeholder(tf.uint8, [None, height, width, 3], name="images")
+            features = model.fn(images)
+            size = features.shape[1:].num_elements()
+            if size is None:
+                raise ValueError("model %s returns features of unknown size %s" % (model.name, features.shape))
+            return images, tf.reshape(features, [-1, size])
+
+        placeholders, outputs = data_parallelism(placement, replica)
+    return graph, placement, placeholders, outputs
 
 
 class DeviceRunner:
@@ -191,27 +226,14 @@ class DeviceRunner:
         """
         self.devices = devices
         self.max_rows_per_step = per_device_batch * len(devices.names)
-        height, width = model.image_size
-        self.graph = tf.Graph()
-        with self.graph.as_default():
-            placement = ReplicatedVariables(devices.names)
-
-            def replica():
-                images = tf1.placeholder(tf.uint8, [None, height, width, 3], name="images")
-                features = model.fn(images)
-                size = features.shape[1:].num_elements()
-                if size is None:
-                    raise ValueError("model %s returns features of unknown size %s" % (model.name, features.shape))
-                return images, tf.reshape(features, [-1, size])
-
-            self.placeholders, self.outputs = data_parallelism(placement, replica)
-            self.feature_size = self.outputs[0].shape[1]
-            self.session = tf1.Session(graph=self.graph, config=devices.session_config())
-            try:
-                placement.load(self.session, model.load_weights() if weights is None else weights)
-            except BaseException:
-                self.session.close()
-                raise
+        self.graph, placement, self.placeholders, self.outputs = build_graph(model, devices.names)
+        self.feature_size = self.outputs[0].shape[1]
+        self.session = tf1.Session(graph=self.graph, config=devices.session_config())
+        try:
+            placement.load(self.session, model.load_weights() if weights is None else weights)
+        except BaseException:
+            self.session.close()
+            raise
         self.graph.finalize()
 
     def run(self, images):

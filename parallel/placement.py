@@ -57,7 +57,7 @@ class Placement:
         """Fills every copy of every variable from host arrays, in one `Session.run`.
 
         The first call adds one placeholder per canonical name and the assign ops to the
-        graph, so call it once before the graph is finalized; later calls reuse them.
+        variables' graph, so call it once before that graph is finalized; later calls reuse them.
 
         Args:
           session: the `tf.compat.v1.Session` running this graph.
@@ -74,6 +74,8 @@ class Placement:
         if missing or unexpected:
             raise ValueError("weights do not match the model's variables: missing %s, unexpected %s"
                              % (missing or "none", unexpected or "none"))
+        if not expected:
+            return  # a model without weights
         if self._loader is None:
             self._loader = self._build_loader(expected)
         placeholders, assign_op = self._loader
@@ -88,7 +90,8 @@ class Placement:
 
     def _build_loader(self, variables):
         placeholders, assigns = {}, []
-        with tf.name_scope("load_weights"):
+        graph = next(iter(variables.values()))[0].graph  # the variables' graph, whatever the default is
+        with graph.as_default(), tf.name_scope("load_weights"):
             for name, copies in sorted(variables.items()):
                 first = copies[0]
                 # The placeholder lives on the host; each assign runs on its copy's device,

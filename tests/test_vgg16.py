@@ -3,6 +3,7 @@
 import hashlib
 import http.server
 import pickle
+import re
 import socket
 import threading
 
@@ -10,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.framework import kernels
 
 from models import vgg16
 from parallel import engine
@@ -272,6 +274,47 @@ def test_features_do_not_depend_on_the_number_of_devices(weights, images):
     one = run_model(weights, images, "fc7", num_devices=1)
     three = run_model(weights, images, "fc7", num_devices=3)
     np.testing.assert_allclose(three, one, rtol=1e-5, atol=1e-5 * np.abs(one).max())
+
+
+def _has_gpu_kernel(op):
+    """Whether TensorFlow registers a GPU kernel (or a device-independent one) for `op`'s types."""
+    for kernel in kernels.get_registered_kernels_for_op(op.type).kernel:
+        if kernel.device_type in ("GPU", "DEFAULT") and all(
+                op.node_def.attr[constraint.name].type in constraint.allowed_values.list.type
+                for constraint in kernel.constraint if constraint.allowed_values.list.type):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_on_gpus_every_op_runs_on_its_replicas_gpu_and_has_a_gpu_kernel(precision):
+    """What --gpus 0,1,2 builds, checked without GPUs: soft placement is off, so an op on the wrong
+    device, or without a GPU kernel for its dtype, would fail (or be copied) on a real GPU box."""
+    model = vgg16.feature_model(endpoint="prob", weights="imagenet", precision=precision)
+    names = resolve_devices(gpus="0,1,2", gpu_count=3).names
+    graph, placement, _, outputs = engine.build_graph(model, names)
+    assert [output.device for output in outputs] == list(names)
+
+    def device_of(op):
+        """The device the placer gives `op`: its own, else that of the variable it reads (a resource's
+        readers are placed with it), else that of the op it is colocated with."""
+        if op.device:
+            return op.device
+        resources = [tensor.op for tensor in op.inputs if tensor.dtype == tf.resource]
+        if resources:
+            return device_of(resources[0])
+        [group] = op.colocation_groups()
+        colocated = graph.get_operation_by_name(group.decode()[len("loc:@"):])
+        return colocated.device if colocated is not op else ""
+
+    replica_of = re.compile(r"^(?:parallel|replica)_(\d+)/")
+    operations = graph.get_operations()
+    for op in operations:
+        match = replica_of.match(op.name)
+        assert device_of(op) == names[int(match.group(1)) if match else 0], (op.name, device_of(op))
+    assert [op.name for op in operations if not _has_gpu_kernel(op)] == []
+    assert len(placement.variables()) == 2 * 16 and all(
+        [copy.device for copy in copies] == list(names) for copies in placement.variables().values())
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
