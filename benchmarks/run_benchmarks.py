@@ -15,8 +15,6 @@ writer      rows/s of 4096 floats, ours per --format vs pandas.DataFrame.to_csv 
 decode      decode+resize images/s with 1 worker on photo-sized JPEGs
 memory      peak RSS of the engine for N and 10xN images with a cheap model               bar within 5%
 precision   compute images/s of bf16 and fp16 as a ratio to fp32
-host_priority  end-to-end on CPU devices with the decoders and writer in SCHED_IDLE (the default) vs at
-            normal priority, alternated for --rounds rounds
 
 Weights are seeded random in tensorflow-vgg's .npy layout and Keras's legacy .h5 layout (speed does not
 depend on their values). Written to --workdir (default: a temporary folder).
@@ -104,26 +102,14 @@ def bench_compute(args, workdir, precision="fp32"):
     return {"images/s": steps * len(batch) / seconds, "start-up s": ready, "first batch s": first_batch}
 
 
-# run_inference.py with the host threads left at normal priority on CPU devices (engine._HostPriority).
-NORMAL_PRIORITY_SCRIPT = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from parallel import engine
-engine._HostPriority.initialize_thread = lambda self: None
-import run_inference
-sys.exit(run_inference.main(sys.argv[2:]))
-"""
-
-
-def bench_end_to_end(args, workdir, images, normal_priority=False):
+def bench_end_to_end(args, workdir, images):
     """run_inference.py as a user runs it on the JPEGs in `images`; its own summary line times the loop,
     start-up excluded."""
     npy, _ = weights_files(workdir)
     output = workdir / "e2e.csv"
-    program = ["-c", NORMAL_PRIORITY_SCRIPT, str(ROOT)] if normal_priority else [str(ROOT / "run_inference.py")]
-    command = [sys.executable] + program + ["--images", str(images), "--weights", str(npy),
-                                            "--devices", args.devices, "--batch-size", str(args.batch_size),
-                                            "--output", str(output), "--overwrite"]
+    command = [sys.executable, str(ROOT / "run_inference.py"), "--images", str(images), "--weights", str(npy),
+               "--devices", args.devices, "--batch-size", str(args.batch_size), "--output", str(output),
+               "--overwrite"]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -267,21 +253,6 @@ def bench_decode(args, workdir):
             "640x480 JPEG images/s/worker": len(small) / (time.perf_counter() - started)}
 
 
-def bench_host_priority(args, workdir):
-    """End-to-end with the host threads in SCHED_IDLE on CPU devices (the default) vs left at normal
-    priority, alternated for --rounds rounds; the median ratio."""
-    photos = make_jpegs(workdir / "photos", args.images, (640, 480))
-    ratios = []
-    for round_index in range(args.rounds):
-        normal = bench_end_to_end(args, workdir, photos, normal_priority=True)["images/s"]
-        idle = bench_end_to_end(args, workdir, photos)["images/s"]
-        ratios.append(idle / normal)
-        print("round %d    host threads idle-only %.2f images/s, normal priority %.2f images/s, ratio %.3f"
-              % (round_index + 1, idle, normal, idle / normal), flush=True)
-    return {"idle/normal per round": sorted(round(ratio, 3) for ratio in ratios),
-            "idle/normal host priority (median)": float(np.median(ratios))}
-
-
 def bench_precision(args, workdir):
     """Compute images/s of bf16 and fp16 as a ratio to fp32, each measured right after an fp32 run."""
     ratios = {}
@@ -331,8 +302,7 @@ def bench_memory(args, workdir):
 
 
 BENCHES = {"throughput": bench_compute_and_end_to_end, "keras": bench_keras, "writer": bench_writer,
-           "decode": bench_decode, "memory": bench_memory, "precision": bench_precision,
-           "host_priority": bench_host_priority}
+           "decode": bench_decode, "memory": bench_memory, "precision": bench_precision}
 
 
 def main():
@@ -380,8 +350,6 @@ def main():
         ratios["memory 10N/N"] = large / small
     for key, value in results.get("precision", {}).items():
         ratios[key] = value
-    if "host_priority" in results:
-        ratios["host threads idle/normal"] = results["host_priority"]["idle/normal host priority (median)"]
     for key, value in ratios.items():
         print("ratio      %-24s %.3f%s" % (key, value, verdict(key, value)))
 

@@ -12,7 +12,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import os
 import queue
 import signal
 import threading
@@ -299,9 +298,8 @@ class _WriterThread:
 
     _DONE = object()
 
-    def __init__(self, writer, depth=2, thread_initializer=None):
+    def __init__(self, writer, depth=2):
         self._writer = writer
-        self._thread_initializer = thread_initializer
         self._queue = queue.Queue(maxsize=depth)
         self._error = None
         self.rows_committed = 0
@@ -309,8 +307,6 @@ class _WriterThread:
         self._thread.start()
 
     def _loop(self):
-        if self._thread_initializer is not None:
-            self._thread_initializer()
         while True:
             item = self._queue.get()
             if item is self._DONE:
@@ -425,11 +421,9 @@ def _extract(config, runner, writer, paths):
     summary.already_done = len(paths) - len(todo)
     errors = ErrorLog(config.output)
     progress = _Progress(config.progress, total=len(paths), initial=summary.already_done)
-    host_priority = _HostPriority(lowered=not config.devices.physical_gpus)
-    writer_thread = _WriterThread(writer, thread_initializer=host_priority.initialize_thread)
+    writer_thread = _WriterThread(writer)
     reader = ImageReader(config.images, todo, config.host_batch, size=tuple(config.model.image_size),
-                         resize=config.resize, workers=config.workers, prefetch_batches=config.prefetch_batches,
-                         worker_initializer=host_priority.initialize_thread)
+                         resize=config.resize, workers=config.workers, prefetch_batches=config.prefetch_batches)
     clock = _StageClock()
     reached = 0
     try:
@@ -452,7 +446,6 @@ def _extract(config, runner, writer, paths):
                         writer_thread.put(batch.paths, features)
                 reached += len(batch.paths) + len(batch.failures)
                 progress.update(len(batch.paths) + len(batch.failures), summary.failed)
-                host_priority.check(clock)
                 if stop.signal_name is not None:
                     summary.interrupted = True
                     break
@@ -460,7 +453,6 @@ def _extract(config, runner, writer, paths):
         # However the loop ended, the batches already handed to the writer are committed.
         with clock.stage("writer_wait_seconds"):
             writer_thread.finish()
-        host_priority.restore()
         progress.close()
         errors.close()
     summary.written = writer_thread.rows_committed
@@ -471,66 +463,6 @@ def _extract(config, runner, writer, paths):
     log.info("%.1f s: devices %.1f s, waiting for the reader %.1f s, for the writer %.1f s",
              summary.seconds, summary.device_seconds, summary.reader_wait_seconds, summary.writer_wait_seconds)
     return summary
-
-
-class _HostPriority:
-    """On CPU devices, the decoders and the writer run only on a core the computation leaves idle.
-
-    There the devices ARE the cores: a decode thread that takes a time slice from one of
-    TensorFlow's threads stalls the whole op for it. Linux's SCHED_IDLE class runs a thread only
-    when a core has nothing else to do (measured: end-to-end 1.7% to 2.7% faster in each of 4
-    paired runs, benchmarks/README.md). Threads started by such a thread inherit the class.
-
-    If the devices still end up waiting for the host (another process keeps the cores busy, so
-    idle time never comes), the host threads go back to the normal class for the rest of the
-    run. Nothing changes on GPUs (their host threads are what keeps them fed) or where there is
-    no SCHED_IDLE; no thread is left in SCHED_IDLE after the run.
-    """
-
-    # Waiting for the reader or the writer after the first batch for longer than this (in all)
-    # means the host is starved.
-    PATIENCE_SECONDS = 1.0
-    _IDLE = getattr(os, "SCHED_IDLE", None)
-
-    def __init__(self, lowered):
-        self.lowered = bool(lowered) and self._IDLE is not None and hasattr(os, "sched_setscheduler")
-        self._first_wait = None
-
-    def initialize_thread(self):
-        """Runs on each host thread as it starts."""
-        if self.lowered:
-            try:
-                os.sched_setscheduler(0, self._IDLE, os.sched_param(0))
-            except OSError:
-                pass
-
-    def check(self, clock):
-        """After each batch: gives the host threads their normal class back if the devices wait."""
-        if not self.lowered:
-            return
-        waited = clock.totals["reader_wait_seconds"] + clock.totals["writer_wait_seconds"]
-        if self._first_wait is None:  # the first batch waits for the reader by design
-            self._first_wait = waited
-        elif waited - self._first_wait > self.PATIENCE_SECONDS:
-            log.info("the devices waited %.1f s for decoding or writing: the host threads get their normal "
-                     "priority back", waited - self._first_wait)
-            self.restore()
-
-    def restore(self):
-        """Every SCHED_IDLE thread of this process back to the normal class; later threads stay normal."""
-        if not self.lowered:
-            return
-        self.lowered = False
-        try:
-            threads = [int(name) for name in os.listdir("/proc/self/task")]
-        except OSError:
-            return
-        for thread in threads:
-            try:
-                if os.sched_getscheduler(thread) == self._IDLE:
-                    os.sched_setscheduler(thread, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass  # the thread has ended
 
 
 class _StageClock:

@@ -402,7 +402,7 @@ class ImageReader:
     """
 
     def __init__(self, root, paths, batch_size, size=(224, 224), resize="crop", workers=None,
-                 prefetch_batches=2, max_pixels=MAX_PIXELS, worker_initializer=None):
+                 prefetch_batches=2, max_pixels=MAX_PIXELS):
         """Checks the arguments; no thread starts before iteration.
 
         Args:
@@ -414,8 +414,6 @@ class ImageReader:
           workers: decode threads (>= 1); None: os.cpu_count().
           prefetch_batches: batches decoded ahead of the one the caller holds (>= 1).
           max_pixels: larger images fail with kind "too_large".
-          worker_initializer: called with no arguments on each decode thread as it starts
-            (the engine lowers the threads' priority there when the devices are CPU cores).
 
         Raises:
           ValueError: a bad argument, named with the value received.
@@ -435,7 +433,6 @@ class ImageReader:
         self.batch_size = int(batch_size)
         self.workers = int(workers)
         self.prefetch_batches = int(prefetch_batches)
-        self.worker_initializer = worker_initializer
         self.executor = None  # the pool of the current iteration
         self._iteration = None  # weak reference to the current iteration's generator
         self._closed = False
@@ -475,8 +472,7 @@ class ImageReader:
             self.executor.shutdown(wait=True, cancel_futures=True)
 
     def _batches(self):
-        executor = ThreadPoolExecutor(self.workers, thread_name_prefix=_THREAD_PREFIX,
-                                      initializer=self.worker_initializer)
+        executor = ThreadPoolExecutor(self.workers, thread_name_prefix=_THREAD_PREFIX)
         self.executor = executor
         pending = collections.deque()  # (start, images, futures) of submitted chunks, oldest first
         next_start = 0

@@ -1,8 +1,6 @@
 """The engine end to end with a cheap model, so that it runs in milliseconds on CPU."""
 
 import csv
-import logging
-import os
 import time
 
 import numpy as np
@@ -202,44 +200,3 @@ def test_the_summary_says_which_stage_the_devices_waited_for(tmp_path, monkeypat
     assert stages[other] < stages[slow_stage] / 2, summary
     assert 0 < summary.device_seconds and sum(stages.values()) + summary.device_seconds <= summary.seconds + 1e-3
     assert "devices busy %.0f%%" % (100 * summary.device_seconds / summary.seconds) in summary.line()
-
-
-def _record_decode_priority(monkeypatch, delay=0.0):
-    """Patches the reader so that each decode records its thread's scheduling class."""
-    classes = []
-    real = reader_module._decode_row
-
-    def recording(*args):
-        classes.append(os.sched_getscheduler(0))
-        time.sleep(delay)
-        return real(*args)
-    monkeypatch.setattr(reader_module, "_decode_row", recording)
-    return classes
-
-
-def _idle_threads():
-    return [tid for tid in os.listdir("/proc/self/task") if os.sched_getscheduler(int(tid)) == os.SCHED_IDLE]
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")
-def test_on_cpu_devices_host_threads_run_only_on_idle_cores_and_none_stays_so(tmp_path, monkeypatch):
-    images = tmp_path / "images"
-    make_images(images, 6)
-    classes = _record_decode_priority(monkeypatch)
-    assert engine.run(config_for(tmp_path, images, num_devices=2)).written == 6
-    assert classes == [os.SCHED_IDLE] * 6
-    assert _idle_threads() == []  # the shared CSV format threads included
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")
-def test_host_threads_get_their_priority_back_when_the_devices_wait(tmp_path, monkeypatch, caplog):
-    # Decoding slower than the devices: they wait more than PATIENCE_SECONDS after the first batch.
-    images = tmp_path / "images"
-    make_images(images, 14)
-    classes = _record_decode_priority(monkeypatch, delay=0.15)
-    caplog.set_level(logging.INFO, logger="parallel")
-    summary = engine.run(config_for(tmp_path, images, per_device_batch=1, workers=1, prefetch_batches=1))
-    assert summary.written == 14
-    assert classes[0] == os.SCHED_IDLE and classes[-1] == os.SCHED_OTHER, classes
-    assert "normal priority back" in caplog.text
-    assert _idle_threads() == []
