@@ -1,6 +1,6 @@
 """Throughput benchmarks: every figure is measured in this run, ratios between figures of the same run.
 
-    python benchmarks/run_benchmarks.py                           # all of them, ~30 minutes on 2 cores
+    python benchmarks/run_benchmarks.py                           # all of them, ~25 minutes on 2 cores
     python benchmarks/run_benchmarks.py --only writer decode      # a subset
 
 throughput  compute: the replicated graph on an in-memory uint8 batch (the ceiling for these devices and
