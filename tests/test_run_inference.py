@@ -16,6 +16,7 @@ from PIL import Image
 
 import run_inference
 from models import vgg16
+from parallel.writer import sidecar_path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NAMES = ["a/one.jpg", "a/two, with comma.png", "b/日本.jpg", "b/c/=four.jpg", "five.JPG"]
@@ -204,7 +205,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
         kills += 1
-    committed = json.loads(Path(str(output) + ".run.json").read_text())["rows"]
+    committed = json.loads(sidecar_path(output).read_text())["rows"]
     final = start(images, output, weights_file)
     _, error = final.communicate(timeout=300)
     assert final.returncode == 0, error
