@@ -13,12 +13,13 @@ from parallel.data_parallelism import data_parallelism, merge_outputs, merge_res
 from parallel.devices import DeviceError, Devices, resolve_devices
 from parallel.engine import Config, DeviceRunner, ModelSpec, RunError, Summary, build_graph, run
 from parallel.placement import Placement, ReplicatedVariables, SharedVariables
-from parallel.reader import ImageReader, discover_images, load_image
+from parallel.manifest import Manifest, discover_images
+from parallel.reader import ImageReader, load_image
 from parallel.shard_features import shard_features, shard_sizes
 from parallel.writer import ErrorLog, OutputError, open_writer
 
 __all__ = [
-    "Config", "DeviceError", "DeviceRunner", "Devices", "ErrorLog", "ImageReader", "ModelSpec", "OutputError",
+    "Config", "DeviceError", "DeviceRunner", "Devices", "ErrorLog", "ImageReader", "Manifest", "ModelSpec", "OutputError",
     "Placement", "ReplicatedVariables", "RunError", "SharedVariables", "Summary", "build_graph", "data_parallelism",
     "discover_images", "load_image", "merge_outputs", "merge_results", "open_writer", "resolve_devices", "run",
     "shard_features", "shard_sizes",

@@ -12,8 +12,8 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import queue
-import signal
 import threading
 import time
 from pathlib import Path
@@ -25,9 +25,12 @@ import tensorflow as tf
 from parallel.data_parallelism import data_parallelism, merge_results
 from parallel.devices import Devices
 from parallel.placement import ReplicatedVariables
-from parallel.reader import IMAGE_EXTENSIONS, RESIZE_MODES, ImageReader, discover_images
+from parallel.manifest import IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path, other_source_message
+from parallel.reader import RESIZE_MODES, ImageReader
 from parallel.shard_features import shard_features, shard_sizes
-from parallel.writer import FORMATS, ErrorLog, open_writer
+from parallel.signals import EXIT_INTERRUPTED, StopRequest
+from parallel.writer import (FORMATS, PARTS_SUFFIX, ErrorLog, OutputError, check_settings, open_writer, read_record,
+                             sidecar_path)
 
 tf1 = tf.compat.v1
 log = logging.getLogger("parallel")
@@ -37,7 +40,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1          # the run could not complete
 EXIT_USAGE = 2           # bad flags or inputs; nothing was written
 EXIT_SOME_FAILED = 3     # the run completed, but some images could not be read
-EXIT_INTERRUPTED = 130   # SIGINT/SIGTERM: committed rows are kept; rerun to resume
 
 
 class RunError(RuntimeError):
@@ -269,30 +271,6 @@ class DeviceRunner:
         self.session.close()
 
 
-class _StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between batches."""
-
-    def __init__(self):
-        self.signal_name = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.signal_name is not None:  # a second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
-        log.warning("%s received: finishing the batch in flight, then stopping", self.signal_name)
-
-    def __exit__(self, *exc_info):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 class _WriterThread:
     """Formats and commits batches on a thread of its own, behind a bounded queue."""
 
@@ -357,8 +335,9 @@ class _Progress:
 def run(config):
     """Extracts features of every image under `config.images` into `config.output`.
 
-    Resumes an output written earlier with the same settings: only images without a
-    committed row are computed. Stops cleanly on SIGINT/SIGTERM.
+    Resumes an output written earlier by the same job (same settings, same images folder,
+    no image added, none changed or removed after its row was written): only images
+    without a committed row are computed. Stops cleanly on SIGINT/SIGTERM.
 
     Args:
       config: Config.
@@ -367,46 +346,139 @@ def run(config):
       Summary (its `exit_status` is what the CLI exits with).
 
     Raises:
-      ValueError: bad inputs (missing or empty folder, bad weights, settings mismatch),
-        raised before any output file is created; `parallel.writer.OutputError` (also a
-        ValueError) when the output cannot be written.
-      RuntimeError: --strict and an image could not be read.
+      ValueError: bad inputs (missing or empty folder, bad weights, an output of another
+        job), raised before anything is logged or written; `parallel.writer.OutputError`
+        (also a ValueError) when the output cannot be written.
+      RunError: the run stopped part-way (disk full, a device error, --strict); committed
+        rows are kept.
     """
     images_root = Path(config.images)
     if not images_root.is_dir():
         raise ValueError("--images %s is not a folder" % images_root)
-    paths = discover_images(images_root)
-    if not paths:
+    output = Path(config.output)
+    settings = dict(config.model.settings, images=str(images_root.resolve()), resize=config.resize,
+                    image_size="%dx%d" % tuple(config.model.image_size))
+    record = _check_output(config, images_root, output, settings)
+    current = Manifest.scan(images_root, exclude=_own_files(images_root, output))
+    if not len(current):
         raise ValueError("--images %s contains no images (looked for %s, recursively)"
                          % (images_root, " ".join(sorted(IMAGE_EXTENSIONS))))
+    frozen = None
+    if record is not None and record["rows"]:  # the job's input is frozen once a row is committed
+        frozen = Manifest.load(manifest_path(output))
+        if frozen is not None:  # refused before the weights are loaded; stale rows are judged below
+            refusal = describe_changes(frozen.changes(current), images_root, output)
+            if refusal:
+                raise ValueError(refusal)
     weights = config.model.load_weights()  # a bad weights file fails before any output exists
-    log.info("%d images under %s; devices: %s", len(paths), images_root, config.devices.describe())
 
     started = time.perf_counter()
     runner = DeviceRunner(config.model, config.devices, config.per_device_batch, weights=weights)
     del weights  # the devices hold their copies now
     try:
-        settings = dict(config.model.settings, resize=config.resize,
-                        image_size="%dx%d" % tuple(config.model.image_size))
-        writer = open_writer(config.output, format=config.output_format,
+        writer = open_writer(output, format=config.output_format,
                              column_prefix=config.model.output_name, feature_size=runner.feature_size,
                              settings=settings, overwrite=config.overwrite)
+        try:
+            job = _freeze(frozen, current, writer, images_root, output)
+        except BaseException:
+            writer.abort()
+            raise
+        log.info("%d images under %s; devices: %s", len(job), images_root, config.devices.describe())
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
         try:
-            summary = _extract(config, runner, writer, paths)
+            summary = _extract(config, runner, writer, job.paths)
+            if summary.interrupted:
+                writer.abort()
+            else:
+                writer.close()  # parquet, npy: the final merge
         except BaseException as error:
             writer.abort()  # committed rows stay committed and resumable
             if isinstance(error, (OSError, ValueError, RuntimeError, tf.errors.OpError)):
                 raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
                                % _first_line(error)) from error
             raise
-        if summary.interrupted:
-            writer.abort()
-        else:
-            writer.close()
         return summary
     finally:
         runner.close()
+
+
+def _check_output(config, images_root, output, settings):
+    """Refuses, before anything is loaded or written, an output that this job must not touch.
+
+    Returns:
+      the output's commit record (see `parallel.writer.read_record`), or None when the run
+      starts afresh (a new output, or --overwrite).
+    """
+    if output.is_dir():
+        raise OutputError("--output %s is a folder; give a file name" % output)
+    if os.path.lexists(output) and _is_inside(output, images_root) and read_record(output) is None:
+        raise OutputError("--output %s is a file under --images %s, not an output of this program: choose "
+                          "another --output" % (output, images_root))
+    if config.overwrite:
+        return None
+    record = read_record(output)
+    if record is None:
+        if os.path.lexists(output):
+            raise OutputError("%s exists and was not written by this program (no %s): pass --overwrite to "
+                              "replace it or choose another --output" % (output, sidecar_path(output).name))
+        return None
+    recorded = record["settings"]
+    if "images" in recorded and recorded["images"] != settings["images"]:
+        raise OutputError(other_source_message(output, recorded["images"], settings["images"]))
+    check_settings(output, recorded, dict(settings, format=config.output_format,
+                                          column_prefix=config.model.output_name), ignore=("feature_size",))
+    return record
+
+
+def _is_inside(path, folder):
+    """Whether `path` (resolved) lies in `folder` (resolved), at any depth."""
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _own_files(images_root, output):
+    """Paths relative to `images_root` of this output's files that lie inside it: never images."""
+    if not _is_inside(output, images_root):
+        return ()
+    relative = Path(output).resolve().relative_to(images_root.resolve()).as_posix()
+    # The sidecars end in .json, .csv, .parquet or .tmp, never an image extension: only the
+    # output itself and its parts folder could be taken for images.
+    return (relative, relative + PARTS_SUFFIX)
+
+
+def _freeze(frozen, current, writer, images_root, output):
+    """The job's manifest: frozen by its first run, and checked against the rows committed since.
+
+    Args:
+      frozen: the saved Manifest, or None (a new job, --overwrite, or no row committed yet).
+      current: Manifest of the folder now.
+      writer: the open FeatureWriter (its `completed` rows decide what is stale).
+
+    Returns:
+      Manifest: the job's images (the frozen list; repaired images with their new size and time).
+
+    Raises:
+      ValueError: an image was added, or changed or removed after its row was written.
+    """
+    path = manifest_path(output)
+    if frozen is None:
+        if writer.rows_committed:
+            raise OutputError("%s is missing, so the images of %s cannot be checked: pass --overwrite to "
+                              "start afresh" % (path, output))
+        current.save(path)
+        return current
+    changes = frozen.changes(current)
+    refusal = describe_changes(changes, images_root, output, committed=writer.completed)
+    if refusal:
+        raise ValueError(refusal)
+    if changes.changed:  # images without a row that were repaired: record their new size and time
+        frozen = frozen.updated(current, changes.changed)
+        frozen.save(path)
+    return frozen
 
 
 def _first_line(error):
@@ -427,7 +499,7 @@ def _extract(config, runner, writer, paths):
     clock = _StageClock()
     reached = 0
     try:
-        with _StopRequest() as stop, reader:
+        with StopRequest() as stop, reader:
             batches = iter(reader)
             while True:
                 with clock.stage("reader_wait_seconds"):

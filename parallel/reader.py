@@ -1,6 +1,6 @@
 """Image files -> decoded uint8 batches, in order, decoded on a thread pool ahead of the devices.
 
-    root --discover_images--> sorted relative paths ("a/b.jpg")
+    relative paths ("a/b.jpg", from parallel.manifest)
     paths --ImageReader(batch_size, workers, prefetch_batches)--> Batch(paths, images, failures), ...
         images: uint8 [N, H, W, 3] RGB, one row per decoded image, in input order
 
@@ -14,12 +14,11 @@ handed to the caller, so memory does not grow with the number of paths. An image
 cannot be read never stops the run and never costs its batch-mates their rows: it becomes a
 `Failure` of its batch.
 
-Links: the folder is walked with `os.walk(root, followlinks=False)`. A symlinked directory
-is not descended (no loops, no duplicates). A symlink whose name has an image extension is
-an image: it is read through the link, even when the target lies outside the folder (a link
-is how users add a file). A broken link or a symlink loop is discovered too, and then fails
-("missing", "unreadable") so that it shows in the errors file instead of vanishing. A
-directory named `x.jpg` is a folder, not an image.
+Links (which files are found is parallel.manifest's business): a symlink to a file is read
+through the link, even when the target lies outside the folder (a link is how users add a
+file); a broken link or a symlink loop fails ("missing", "unreadable"), so that it shows in
+the errors file instead of vanishing. A path longer than the system allows fails as
+"unreadable".
 
 Failure kinds (`ImageError.kind`, the `kind` column of the errors file):
 
@@ -66,13 +65,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 log = logging.getLogger("parallel")
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
-                              ".ppm", ".pgm", ".pbm", ".pnm"})
 RESIZE_MODES = ("crop", "stretch")
 MAX_PIXELS = 100_000_000
 KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt")
 
-# The Pillow formats behind IMAGE_EXTENSIONS (MPO, a camera's multi-picture JPEG, opens as JPEG).
+# The Pillow formats behind the image extensions of parallel.manifest (MPO, a camera's multi-picture JPEG, opens as JPEG).
 _FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
 _FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF, WebP or PNM"
 # What Pillow raises on damaged data, besides its OSError("image file is truncated ...").
@@ -134,43 +131,6 @@ class Batch:
     paths: list
     images: np.ndarray
     failures: list
-
-
-def discover_images(root):
-    """Every image file under `root`, recursively, as sorted relative paths.
-
-    A file is an image when its name ends with one of IMAGE_EXTENSIONS, in any case
-    ("photo.JPG"). Links are handled as the module docstring says. A sub-folder that cannot
-    be listed is skipped with a warning on the "parallel" logger.
-
-    Args:
-      root: folder, str or Path.
-
-    Returns:
-      list of str: paths relative to `root` with "/" separators ("a/b.jpg"), sorted with
-      `sorted()` so that the order never depends on the file system. Bytes of names that are
-      not valid UTF-8 are kept as os.fsdecode's surrogates.
-
-    Raises:
-      ValueError: `root` is not a folder.
-    """
-    top = os.fspath(root)
-    if not os.path.isdir(top):
-        raise ValueError("%s is not a folder" % (root,))
-
-    def skip(error):
-        log.warning("cannot list %s (%s); skipping the images in it", error.filename, error.strerror or error)
-
-    found = []
-    for folder, _, names in os.walk(top, onerror=skip, followlinks=False):
-        relative = os.path.relpath(folder, top)
-        prefix = "" if relative == os.curdir else relative.replace(os.sep, "/") + "/"
-        found.extend(prefix + name for name in names if _has_image_extension(name))
-    return sorted(found)
-
-
-def _has_image_extension(name):
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
 def load_image(path, size=(224, 224), resize="crop", max_pixels=MAX_PIXELS):
@@ -407,7 +367,7 @@ class ImageReader:
 
         Args:
           root: folder the paths are relative to, str or Path.
-          paths: relative paths ("a/b.jpg"), e.g. from `discover_images`.
+          paths: relative paths ("a/b.jpg"), e.g. from `parallel.manifest.discover_images`.
           batch_size: input paths per batch (>= 1).
           size: (H, W) of every image.
           resize: "crop" or "stretch" (see the module docstring).

@@ -62,6 +62,7 @@ npy: `O` is float32 [N, D] (np.load(O, mmap_mode="r")), `O.paths.csv` the paths 
 
 import csv
 import errno
+import heapq
 import json
 import mmap
 import os
@@ -152,6 +153,22 @@ def _replace_atomically(path, data):
     _fsync(path.parent)
 
 
+def _sorted_runs(paths):
+    """(start, stop) of the maximal stretches of `paths` that are in increasing order."""
+    runs, start = [], 0
+    for index in range(1, len(paths)):
+        if paths[index] < paths[index - 1]:
+            runs.append((start, index))
+            start = index
+    runs.append((start, len(paths)))
+    return runs
+
+
+def _merged_order(paths, runs):
+    """Row indices in path order: a streaming merge of the sorted runs (memory: one cursor per run)."""
+    return heapq.merge(*(range(start, stop) for start, stop in runs), key=paths.__getitem__)
+
+
 def _remove(path):
     try:
         os.unlink(path)
@@ -222,13 +239,15 @@ def csv_header(column_prefix, feature_size):
     return (",".join(columns) + "\n").encode("utf-8")
 
 
-def read_csv_paths(data, start=0):
+def read_csv_paths(data, start=0, line_starts=None):
     """The `path` field of every line of CSV `data` from byte `start` on.
 
     Args:
       data: bytes or mmap of a CSV written by this module (paths possibly quoted, holding
         newlines or undecodable bytes; the rest of each line holds no quote or newline).
       start: offset of the first data line (after the header).
+      line_starts: a list to which the offset of each line is appended, then the end of
+        the last line (so line i is data[line_starts[i]:line_starts[i + 1]]); None: not kept.
 
     Returns:
       list of str, in file order; undecodable bytes as lone surrogates.
@@ -262,7 +281,11 @@ def read_csv_paths(data, start=0):
         if newline < 0:
             raise OutputError("line at byte %d has no end" % position)
         paths.append(_decode_name(raw))
+        if line_starts is not None:
+            line_starts.append(position)
         position = newline + 1
+    if line_starts is not None:
+        line_starts.append(position)
     return paths
 
 
@@ -371,6 +394,33 @@ def _check_settings(output, old, new):
                           "another --output" % (output, "; ".join(differences)))
 
 
+def read_record(output):
+    """The commit record of `output` (its settings, "state", "rows"), or None for a new output.
+
+    Read-only: a caller can refuse a job before anything is written.
+
+    Raises:
+      OutputError: the sidecar is damaged or from another version.
+    """
+    return _read_sidecar(Path(output))
+
+
+def check_settings(output, recorded, expected, ignore=()):
+    """Refuses an output recorded with other settings than `expected`.
+
+    Args:
+      output: the output, for the message.
+      recorded: settings from `read_record(output)["settings"]`.
+      expected: the settings of the new run.
+      ignore: keys not known yet (e.g. "feature_size" before the graph is built).
+
+    Raises:
+      OutputError: a setting differs; the message names each difference.
+    """
+    _check_settings(output, {key: value for key, value in recorded.items() if key not in ignore},
+                    {key: value for key, value in expected.items() if key not in ignore})
+
+
 class FeatureWriter:
     """Commits (paths, features) batches to one output; see the module docstring for the files.
 
@@ -413,6 +463,7 @@ class FeatureWriter:
             self._release()
             raise
         self._written = set()  # by this writer: with `completed`, what a new row must not repeat
+        self._order = paths  # every committed path, in the order of the rows; write() appends
 
     @property
     def rows_committed(self):
@@ -473,6 +524,7 @@ class FeatureWriter:
             self._undo_partial_write()
             raise OutputError(self._describe_os_error(error, "cannot write %s" % self.output)) from error
         self._written.update(paths)
+        self._order.extend(paths)
 
     def close(self):
         """Finalises the output (parquet, npy: merges the parts into it) and marks it complete."""
@@ -484,7 +536,7 @@ class FeatureWriter:
                               % (self.output, self.rows_committed))
         try:
             if self._record["state"] != "complete":
-                self._finish()
+                self._finish(_sorted_runs(self._order))
                 self._commit(state="complete", parts=0)  # the parts are deleted next
                 self._after_complete()
         except OSError as error:
@@ -573,8 +625,14 @@ class FeatureWriter:
     def _undo_partial_write(self):
         """Best effort after a failed write; reopening would do the same."""
 
-    def _finish(self):
-        """Writes the final output before it is marked complete."""
+    def _finish(self, runs):
+        """Writes the final output, its rows in path order, before it is marked complete.
+
+        Args:
+          runs: (start, stop) row ranges, each in path order, covering the rows as committed;
+            more than one when a rerun computed images that sort before rows of an earlier
+            run (an image that failed, then was repaired).
+        """
 
     def _after_complete(self):
         """Cleans up once the output is marked complete."""
@@ -627,6 +685,22 @@ class _CsvWriter(FeatureWriter):
 
     def _reopen(self):
         self._commit(state="writing")
+
+    def _finish(self, runs):
+        if len(runs) == 1:
+            return  # appended in order: the file is the output
+        # Lines are copied in path order into a new file that replaces the old one: the same
+        # bytes, rows and length, so the commit record holds for both, whenever a kill comes.
+        committed = self._record["bytes"]
+        header = len(csv_header(self.column_prefix, self.feature_size))
+        with mmap.mmap(self._descriptor, committed, access=mmap.ACCESS_READ) as data:
+            line_starts = []
+            read_csv_paths(data, header, line_starts)
+            with _temporary_then_rename(self.output) as temporary, open(temporary, "wb") as file:
+                file.write(data[:header])
+                for row in _merged_order(self._order, runs):
+                    file.write(data[line_starts[row]:line_starts[row + 1]])
+        _fsync(self.output.parent)
 
     def _append(self, paths, features):
         block = format_rows(paths, features)
@@ -732,7 +806,7 @@ class _PartsWriter(FeatureWriter):
         _fsync(self._parts)
         self._commit(rows=self._record["rows"] + len(paths), parts=index + 1)
 
-    def _finish(self):
+    def _finish(self, runs):
         part_count = self._record["parts"]
         if self.format == "parquet":
             self._merge_parquet(part_count)

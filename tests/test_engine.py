@@ -1,6 +1,7 @@
 """The engine end to end with a cheap model, so that it runs in milliseconds on CPU."""
 
 import csv
+import os
 import time
 
 import numpy as np
@@ -30,9 +31,9 @@ MODEL = engine.ModelSpec(name="colour", fn=colour_model, image_size=SIZE, load_w
                          output_name="colour", settings={"model": "colour"})
 
 
-def make_images(folder, count, bad=()):
+def make_images(folder, count, bad=(), seed=1):
     """`count` small PNGs of distinct colours in two sub-folders; names in `bad` get garbage bytes."""
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     names = []
     for index in range(count):
         name = "%s/img_%02d.png" % ("a" if index % 2 else "b", index)
@@ -122,11 +123,142 @@ def test_a_rerun_resumes_and_computes_nothing_twice(tmp_path):
     second = engine.run(config_for(tmp_path, images))
     assert (first.written, second.written, second.already_done) == (5, 0, 5)
     assert (tmp_path / "out" / "features.csv").read_bytes() == before
-    make_images(images, 6)  # one new image: only it is computed
-    third = engine.run(config_for(tmp_path, images))
-    assert (third.written, third.already_done) == (1, 5)
-    _, rows = read_rows(tmp_path / "out" / "features.csv")
-    assert len(rows) == 6 and len({path for path, _ in rows}) == 6
+
+
+# --- job identity: an output belongs to one folder and the images it held --------------------------------
+
+
+def test_an_output_of_another_folder_is_refused_naming_both(tmp_path):
+    """Case 1 of the issue: X/a.png and Y/a.png, the same output: the second run must not say "already done"."""
+    first, second = tmp_path / "X", tmp_path / "Y"
+    make_images(first, 3)
+    make_images(second, 3, seed=2)  # the same names, other pixels
+    engine.run(config_for(tmp_path, first))
+    output = tmp_path / "out" / "features.csv"
+    before = output.read_bytes()
+    with pytest.raises(ValueError) as refused:
+        engine.run(config_for(tmp_path, second))
+    message = str(refused.value)
+    assert str(first.resolve()) in message and str(second.resolve()) in message
+    assert "--overwrite" in message and "--output" in message and "\n" not in message
+    assert output.read_bytes() == before
+    summary = engine.run(config_for(tmp_path, second, overwrite=True))
+    assert (summary.written, summary.already_done) == (3, 0)
+    assert output.read_bytes() != before
+
+
+def _job(tmp_path, count=6, **overrides):
+    images = tmp_path / "images"
+    names = make_images(images, count)
+    engine.run(config_for(tmp_path, images, **overrides))
+    return images, names, tmp_path / "out" / "features.csv"
+
+
+def test_an_image_added_since_the_job_started_is_refused_before_the_weights_load(tmp_path):
+    images, names, output = _job(tmp_path)
+    before = output.read_bytes()
+    (images / "a" / "img_00b.png").write_bytes((images / names[0]).read_bytes())
+    loads = []
+    model = engine.ModelSpec(name="colour", fn=colour_model, image_size=SIZE, output_name="colour",
+                             load_weights=lambda: loads.append(1) or WEIGHTS, settings={"model": "colour"})
+    with pytest.raises(ValueError, match=r"1 image added \(a/img_00b.png\).*--overwrite"):
+        engine.run(config_for(tmp_path, images, model=model))
+    assert loads == [] and output.read_bytes() == before
+
+
+@pytest.mark.parametrize("change", ["replaced", "touched", "removed"])
+def test_an_image_changed_or_removed_after_its_row_was_written_is_refused(tmp_path, change):
+    """Case 2 of the issue: the row of a replaced image would be stale."""
+    images, names, output = _job(tmp_path)
+    before = output.read_bytes()
+    target = images / names[2]
+    if change == "replaced":
+        Image.new("RGB", (20, 30), (1, 2, 3)).save(target)
+    elif change == "touched":
+        os.utime(target, ns=(0, target.stat().st_mtime_ns + 1))
+    else:
+        target.unlink()
+    with pytest.raises(ValueError, match="1 image %s after its row was written \\(%s\\)"
+                                         % ("removed" if change == "removed" else "changed", names[2])):
+        engine.run(config_for(tmp_path, images))
+    assert output.read_bytes() == before
+
+
+@pytest.mark.parametrize("output_format", ["csv", "parquet"])
+def test_a_repaired_image_without_a_row_is_computed_and_the_output_stays_sorted(tmp_path, output_format):
+    images = tmp_path / "images"
+    names = make_images(images, 6, bad={"a/img_01.png"})
+    output = tmp_path / "out" / ("features." + output_format)
+    first = engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+    assert (first.written, first.failed) == (5, 1)
+    make_images(images, 6)  # rewrites every file: only the one without a row may change
+    with pytest.raises(ValueError, match="5 images changed after its row was written"):
+        engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+    fresh = tmp_path / "fresh"
+    make_images(fresh, 6, bad={"a/img_01.png"})
+    engine.run(config_for(tmp_path, fresh, output=output, output_format=output_format, overwrite=True))
+    Image.new("RGB", (20, 30), (9, 9, 9)).save(fresh / "a" / "img_01.png")  # repaired
+    second = engine.run(config_for(tmp_path, fresh, output=output, output_format=output_format))
+    assert (second.written, second.failed, second.already_done) == (1, 0, 5)
+    paths = (read_rows(output)[1] if output_format == "csv" else
+             [(path, None) for path in __import__("pandas").read_parquet(output)["path"]])
+    assert [path for path, _ in paths] == names
+    third = engine.run(config_for(tmp_path, fresh, output=output, output_format=output_format))
+    assert (third.written, third.already_done) == (0, 6)  # its new size and time were recorded
+
+
+def test_an_image_removed_before_its_row_was_written_is_reported_missing(tmp_path):
+    images = tmp_path / "images"
+    names = make_images(images, 4, bad={"b/img_00.png"})
+    engine.run(config_for(tmp_path, images))
+    (images / "b" / "img_00.png").unlink()
+    summary = engine.run(config_for(tmp_path, images))
+    assert (summary.discovered, summary.failed, summary.already_done) == (4, 1, 3)
+    with open(tmp_path / "out" / "features.csv.errors.csv", newline="") as handle:
+        assert [(row["path"], row["kind"]) for row in csv.DictReader(handle)] == [("b/img_00.png", "missing")]
+    assert names[0] == "a/img_01.png"
+
+
+def test_a_missing_manifest_is_refused_once_rows_are_committed(tmp_path):
+    images, _, output = _job(tmp_path, count=3)
+    output.with_name("features.csv.manifest.parquet").unlink()
+    with pytest.raises(ValueError, match="manifest.parquet is missing.*--overwrite"):
+        engine.run(config_for(tmp_path, images))
+
+
+def test_a_job_without_a_committed_row_freezes_the_folder_as_it_is_now(tmp_path):
+    images = tmp_path / "images"
+    make_images(images, 3, bad={"a/img_01.png", "b/img_00.png", "b/img_02.png"})
+    first = engine.run(config_for(tmp_path, images))
+    assert (first.written, first.failed) == (0, 3)
+    make_images(images, 5)  # nothing was committed: nothing can be stale or out of order
+    second = engine.run(config_for(tmp_path, images))
+    assert (second.discovered, second.written, second.failed) == (5, 5, 0)
+
+
+def test_the_output_and_its_files_inside_the_images_folder_are_never_images(tmp_path):
+    images = tmp_path / "images"
+    names = make_images(images, 4)
+    output = images / "feats.png"  # an image extension, inside the folder
+    for output_format in ("csv", "npy"):
+        summary = engine.run(config_for(tmp_path, images, output=output, output_format=output_format,
+                                        overwrite=True))
+        assert (summary.discovered, summary.written, summary.failed) == (4, 4, 0)
+        again = engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+        assert (again.discovered, again.already_done, again.failed) == (4, 4, 0)
+    assert names == sorted(names)
+
+
+def test_overwrite_never_replaces_an_input_image(tmp_path):
+    images = tmp_path / "images"
+    names = make_images(images, 3)
+    photo = images / names[0]
+    before = photo.read_bytes()
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="is a file under --images"):
+            engine.run(config_for(tmp_path, images, output=photo, overwrite=overwrite))
+    assert photo.read_bytes() == before
+    assert not os.path.exists(str(photo) + ".run.json")
 
 
 def test_strict_stops_at_the_first_bad_image(tmp_path):

@@ -1,4 +1,4 @@
-"""The reader: discovery, one image's decode (every awkward file we know), and the batched, bounded pipeline."""
+"""The reader: one image's decode (every awkward file we know), and the batched, bounded pipeline."""
 
 import errno
 import os
@@ -12,8 +12,8 @@ import pytest
 from PIL import Image, ImageFile, JpegImagePlugin
 
 from parallel import reader
-from parallel.reader import (IMAGE_EXTENSIONS, MAX_PIXELS, RESIZE_MODES, Batch, Failure, ImageError, ImageReader,
-                             discover_images, load_image)
+from parallel.manifest import discover_images
+from parallel.reader import MAX_PIXELS, RESIZE_MODES, Batch, Failure, ImageError, ImageReader, load_image
 
 RED, GREEN, BLUE, WHITE = (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 255)
 
@@ -69,82 +69,12 @@ def bombs(tmp_path_factory):
     return folder
 
 
-# --- discovery ---------------------------------------------------------------------------------------------
+# --- constants, names ---------------------------------------------------------------------------------------------
 
 
 def test_constants():
     assert RESIZE_MODES == ("crop", "stretch")
     assert MAX_PIXELS == 100_000_000
-    assert IMAGE_EXTENSIONS == {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
-                                ".ppm", ".pgm", ".pbm", ".pnm"}
-    assert all(extension == extension.lower() for extension in IMAGE_EXTENSIONS)
-
-
-def test_discover_sorts_relative_slash_paths_with_any_case_of_extension(tmp_path):
-    for name in ["b.JPG", "a/c.png", "a/b/d.Jpeg", "A.PnG", "z.tif", "notes.txt", "photo.jpg.txt", "x.webp",
-                 "a/b/e.TIFF", "README"]:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
-    found = discover_images(tmp_path)
-    assert found == ["A.PnG", "a/b/d.Jpeg", "a/b/e.TIFF", "a/c.png", "b.JPG", "x.webp", "z.tif"]
-    assert found == sorted(found)
-    assert discover_images(str(tmp_path) + "/") == found  # a str root, trailing slash or not
-
-
-def test_discover_refuses_a_root_that_is_not_a_folder(tmp_path):
-    with pytest.raises(ValueError, match="missing is not a folder"):
-        discover_images(tmp_path / "missing")
-    (tmp_path / "file.jpg").write_bytes(b"x")
-    with pytest.raises(ValueError, match="file.jpg is not a folder"):
-        discover_images(tmp_path / "file.jpg")
-
-
-def test_discover_link_policy(tmp_path):
-    root, outside = tmp_path / "root", tmp_path / "outside"
-    (root / "x.jpg").mkdir(parents=True)  # a folder named like an image: descended
-    solid((4, 4), RED).save(root / "x.jpg" / "inner.png")
-    outside.mkdir()
-    solid((4, 4), GREEN).save(outside / "far.png")
-    os.symlink(outside / "far.png", root / "near.png")  # a link to a file outside: an image
-    os.symlink(outside, root / "linked")  # a linked folder: not descended
-    os.symlink(root, root / "x.jpg" / "back")  # would loop if followed
-    os.symlink("loop.jpg", root / "loop.jpg")  # a link to itself
-    os.symlink(tmp_path / "nowhere.png", root / "broken.png")
-    assert discover_images(root) == ["broken.png", "loop.jpg", "near.png", "x.jpg/inner.png"]
-    assert load_image(root / "near.png", size=(2, 2))[0, 0].tolist() == list(GREEN)
-
-
-def test_discover_skips_a_folder_it_cannot_list_with_a_warning(tmp_path, monkeypatch, caplog):
-    (tmp_path / "locked").mkdir()
-    (tmp_path / "open").mkdir()
-    for name in ("locked/a.png", "open/b.png", "c.png"):
-        (tmp_path / name).write_bytes(b"x")
-    real_scandir = os.scandir
-
-    def scandir(path="."):
-        if os.fspath(path).endswith("locked"):
-            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
-        return real_scandir(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
-    with caplog.at_level("WARNING", logger="parallel"):
-        assert discover_images(tmp_path) == ["c.png", "open/b.png"]
-    assert any("locked" in record.getMessage() and "Permission denied" in record.getMessage()
-               for record in caplog.records)
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root lists a chmod 000 folder anyway")
-def test_discover_skips_a_real_unreadable_folder(tmp_path, caplog):
-    (tmp_path / "locked").mkdir()
-    (tmp_path / "locked" / "a.png").write_bytes(b"x")
-    (tmp_path / "c.png").write_bytes(b"x")
-    os.chmod(tmp_path / "locked", 0)
-    try:
-        with caplog.at_level("WARNING", logger="parallel"):
-            assert discover_images(tmp_path) == ["c.png"]
-    finally:
-        os.chmod(tmp_path / "locked", 0o755)
-    assert any("locked" in record.getMessage() for record in caplog.records)
 
 
 def test_a_name_that_is_not_utf8_is_discovered_as_surrogates_and_read(tmp_path):

@@ -1,0 +1,194 @@
+"""Discovery and the frozen manifest: which images a job covers, and what changed since it started."""
+
+import errno
+import os
+
+import pytest
+from PIL import Image
+
+from parallel.manifest import (IMAGE_EXTENSIONS, Changes, Manifest, describe_changes, discover_images, manifest_path,
+                               scan_images)
+
+RED, GREEN = (255, 0, 0), (0, 255, 0)
+
+
+def solid(size, colour):
+    return Image.new("RGB", size, colour)
+
+
+def test_image_extensions():
+    assert IMAGE_EXTENSIONS == {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
+                                ".ppm", ".pgm", ".pbm", ".pnm"}
+    assert all(extension == extension.lower() for extension in IMAGE_EXTENSIONS)
+
+
+# --- discovery ---------------------------------------------------------------------------------------------
+
+
+def test_discover_sorts_relative_slash_paths_with_any_case_of_extension(tmp_path):
+    for name in ["b.JPG", "a/c.png", "a/b/d.Jpeg", "A.PnG", "z.tif", "notes.txt", "photo.jpg.txt", "x.webp",
+                 "a/b/e.TIFF", "README"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    found = discover_images(tmp_path)
+    assert found == ["A.PnG", "a/b/d.Jpeg", "a/b/e.TIFF", "a/c.png", "b.JPG", "x.webp", "z.tif"]
+    assert found == sorted(found)
+    assert discover_images(str(tmp_path) + "/") == found  # a str root, trailing slash or not
+
+
+def test_discover_refuses_a_root_that_is_not_a_folder(tmp_path):
+    with pytest.raises(ValueError, match="missing is not a folder"):
+        discover_images(tmp_path / "missing")
+    (tmp_path / "file.jpg").write_bytes(b"x")
+    with pytest.raises(ValueError, match="file.jpg is not a folder"):
+        discover_images(tmp_path / "file.jpg")
+
+
+def test_discover_link_policy(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "x.jpg").mkdir(parents=True)  # a folder named like an image: descended
+    solid((4, 4), RED).save(root / "x.jpg" / "inner.png")
+    outside.mkdir()
+    solid((4, 4), GREEN).save(outside / "far.png")
+    os.symlink(outside / "far.png", root / "near.png")  # a link to a file outside: an image
+    os.symlink(outside, root / "linked")  # a linked folder: not descended
+    os.symlink(root, root / "x.jpg" / "back")  # would loop if followed
+    os.symlink("loop.jpg", root / "loop.jpg")  # a link to itself
+    os.symlink(tmp_path / "nowhere.png", root / "broken.png")
+    assert discover_images(root) == ["broken.png", "loop.jpg", "near.png", "x.jpg/inner.png"]
+    sizes = {path: size for path, size, _ in scan_images(root)}
+    assert sizes["near.png"] == (outside / "far.png").stat().st_size  # the target's, through the link
+
+
+def test_discover_skips_a_folder_it_cannot_list_with_a_warning(tmp_path, monkeypatch, caplog):
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "open").mkdir()
+    for name in ("locked/a.png", "open/b.png", "c.png"):
+        (tmp_path / name).write_bytes(b"x")
+    real_open = os.open
+
+    def open_folder(path, flags, mode=0o777, *, dir_fd=None):
+        if os.fspath(path) == "locked":
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", open_folder)
+    with caplog.at_level("WARNING", logger="parallel"):
+        assert discover_images(tmp_path) == ["c.png", "open/b.png"]
+    assert any("locked" in record.getMessage() and "Permission denied" in record.getMessage()
+               for record in caplog.records)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root lists a chmod 000 folder anyway")
+def test_discover_skips_a_real_unreadable_folder(tmp_path, caplog):
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "a.png").write_bytes(b"x")
+    (tmp_path / "c.png").write_bytes(b"x")
+    os.chmod(tmp_path / "locked", 0)
+    try:
+        with caplog.at_level("WARNING", logger="parallel"):
+            assert discover_images(tmp_path) == ["c.png"]
+    finally:
+        os.chmod(tmp_path / "locked", 0o755)
+    assert any("locked" in record.getMessage() for record in caplog.records)
+
+
+def test_a_path_longer_than_the_system_allows_is_found(tmp_path):
+    """os.walk skips a folder whose path is over PATH_MAX; fwalk opens it relative to its parent."""
+    deep = tmp_path
+    for _ in range(20):  # 20 * 251 bytes: well over Linux's 4,096
+        deep = deep / ("d" * 250)
+        _mkdir_relative(deep)
+    _write_relative(deep / "deep.png", b"x" * 10)
+    (tmp_path / "near.png").write_bytes(b"y")
+    found = discover_images(tmp_path)
+    assert len(found) == 2 and found[1] == "near.png"
+    assert found[0].endswith("/deep.png") and len(os.fsencode(str(tmp_path / found[0]))) > 4096
+    [(path, size, mtime)] = [row for row in scan_images(tmp_path) if row[0] == found[0]]
+    assert size == 10 and mtime > 0
+
+
+def _mkdir_relative(path):
+    """mkdir of a path that may be longer than PATH_MAX: relative to an fd of its parent."""
+    descriptor = _open_folder(path.parent)
+    try:
+        os.mkdir(path.name, dir_fd=descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_relative(path, data):
+    folder = _open_folder(path.parent)
+    try:
+        descriptor = os.open(path.name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
+        os.write(descriptor, data)
+        os.close(descriptor)
+    finally:
+        os.close(folder)
+
+
+def _open_folder(path):
+    """An fd of `path`, walking down from / one component at a time (no PATH_MAX limit)."""
+    descriptor = os.open("/", os.O_RDONLY)
+    for part in path.parts[1:]:
+        child = os.open(part, os.O_RDONLY, dir_fd=descriptor)
+        os.close(descriptor)
+        descriptor = child
+    return descriptor
+
+
+def test_excluded_paths_are_never_listed_nor_descended(tmp_path):
+    for name in ("a.png", "feats.png", "feats.png.parts/part-000000.png", "sub/b.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert discover_images(tmp_path, exclude={"feats.png", "feats.png.parts"}) == ["a.png", "sub/b.png"]
+
+
+# --- the frozen manifest -----------------------------------------------------------------------------------
+
+
+def test_scan_records_size_and_time_and_marks_what_cannot_be_stated(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"abc")
+    os.utime(tmp_path / "a.png", ns=(1_000_000_000, 2_000_000_123))
+    os.symlink(tmp_path / "nowhere.png", tmp_path / "broken.png")
+    os.mkfifo(tmp_path / "pipe.jpg")
+    manifest = Manifest.scan(tmp_path)
+    assert manifest.paths == ["a.png", "broken.png", "pipe.jpg"]
+    assert manifest.sizes == [3, -1, -1]
+    assert manifest.mtimes == [2_000_000_123, -1, -1]
+
+
+def test_save_and_load_round_trip_with_any_name(tmp_path):
+    names = sorted(["a.png", "caf\udce9.jpg", "new\nline.png", 'q"uote,comma.jpg'])
+    manifest = Manifest(names, [1, 2, 3, -1], [10, 20, 30, -1])
+    path = manifest_path(tmp_path / "out.csv")
+    assert path.endswith("out.csv.manifest.parquet")
+    manifest.save(path)
+    assert Manifest.load(path) == manifest
+    assert not os.path.exists(path + ".tmp")
+    assert Manifest.load(tmp_path / "none.parquet") is None
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ValueError, match="bad.parquet is damaged.*--overwrite"):
+        Manifest.load(tmp_path / "bad.parquet")
+
+
+def test_changes_are_added_removed_and_changed_by_size_or_time():
+    frozen = Manifest(["a", "b", "c", "d"], [1, 2, 3, 4], [10, 20, 30, 40])
+    now = Manifest(["a", "b", "d", "e"], [1, 5, 4, 6], [10, 20, 41, 60])
+    assert frozen.changes(now) == Changes(added=["e"], removed=["c"], changed=["b", "d"])
+    assert not frozen.changes(frozen)
+    updated = frozen.updated(now, ["b"])
+    assert updated.paths == frozen.paths and updated.sizes == [1, 5, 3, 4] and updated.mtimes == frozen.mtimes
+
+
+def test_only_added_images_and_stale_rows_are_refused():
+    changes = Changes(added=["n1", "n2", "n3", "n4"], removed=["gone", "never_done"], changed=["edited", "fixed"])
+    before_rows_known = describe_changes(changes, "photos", "out.csv")
+    assert "4 images added (n1, n2, n3, ...)" in before_rows_known and "removed" not in before_rows_known
+    message = describe_changes(changes, "photos", "out.csv", committed={"gone", "edited"})
+    assert message.startswith("photos changed since the job writing out.csv started: ")
+    assert "1 image removed after its row was written (gone)" in message
+    assert "1 image changed after its row was written (edited)" in message
+    assert "--overwrite" in message and "--output" in message and "\n" not in message
+    # An image without a row that was repaired or removed is simply processed.
+    assert describe_changes(Changes([], ["never_done"], ["fixed"]), "photos", "out.csv", committed={"a"}) is None
