@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from long_paths import make_deep_folder, write_relative
 from PIL import Image
 
 from parallel import engine
@@ -259,6 +260,19 @@ def test_overwrite_never_replaces_an_input_image(tmp_path):
             engine.run(config_for(tmp_path, images, output=photo, overwrite=overwrite))
     assert photo.read_bytes() == before
     assert not os.path.exists(str(photo) + ".run.json")
+
+
+def test_an_image_whose_path_is_too_long_to_open_is_a_failure_not_a_silence(tmp_path):
+    images = tmp_path / "images"
+    make_images(images, 2)
+    deep = make_deep_folder(images)
+    write_relative(deep / "deep.png", (images / "a" / "img_01.png").read_bytes())
+    summary = engine.run(config_for(tmp_path, images))
+    assert (summary.discovered, summary.written, summary.failed) == (3, 2, 1)
+    with open(tmp_path / "out" / "features.csv.errors.csv", newline="") as handle:
+        [failure] = list(csv.DictReader(handle))
+    assert failure["path"].endswith("/deep.png") and failure["kind"] == "unreadable"
+    assert "too long" in failure["message"]
 
 
 def test_strict_stops_at_the_first_bad_image(tmp_path):

@@ -4,6 +4,7 @@ import errno
 import os
 
 import pytest
+from long_paths import make_deep_folder, write_relative
 from PIL import Image
 
 from parallel.manifest import (IMAGE_EXTENSIONS, Changes, Manifest, describe_changes, discover_images, manifest_path,
@@ -95,46 +96,14 @@ def test_discover_skips_a_real_unreadable_folder(tmp_path, caplog):
 
 def test_a_path_longer_than_the_system_allows_is_found(tmp_path):
     """os.walk skips a folder whose path is over PATH_MAX; fwalk opens it relative to its parent."""
-    deep = tmp_path
-    for _ in range(20):  # 20 * 251 bytes: well over Linux's 4,096
-        deep = deep / ("d" * 250)
-        _mkdir_relative(deep)
-    _write_relative(deep / "deep.png", b"x" * 10)
+    deep = make_deep_folder(tmp_path)
+    write_relative(deep / "deep.png", b"x" * 10)
     (tmp_path / "near.png").write_bytes(b"y")
     found = discover_images(tmp_path)
     assert len(found) == 2 and found[1] == "near.png"
     assert found[0].endswith("/deep.png") and len(os.fsencode(str(tmp_path / found[0]))) > 4096
     [(path, size, mtime)] = [row for row in scan_images(tmp_path) if row[0] == found[0]]
     assert size == 10 and mtime > 0
-
-
-def _mkdir_relative(path):
-    """mkdir of a path that may be longer than PATH_MAX: relative to an fd of its parent."""
-    descriptor = _open_folder(path.parent)
-    try:
-        os.mkdir(path.name, dir_fd=descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _write_relative(path, data):
-    folder = _open_folder(path.parent)
-    try:
-        descriptor = os.open(path.name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
-        os.write(descriptor, data)
-        os.close(descriptor)
-    finally:
-        os.close(folder)
-
-
-def _open_folder(path):
-    """An fd of `path`, walking down from / one component at a time (no PATH_MAX limit)."""
-    descriptor = os.open("/", os.O_RDONLY)
-    for part in path.parts[1:]:
-        child = os.open(part, os.O_RDONLY, dir_fd=descriptor)
-        os.close(descriptor)
-        descriptor = child
-    return descriptor
 
 
 def test_excluded_paths_are_never_listed_nor_descended(tmp_path):
