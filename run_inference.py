@@ -1,55 +1,157 @@
-"""Batch feature extraction on every device: flags -> Config -> parallel.engine.run.
+"""The command line: VGG16 features of every image in a folder, written to a CSV, Parquet or npy file.
 
     python run_inference.py --gpus 0,1,2,3 --images photos/            # -> results/features.csv
-    python run_inference.py --devices cpu:0,cpu:1 --images photos/ --weights vgg16.npy --output out.csv
+    python run_inference.py --help                                     # the flags, examples, exit statuses
 
-Exit status: 0 every image written; 3 the run completed but some images could not be read
-(see <output>.errors.csv); 2 bad flags or inputs (nothing written); 1 the run could not
-complete (committed rows are kept: rerun to resume); 130 stopped by Ctrl-C or SIGTERM.
+This file only turns the flags into the settings of one run and starts it; the work is done
+in `parallel/` (the engine) and `models/vgg16.py`. Mistakes in the flags are reported before
+those are imported, since importing TensorFlow takes seconds.
 """
 
 import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
+# The engine's EXIT_USAGE (a test keeps them equal). Importing the engine imports TensorFlow,
+# which is too slow for reporting a mistyped flag.
 EXIT_USAGE = 2
+
+# The writer's formats; each is also its file extension. Written here for the same reason.
+FORMATS = ("csv", "parquet", "npy")
+DEFAULT_FORMAT = "csv"
+DEFAULT_FOLDER = "results"
+FILE_NAME = "features"  # + "." + format, when --output is a folder or not given
+
+DESCRIPTION = """\
+Computes the VGG16 features of every image in a folder (searched recursively) and
+writes them to one file: a row per image, keyed by its path relative to the folder.
+By default the features are fc7 (4096 floats per image), the weights are Keras's
+ImageNet weights (downloaded once, 553 MB), and every visible GPU is used, or the
+CPU when there is none.
+
+The output is written as the run goes. If the run stops (Ctrl-C, a crash, a full
+disk), the same command resumes it, computing only the images without a row yet.
+Beside the output: <output>.run.json (the settings it was written with) and
+<output>.errors.csv (the images that could not be read, if any)."""
+
+EPILOG = """\
+examples:
+  %(prog)s --images photos/                   -> results/features.csv
+  %(prog)s --images photos/ --gpus 0,1        on GPUs 0 and 1 only
+  %(prog)s --images photos/ --format parquet  -> results/features.parquet
+  %(prog)s --images photos/ --output runs/    -> runs/features.csv
+  %(prog)s --images photos/ --output feats.npy --weights vgg16.npy
+                                              npy output, weights from a file (offline)
+
+exit status:
+  0    every image was written (or already had been, by an earlier run)
+  3    the run finished, but some images could not be read: see <output>.errors.csv
+  2    usage error (bad flag, no images, bad weights, absent GPU, output written
+       with other settings): one line on stderr, nothing written
+  1    the run could not finish (disk full, device error, --strict and a bad image):
+       the rows written so far are kept; rerun the same command to resume
+  130  stopped by Ctrl-C or SIGTERM; rerun the same command to resume"""
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="run_inference.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--images", required=True, help="folder searched recursively for images")
-    parser.add_argument("--output", default=os.path.join("results", "features.csv"),
-                        help="output file (resumed if it exists and was written with the same settings)")
-    parser.add_argument("--format", dest="output_format", default="csv", choices=("csv", "parquet", "npy"),
-                        help="csv: path,<layer>_0,...; parquet: path + float32 features; npy: float32 [N, D] + <output>.paths.csv")
+    """The parsed flags; `output` and `output_format` are None when not given (see `resolve_output`)."""
+    # No prog: argparse names the program after sys.argv[0], so the console script's help says
+    # "usage: run-inference" and the script's "usage: run_inference.py".
+    parser = argparse.ArgumentParser(description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", required=True, metavar="FOLDER",
+                        help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...)")
+    parser.add_argument("--output", metavar="PATH",
+                        help="the output file (default: results/features.<format>). A path ending in / or an "
+                             "existing folder means a folder: features.<format> is written in it. An existing "
+                             "output is resumed (--overwrite starts afresh)")
+    parser.add_argument("--format", dest="output_format", choices=FORMATS,
+                        help="csv: a header path,fc7_0,fc7_1,... (named after --layer) and a row per image; "
+                             "parquet: a path column and a column of float32 lists; npy: a float32 "
+                             "[images, features] array, with the paths of its rows in <output>.paths.csv "
+                             "(default: the --output extension if it is .csv, .parquet or .npy, else csv; an "
+                             "--output extension naming another format is an error)")
     devices = parser.add_mutually_exclusive_group()
-    devices.add_argument("--gpus", help="GPU indices, e.g. 0,1,2,3 (default: every visible GPU, else cpu:0)")
-    devices.add_argument("--devices", help="TensorFlow device names, e.g. cpu:0,cpu:1 or gpu:0; several CPU "
-                                           "devices run data-parallel on the CPU")
-    parser.add_argument("--batch-size", type=int, default=12, help="images per device per step")
+    devices.add_argument("--gpus", metavar="LIST",
+                         help="GPU indices, e.g. 0,1,2,3 (default: every visible GPU, else the CPU)")
+    devices.add_argument("--devices", metavar="LIST",
+                         help="TensorFlow device names instead of --gpus, e.g. gpu:0 or cpu:0,cpu:1 (several "
+                              "CPU devices split the CPU's cores and run data-parallel)")
+    parser.add_argument("--batch-size", type=int, default=12, metavar="N",
+                        help="images per device per step (default: %(default)s)")
     parser.add_argument("--layer", default="fc7", choices=("pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "prob"),
-                        help="endpoint, tensorflow-vgg names: fc7 is BEFORE the ReLU, relu7 after it (Keras 'fc2')")
-    parser.add_argument("--weights", default="imagenet",
-                        help="'imagenet' (Keras's cached/downloaded h5), or a path to vgg16.npy (tensorflow-vgg) or "
-                             "vgg16_weights_tf_dim_ordering_tf_kernels.h5 (Keras)")
+                        help="the layer whose output is written (default: %(default)s). fc7 is before the ReLU "
+                             "and can be negative; relu7 is after it (Keras's 'fc2', Caffe's 'fc7')")
+    parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
+                        help="'imagenet' (default: Keras's ImageNet weights, downloaded once into ~/.keras/models), "
+                             "or the path of a tensorflow-vgg vgg16.npy or a Keras "
+                             "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
     parser.add_argument("--resize", default="crop", choices=("crop", "stretch"),
-                        help="crop: centre square then 224x224 (tensorflow-vgg); stretch: whole image to 224x224")
+                        help="crop (default): the centre square, resized to 224x224; "
+                             "stretch: the whole image, resized to 224x224")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "bf16"),
-                        help="compute precision on the devices; output is always float32")
-    parser.add_argument("--workers", type=int, default=None, help="decode threads (default: one per core)")
-    parser.add_argument("--prefetch", type=int, default=2, help="host batches decoded ahead of the devices")
-    parser.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming --output")
-    parser.add_argument("--strict", action="store_true", help="stop at the first image that cannot be read")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no log; errors only")
-    parser.add_argument("--verbose", action="store_true", help="TensorFlow's own log, and tracebacks")
+                        help="arithmetic on the devices (default: %(default)s); the output is float32 either way")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="threads decoding images (default: one per CPU core)")
+    parser.add_argument("--prefetch", type=int, default=2, metavar="N",
+                        help="batches decoded ahead of the devices (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh, replacing the output, instead of resuming it")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop at the first image that cannot be read (default: list it in "
+                             "<output>.errors.csv and go on)")
+    parser.add_argument("--quiet", action="store_true", help="print errors only: no progress bar, log or summary")
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's own log, and tracebacks")
     return parser.parse_args(argv)
 
 
+def resolve_output(output, output_format):
+    """The output file and its format, from --output and --format as typed (None when not given).
+
+    - No --output: results/features.<format>.
+    - An --output ending in a path separator, or naming an existing folder: features.<format> in it.
+    - No --format: the format the output's extension names (.csv, .parquet, .npy, in any case), else csv.
+    - An extension naming another format than --format is refused: a file named x.csv holding
+      Parquet would mislead whoever opens it. Other extensions, or none, are kept as typed.
+
+    Args:
+      output: str, --output; None for the default.
+      output_format: str, --format ("csv", "parquet" or "npy"); None to follow the output's name.
+
+    Returns:
+      (path, output_format): a Path, and one of FORMATS.
+
+    Raises:
+      ValueError: --output is empty, or its extension contradicts --format.
+    """
+    if output is None:
+        output = DEFAULT_FOLDER + os.sep
+    if not output:
+        raise ValueError("--output is empty; give a file or a folder")
+    separators = tuple(separator for separator in (os.sep, os.altsep) if separator)
+    if output.endswith(separators) or os.path.isdir(output):
+        output_format = output_format or DEFAULT_FORMAT
+        return Path(output) / ("%s.%s" % (FILE_NAME, output_format)), output_format
+    path = Path(output)
+    named = path.suffix[1:].lower()
+    if output_format is None:
+        return path, named if named in FORMATS else DEFAULT_FORMAT
+    if named in FORMATS and named != output_format:
+        raise ValueError("--output %s ends in %s but --format is %s; use --output %s, or --format %s"
+                         % (output, path.suffix, output_format, path.with_suffix("." + output_format), named))
+    return path, output_format
+
+
 def main(argv=None):
+    """Runs the command line; returns the exit status (listed in --help)."""
     args = parse_args(argv)
+    try:
+        output, output_format = resolve_output(args.output, args.output_format)
+    except ValueError as error:
+        _say("error: %s" % error)
+        return EXIT_USAGE
     if not args.verbose:
         _silence_native_logs()
     logging.basicConfig(format="%(message)s", stream=sys.stderr,
@@ -63,31 +165,39 @@ def main(argv=None):
     try:
         config = engine.Config(
             model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
-            images=args.images, output=args.output, devices=resolve_devices(args.gpus, args.devices),
-            per_device_batch=args.batch_size, resize=args.resize, output_format=args.output_format,
+            images=args.images, output=output, devices=resolve_devices(args.gpus, args.devices),
+            per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
             workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
             progress=not args.quiet and sys.stderr.isatty())
         summary = engine.run(config)
     except KeyboardInterrupt:
-        print("run_inference: interrupted; rerun the same command to resume", file=sys.stderr)
+        _say("interrupted; rerun the same command to resume")
         return engine.EXIT_INTERRUPTED
-    except ValueError as error:
+    except ValueError as error:  # the inputs are wrong: the message says which
         if args.verbose:
             raise
-        print("run_inference: error: %s" % error, file=sys.stderr)
-        return engine.EXIT_USAGE
-    except Exception as error:  # anything else: one line, the traceback only on request
+        _say("error: %s" % error)
+        return EXIT_USAGE
+    except engine.RunError as error:  # an expected failure: its message is the whole story
         if args.verbose:
             raise
-        print("run_inference: failed: %s%s" % (_one_line(error), "" if isinstance(error, engine.RunError)
-                                               else " (--verbose shows the traceback)"), file=sys.stderr)
+        _say("failed: %s" % _first_line(error))
+        return engine.EXIT_FAILED
+    except Exception as error:  # a bug or the unforeseen: one line, the traceback only on request
+        if args.verbose:
+            raise
+        what = ": ".join(filter(None, (type(error).__name__, _first_line(error))))
+        _say("failed: %s (--verbose shows the traceback)" % what)
         return engine.EXIT_FAILED
     if summary.interrupted:
-        print("run_inference: stopped by %s; %s. Rerun the same command to resume."
-              % ("a signal", summary.line()), file=sys.stderr)
+        _say("stopped by a signal; %s. Rerun the same command to resume." % summary.line())
     elif not args.quiet:
         print(summary.line(), file=sys.stderr)
     return summary.exit_status
+
+
+def _say(message):
+    print("run_inference: %s" % message, file=sys.stderr)
 
 
 def _silence_native_logs():
@@ -111,9 +221,9 @@ def _silence_native_logs():
                       errors="backslashreplace")
 
 
-def _one_line(error):
-    text = str(error).strip().splitlines()
-    return "%s: %s" % (type(error).__name__, text[0] if text else "")
+def _first_line(error):
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 if __name__ == "__main__":

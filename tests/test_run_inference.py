@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from PIL import Image
 
 import run_inference
 from models import vgg16
+from parallel import engine
 from parallel.writer import sidecar_path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -66,7 +68,7 @@ def test_usage_errors_are_one_line_exit_2_and_leave_no_output(tmp_path, capsys, 
     assert main("--images", images, "--output", output, "--quiet", *flags) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("run_inference: error: "), error
-    assert __import__("re").search(message, error), error
+    assert re.search(message, error), error
     assert not output.parent.exists()
 
 
@@ -94,15 +96,25 @@ def test_features_by_path_do_not_depend_on_devices_or_batch_size(tmp_path, capsy
     assert (single.to_numpy() < 0).any()  # fc7 is before the ReLU
 
 
-def test_layer_relu7_and_parquet(tmp_path, weights_file):
+def test_layer_relu7_and_parquet_into_a_new_folder(tmp_path, weights_file):
     images = make_images(tmp_path / "images", NAMES[:2])
-    output = tmp_path / "features.parquet"
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--layer", "relu7",
-                "--format", "parquet", "--quiet") == 0
+    assert main("--images", images, "--output", str(tmp_path / "new") + os.sep, "--weights", weights_file,
+                "--layer", "relu7", "--format", "parquet", "--quiet") == 0
+    output = tmp_path / "new" / "features.parquet"
     frame = pd.read_parquet(output)
     features = np.stack(frame["relu7"])
     assert list(frame["path"]) == sorted(NAMES[:2]) and features.shape == (2, 4096)
     assert features.dtype == np.float32 and features.min() >= 0
+
+
+def test_strict_stops_at_a_bad_image_with_one_line_and_exit_1(tmp_path, capsys, weights_file):
+    images = make_images(tmp_path / "images", NAMES[:1])
+    (images / "broken.jpg").write_bytes(b"<html>")
+    assert main("--images", images, "--output", tmp_path / "features.csv", "--weights", weights_file,
+                "--strict", "--quiet") == 1
+    error = capsys.readouterr().err
+    assert error.startswith("run_inference: failed: --strict: broken.jpg") and error.count("\n") == 1, error
+    assert "Error" not in error and "--verbose" not in error, error  # an expected failure: no class, no traceback
 
 
 def test_some_images_failed_is_exit_3_with_an_errors_file(tmp_path, capsys, weights_file):
@@ -126,6 +138,157 @@ def test_other_settings_are_refused_until_overwrite(tmp_path, capsys, weights_fi
     assert main("--images", images, "--output", output, "--weights", weights_file, "--layer", "relu7",
                 "--overwrite", "--quiet") == 0
     assert list(read(output).columns)[0] == "relu7_0"
+
+
+# ----------------------------------------------------------------------------- flags, --help and the output path
+
+def help_text(monkeypatch, capsys, program="run_inference.py"):
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/" + program])
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to the terminal's width
+    with pytest.raises(SystemExit) as stop:
+        run_inference.parse_args(["--help"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("program", ["run-inference", "run_inference.py"])
+def test_help_is_named_after_the_command_that_was_run(monkeypatch, capsys, program):
+    text = help_text(monkeypatch, capsys, program)
+    assert text.startswith("usage: %s [-h] --images FOLDER" % program), text[:80]
+    assert "\n  %s --images photos/ " % program in text  # the examples too
+
+
+def test_help_run_as_a_script(tmp_path):
+    done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--help"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("usage: run_inference.py "), done
+
+
+def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeypatch, capsys):
+    text = help_text(monkeypatch, capsys)
+    options = text.split("\noptions:\n")[1].split("\n\n")[0]
+    blocks = re.split(r"\n(?=  -)", options)
+    assert len(blocks) == 17, blocks  # --help and the 16 flags
+    for block in blocks:
+        assert block.count("default") <= 1, block
+    images, = [block for block in blocks if block.lstrip().startswith("--images")]
+    assert "default" not in images and "(default: None)" not in text
+    assert "Config" not in text and "engine" not in text  # written for someone who never read the code
+    examples = text.split("\nexamples:\n")[1].split("\n\n")[0]
+    assert examples.count("run_inference.py --images ") >= 4, examples
+    statuses = text.split("\nexit status:\n")[1]
+    listed = [int(number) for number in re.findall(r"^  (\d+) ", statuses, re.MULTILINE)]
+    assert sorted(listed) == sorted([engine.EXIT_OK, engine.EXIT_FAILED, engine.EXIT_USAGE,
+                                     engine.EXIT_SOME_FAILED, engine.EXIT_INTERRUPTED]), statuses
+
+
+def test_exit_usage_is_the_engines():
+    assert run_inference.EXIT_USAGE == engine.EXIT_USAGE
+
+
+@pytest.mark.parametrize("output, output_format, path, resolved_format", [
+    (None, None, "results/features.csv", "csv"),              # the default follows the format
+    (None, "parquet", "results/features.parquet", "parquet"),
+    (None, "npy", "results/features.npy", "npy"),
+    ("x.parquet", None, "x.parquet", "parquet"),              # no --format: the extension names it
+    ("runs/x.NPY", None, "runs/x.NPY", "npy"),
+    ("x.csv", "csv", "x.csv", "csv"),
+    ("feats", None, "feats", "csv"),                          # no known extension: as typed
+    ("feats", "npy", "feats", "npy"),
+    ("x.txt", "parquet", "x.txt", "parquet"),
+    ("new/", None, "new/features.csv", "csv"),                # a trailing separator: a folder
+    ("new/", "npy", "new/features.npy", "npy"),
+    ("x.csv/", "parquet", "x.csv/features.parquet", "parquet"),
+    ("existing", None, "existing/features.csv", "csv"),       # an existing folder
+    ("existing", "parquet", "existing/features.parquet", "parquet"),
+    ("existing.npy", "csv", "existing.npy/features.csv", "csv"),
+])
+def test_resolve_output(tmp_path, monkeypatch, output, output_format, path, resolved_format):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "existing.npy").mkdir()
+    if output is not None:
+        output = output.replace("/", os.sep)
+    assert run_inference.resolve_output(output, output_format) == (Path(path), resolved_format)
+    assert sorted(os.listdir(tmp_path)) == ["existing", "existing.npy"]  # nothing created
+
+
+@pytest.mark.parametrize("output, output_format, message", [
+    ("x.csv", "parquet",
+     "--output x.csv ends in .csv but --format is parquet; use --output x.parquet, or --format csv"),
+    ("x.npy", "csv", "--output x.npy ends in .npy but --format is csv; use --output x.csv, or --format npy"),
+    ("a/x.PARQUET", "npy", "--output a/x.PARQUET ends in .PARQUET but --format is npy; use --output a/x.npy, "),
+    ("", None, "--output is empty"),
+])
+def test_resolve_output_refuses(tmp_path, monkeypatch, output, output_format, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        run_inference.resolve_output(output, output_format)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--format", "parquet", "--output", "x.csv"], "--output x.csv ends in .csv but --format is parquet"),
+    (["--output", "x.npy", "--format", "csv"], "--output x.npy ends in .npy but --format is csv"),
+])
+def test_output_contradicting_format_is_refused_before_tensorflow_is_imported(tmp_path, flags, message):
+    check = ("import sys, run_inference; status = run_inference.main(sys.argv[1:]); "
+             "print('tensorflow' in sys.modules, 'parallel' in sys.modules); sys.exit(status)")
+    done = subprocess.run([sys.executable, "-c", check, "--images", str(tmp_path), *flags], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPOSITORY)))
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("run_inference: error: " + message) and done.stderr.count("\n") == 1, done
+    assert done.stdout == "False False\n"
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def fake_run(monkeypatch, tmp_path):
+    """engine.run replaced: records the Config main built, and returns or raises `fake_run.outcome`."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(config):
+        run.configs.append(config)
+        if isinstance(run.outcome, BaseException):
+            raise run.outcome
+        return engine.Summary(output=config.output)
+
+    run.configs, run.outcome = [], None
+    monkeypatch.setattr(engine, "run", run)
+    return run
+
+
+@pytest.mark.parametrize("flags, output, output_format", [
+    ([], "results/features.csv", "csv"),
+    (["--format", "npy"], "results/features.npy", "npy"),
+    (["--output", "x.parquet"], "x.parquet", "parquet"),
+    (["--output", "new" + os.sep, "--format", "parquet"], "new/features.parquet", "parquet"),
+    (["--output", "existing"], "existing/features.csv", "csv"),
+])
+def test_main_hands_the_resolved_output_to_the_engine(fake_run, tmp_path, flags, output, output_format):
+    (tmp_path / "existing").mkdir()
+    assert main("--images", tmp_path, "--devices", "cpu:0", "--quiet", *flags) == 0
+    config, = fake_run.configs
+    assert (config.output, config.output_format) == (Path(output), output_format)
+
+
+@pytest.mark.parametrize("outcome, status, line", [
+    (engine.RunError("No space left on device; rows committed so far are kept: rerun the same command to resume"),
+     1, "failed: No space left on device; rows committed so far are kept: rerun the same command to resume"),
+    (ValueError("--images x is not a folder"), 2, "error: --images x is not a folder"),
+    (KeyError("fc9"), 1, "failed: KeyError: 'fc9' (--verbose shows the traceback)"),
+    (AssertionError(), 1, "failed: AssertionError (--verbose shows the traceback)"),
+    (KeyboardInterrupt(), 130, "interrupted; rerun the same command to resume"),
+])
+def test_errors_are_one_line_and_an_exit_status(fake_run, capsys, tmp_path, outcome, status, line):
+    fake_run.outcome = outcome
+    assert main("--images", tmp_path, "--devices", "cpu:0", "--quiet") == status
+    assert capsys.readouterr().err == "run_inference: %s\n" % line
+
+
+def test_verbose_shows_the_traceback(fake_run, tmp_path):
+    fake_run.outcome = engine.RunError("disk full")
+    with pytest.raises(engine.RunError, match="disk full"):
+        main("--images", tmp_path, "--devices", "cpu:0", "--quiet", "--verbose")
 
 
 # ----------------------------------------------------------------------------- signals, in real processes
