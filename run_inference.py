@@ -14,9 +14,10 @@ import os
 import sys
 from pathlib import Path
 
-# The engine's EXIT_USAGE (a test keeps them equal). Importing the engine imports TensorFlow,
+# The engine's EXIT_USAGE and EXIT_FAILED (a test keeps them equal). Importing the engine imports TensorFlow,
 # which is too slow for reporting a mistyped flag.
 EXIT_USAGE = 2
+EXIT_FAILED = 1
 
 # The writer's formats; each is also its file extension. Written here for the same reason.
 FORMATS = ("csv", "parquet", "npy")
@@ -158,42 +159,49 @@ def main(argv=None):
                         level=logging.WARNING if args.quiet else logging.INFO)
     logging.getLogger("parallel").setLevel(logging.WARNING if args.quiet else logging.INFO)
 
-    from parallel import engine
-    from parallel.devices import resolve_devices
-    from models import vgg16
-
+    from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
     try:
-        config = engine.Config(
-            model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
-            images=args.images, output=output, devices=resolve_devices(args.gpus, args.devices),
-            per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
-            workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
-            progress=not args.quiet and sys.stderr.isatty())
-        summary = engine.run(config)
+        with exit_on_second_signal("run_inference: stopped at once; committed rows are kept: rerun the same "
+                                   "command to resume"):
+            summary = _run(args, output, output_format)
     except KeyboardInterrupt:
         _say("interrupted; rerun the same command to resume")
-        return engine.EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
     except ValueError as error:  # the inputs are wrong: the message says which
         if args.verbose:
             raise
         _say("error: %s" % error)
         return EXIT_USAGE
-    except engine.RunError as error:  # an expected failure: its message is the whole story
+    except Exception as error:
         if args.verbose:
             raise
-        _say("failed: %s" % _first_line(error))
-        return engine.EXIT_FAILED
-    except Exception as error:  # a bug or the unforeseen: one line, the traceback only on request
-        if args.verbose:
-            raise
-        what = ": ".join(filter(None, (type(error).__name__, _first_line(error))))
-        _say("failed: %s (--verbose shows the traceback)" % what)
-        return engine.EXIT_FAILED
+        from parallel.engine import RunError
+        if isinstance(error, RunError):  # an expected failure: its message is the whole story
+            _say("failed: %s" % _first_line(error))
+        else:  # a bug or the unforeseen: one line, the traceback only on request
+            what = ": ".join(filter(None, (type(error).__name__, _first_line(error))))
+            _say("failed: %s (--verbose shows the traceback)" % what)
+        return EXIT_FAILED
     if summary.interrupted:
         _say("stopped by a signal; %s. Rerun the same command to resume." % summary.line())
     elif not args.quiet:
         print(summary.line(), file=sys.stderr)
     return summary.exit_status
+
+
+def _run(args, output, output_format):
+    """The flags as an engine Config, run. TensorFlow is imported here, inside the signal handling."""
+    from parallel import engine
+    from parallel.devices import resolve_devices
+    from models import vgg16
+
+    config = engine.Config(
+        model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
+        images=args.images, output=output, devices=resolve_devices(args.gpus, args.devices),
+        per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
+        workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
+        progress=not args.quiet and sys.stderr.isatty())
+    return engine.run(config)
 
 
 def _say(message):

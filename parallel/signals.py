@@ -14,6 +14,7 @@ blocked on reading it sees the second one immediately. Exiting there is safe bec
 commit is durable before it counts (the same reason a SIGKILL loses nothing).
 """
 
+import contextlib
 import logging
 import os
 import signal
@@ -69,39 +70,53 @@ def _is_terminal(stream):
         return False
 
 
+@contextlib.contextmanager
 def exit_on_second_signal(message):
     """For a command-line program: SIGTERM acts like Ctrl-C, and a second one exits at once.
 
-    From this call on, SIGTERM raises KeyboardInterrupt as SIGINT does (instead of killing the
-    process with status 143), and the second SIGINT/SIGTERM received by the process writes
-    `message` to stderr and exits with status 130 at once, wherever the main thread is.
-    Call it once, from the main thread, before the work starts.
+        with exit_on_second_signal("stopped at once; rerun the same command to resume"):
+            ...  # the whole program
+
+    Inside the block, SIGTERM raises KeyboardInterrupt as SIGINT does (instead of killing the
+    process with status 143), and the second SIGINT/SIGTERM writes `message` to stderr and
+    exits with status 130 at once, wherever the main thread is. On leaving the block the
+    previous handlers come back. From the main thread only.
 
     Args:
       message: one line, e.g. "stopped at once; rerun the same command to resume".
     """
-    signal.signal(signal.SIGTERM, _interrupt)
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background with SIGINT ignored
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    else:
-        signal.signal(signal.SIGINT, _interrupt)
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    previous_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    for signum in STOP_SIGNALS:
+        if previous[signum] is not signal.SIG_IGN:  # e.g. SIGINT ignored by `nohup ... &`
+            signal.signal(signum, _interrupt)
+    watcher = threading.Thread(target=_watch, args=(read_end, message), name="second-signal", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_wakeup)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(write_end)  # the watcher reads the end of the pipe and returns
+        watcher.join()
+        os.close(read_end)
+
+
+def _watch(read_end, message):
+    """Counts SIGINT/SIGTERM as the C handler reports them; exits the process on the second."""
     stop_numbers = {int(signum) for signum in STOP_SIGNALS}
-
-    def watch():
-        seen = 0
-        while True:
-            data = os.read(read_end, 64)
-            if not data:
-                return
-            seen += sum(1 for number in data if number in stop_numbers)
-            if seen >= 2:
-                try:
-                    sys.stderr.write("\n%s\n" % message)
-                    sys.stderr.flush()
-                finally:
-                    os._exit(EXIT_INTERRUPTED)
-
-    threading.Thread(target=watch, name="second-signal", daemon=True).start()
+    seen = 0
+    while True:
+        data = os.read(read_end, 64)
+        if not data:
+            return
+        seen += sum(1 for number in data if number in stop_numbers)
+        if seen >= 2:
+            try:
+                sys.stderr.write("\n%s\n" % message)
+                sys.stderr.flush()
+            finally:
+                os._exit(EXIT_INTERRUPTED)

@@ -183,7 +183,7 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
 
 
 def test_exit_usage_is_the_engines():
-    assert run_inference.EXIT_USAGE == engine.EXIT_USAGE
+    assert (run_inference.EXIT_USAGE, run_inference.EXIT_FAILED) == (engine.EXIT_USAGE, engine.EXIT_FAILED)
 
 
 @pytest.mark.parametrize("output, output_format, path, resolved_format", [
@@ -349,6 +349,17 @@ def test_sigint_and_sigterm_stop_cleanly_and_a_rerun_resumes(tmp_path, many_imag
     assert rerun.returncode == 0, error
     assert "%d already done" % done in error
     assert output.read_bytes() == uninterrupted
+
+
+def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_images, weights_file):
+    images, _ = many_images
+    child = start(images, tmp_path / "features.csv", weights_file)
+    time.sleep(1.0)  # TensorFlow is still importing
+    child.send_signal(signal.SIGTERM)
+    _, error = child.communicate(timeout=60)
+    assert child.returncode == 130, error  # not 143: killed by the signal, without a word
+    assert error.strip().splitlines()[-1] == "run_inference: interrupted; rerun the same command to resume"
+    assert "Traceback" not in error
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, many_images, weights_file,

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from parallel.signals import StopRequest
+from parallel.signals import StopRequest, exit_on_second_signal
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -52,13 +53,13 @@ CHILD = textwrap.dedent("""
         time.sleep(float(load_seconds))
         return {"slow/scale": np.array([1.0, 0.5, 0.25], np.float32)}
 
-    exit_on_second_signal("stopped at once; rerun the same command to resume")
     spec = engine.ModelSpec(name="slow", fn=model, image_size=(8, 8), load_weights=load_weights,
                             output_name="slow", settings={"model": "slow"})
     config = engine.Config(model=spec, images=images, output=output, per_device_batch=2, workers=1,
                            devices=resolve_devices(devices="cpu:0", gpu_count=0))
     try:
-        summary = engine.run(config)
+        with exit_on_second_signal("stopped at once; rerun the same command to resume"):
+            summary = engine.run(config)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
@@ -146,3 +147,16 @@ def test_stop_request_turns_the_first_signal_into_a_flag_and_restores_handlers()
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_cli_block_restores_handlers_and_the_wakeup_fd():
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    threads = threading.active_count()
+    with exit_on_second_signal("unused"):
+        assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt):  # the first SIGTERM: like Ctrl-C, not a kill
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+    assert {signum: signal.getsignal(signum) for signum in before} == before
+    assert signal.set_wakeup_fd(-1) == -1  # none left behind
+    assert threading.active_count() == threads
