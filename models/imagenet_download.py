@@ -7,6 +7,7 @@ absent it is downloaded from where Keras gets it and checked against Keras's pub
 """
 
 import hashlib
+import http.client
 import logging
 import os
 import sys
@@ -34,9 +35,10 @@ def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
     """Path of Keras's ImageNet VGG16 file, downloading it into Keras's cache if it is absent.
 
     The download is checked against Keras's published MD5; a mismatch keeps nothing. The
-    file appears in the cache only complete (written beside it, then renamed). An existing
-    cache file is used as is, like any file given with --weights (its layers and shapes
-    are still checked when it is read).
+    file appears in the cache only complete and durable (written beside it, synced, renamed,
+    the folder synced). An existing cache file is used as is, like any file given with
+    --weights (its layers and shapes are still checked when it is read). A failed download
+    leaves nothing behind, not even the folders it created.
 
     Args:
       cache_dir: Keras's home folder (default `keras_cache_dir()`); the file goes in `models/`.
@@ -52,7 +54,40 @@ def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
     target = Path(cache_dir or keras_cache_dir()) / "models" / IMAGENET_FILE
     if target.is_file():
         return target
+    try:
+        response = urllib.request.urlopen(url, timeout=60)
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", None) or error
+        raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? "
+                           "pass --weights PATH to a vgg16.npy or %s" % (url, reason, IMAGENET_FILE)) from None
+    # Said once the server answers, so that offline the error above is the only line.
     log.info("downloading VGG16 ImageNet weights (553 MB) from %s", url)
+    with response:
+        created = _missing_folders(target.parent)
+        try:
+            _download(response, target, url, md5)
+        except BaseException:
+            for folder in created:  # innermost first; a folder something else wrote into stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+            raise
+    return target
+
+
+def _missing_folders(folder):
+    """`folder` and those of its parents that do not exist, innermost first."""
+    missing = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    return missing
+
+
+def _download(response, target, url, md5):
+    """Writes the body of `response` to `target`: temporary file, MD5 check, fsync, rename, fsync folder."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(prefix=IMAGENET_FILE + ".", suffix=".part", dir=target.parent)
@@ -62,13 +97,7 @@ def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
     try:
         digest = hashlib.md5()
         with os.fdopen(descriptor, "wb") as handle:
-            try:
-                response = urllib.request.urlopen(url, timeout=60)
-            except (urllib.error.URLError, OSError) as error:
-                reason = getattr(error, "reason", None) or error
-                raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? "
-                                   "pass --weights PATH to a vgg16.npy or %s" % (url, reason, IMAGENET_FILE)) from None
-            with response, _download_progress(response.headers.get("Content-Length")) as progress:
+            with _download_progress(response.headers.get("Content-Length")) as progress:
                 while True:
                     chunk = response.read(1 << 20)
                     if not chunk:
@@ -82,12 +111,21 @@ def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
             raise WeightsError("the file downloaded from %s has MD5 %s, expected %s; nothing was kept"
                                % (url, digest.hexdigest(), md5))
         os.replace(temporary, target)
-        return target
-    except OSError as error:
-        raise WeightsError("downloading %s into %s failed: %s" % (url, target.parent, error.strerror or error)) from None
+        _fsync_folder(target.parent)  # the rename is durable only once the folder is
+    except (OSError, http.client.HTTPException) as error:
+        raise WeightsError("downloading %s into %s failed: %s"
+                           % (url, target.parent, getattr(error, "strerror", None) or error)) from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def _fsync_folder(folder):
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 class _download_progress:
