@@ -70,12 +70,12 @@ def make_jpegs(folder, count, size, seed=0):
 
 
 def weights_files(workdir):
-    from models import vgg16
+    from models import weight_files
     npy, h5 = workdir / "vgg16.npy", workdir / "vgg16_weights_tf_dim_ordering_tf_kernels.h5"
     if not npy.exists() or not h5.exists():
-        weights = vgg16.random_weights(seed=0)
-        vgg16.save_npy(weights, npy)
-        vgg16.save_h5(weights, h5)
+        weights = weight_files.random_weights(seed=0)
+        weight_files.save_npy(weights, npy)
+        weight_files.save_h5(weights, h5)
     return npy, h5
 
 

@@ -7,20 +7,59 @@
     features = merge_results(session.run(fetches, feed_dict), shard_sizes(len(batch), len(inputs)))
 
 `engine.run(Config(...))` does all of it for a folder of images: reader -> devices -> writer.
+
+The names below are imported on first use (PEP 562): `import parallel` or `import parallel.model`
+imports no TensorFlow, so that models, the output layer and tools that only read outputs load fast.
 """
 
-from parallel.data_parallelism import data_parallelism, merge_outputs, merge_results
-from parallel.devices import DeviceError, Devices, resolve_devices
-from parallel.engine import Config, DeviceRunner, ModelSpec, RunError, Summary, build_graph, run
-from parallel.placement import Placement, ReplicatedVariables, SharedVariables
-from parallel.manifest import Manifest, discover_images
-from parallel.reader import ImageReader, load_image
-from parallel.shard_features import shard_features, shard_sizes
-from parallel.writer import ErrorLog, OutputError, open_writer
+import importlib
+import sys
+import types
 
-__all__ = [
-    "Config", "DeviceError", "DeviceRunner", "Devices", "ErrorLog", "ImageReader", "Manifest", "ModelSpec", "OutputError",
-    "Placement", "ReplicatedVariables", "RunError", "SharedVariables", "Summary", "build_graph", "data_parallelism",
-    "discover_images", "load_image", "merge_outputs", "merge_results", "open_writer", "resolve_devices", "run",
-    "shard_features", "shard_sizes",
-]
+# Exported name -> the submodule that defines it.
+_EXPORTS = {
+    "data_parallelism": "parallel.data_parallelism", "merge_outputs": "parallel.data_parallelism",
+    "merge_results": "parallel.data_parallelism",
+    "DeviceError": "parallel.devices", "Devices": "parallel.devices", "resolve_devices": "parallel.devices",
+    "Config": "parallel.engine", "DeviceRunner": "parallel.engine", "RunError": "parallel.engine",
+    "Summary": "parallel.engine", "build_graph": "parallel.engine", "run": "parallel.engine",
+    "ModelSpec": "parallel.model",
+    "Placement": "parallel.placement", "ReplicatedVariables": "parallel.placement",
+    "SharedVariables": "parallel.placement",
+    "Manifest": "parallel.manifest", "discover_images": "parallel.manifest",
+    "ImageReader": "parallel.reader", "load_image": "parallel.reader",
+    "shard_features": "parallel.shard_features", "shard_sizes": "parallel.shard_features",
+    "ErrorLog": "parallel.writer", "OutputError": "parallel.writer", "open_writer": "parallel.writer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups do not come here
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """Keeps `parallel.data_parallelism` and `parallel.shard_features` the functions.
+
+    Importing a submodule binds it on its package under its own name. Two submodules are named
+    after the function they export; when this file imported them eagerly, the function was bound
+    last and won. Importing lazily, the engine's `import parallel.shard_features` would come
+    last, and `from parallel import shard_features` would give the module.
+    """
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

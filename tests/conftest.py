@@ -1,4 +1,4 @@
-"""Shared fixtures: a fresh graph, and sessions with n logical CPU devices."""
+"""Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights."""
 
 import os
 
@@ -44,3 +44,22 @@ def graph():
     fresh = tf.Graph()
     with fresh.as_default():
         yield fresh
+
+
+@pytest.fixture(scope="session")
+def _seeded_vgg16(tmp_path_factory):
+    from weights import random_weight_files
+
+    return random_weight_files(tmp_path_factory.mktemp("weights"))
+
+
+@pytest.fixture(scope="session")
+def seeded_weights(_seeded_vgg16):
+    """Seeded random VGG16 weights (seed 0): {layer name: (float32 weights, float32 biases)}."""
+    return _seeded_vgg16[0]
+
+
+@pytest.fixture(scope="session")
+def seeded_files(_seeded_vgg16):
+    """`seeded_weights` in both real on-disk layouts: {"npy": vgg16.npy, "h5": Keras's .h5 file}."""
+    return _seeded_vgg16[1]

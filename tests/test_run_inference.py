@@ -16,7 +16,6 @@ import pytest
 from PIL import Image
 
 import run_inference
-from models import vgg16
 from parallel import engine
 from parallel.writer import sidecar_path
 
@@ -25,10 +24,8 @@ NAMES = ["a/one.jpg", "a/two, with comma.png", "b/日本.jpg", "b/c/=four.jpg", 
 
 
 @pytest.fixture(scope="module")
-def weights_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("weights") / "vgg16.npy"
-    vgg16.save_npy(vgg16.random_weights(seed=1), path)
-    return path
+def weights_file(seeded_files):
+    return seeded_files["npy"]
 
 
 def make_images(folder, names=NAMES, size=(40, 30)):

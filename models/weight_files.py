@@ -1,0 +1,332 @@
+"""VGG16's weight files: read and checked, identified by content, written.
+
+Weights come from either on-disk layout of the same ImageNet model:
+- tensorflow-vgg's `vgg16.npy`: a pickled dict {layer: [weights, biases]}. A pickle can run
+  code, so it is read with a restricted unpickler that only rebuilds numpy arrays, dicts,
+  lists and tuples; anything else is refused before it runs.
+- Keras's `vgg16_weights_tf_dim_ordering_tf_kernels.h5` (legacy Keras HDF5 layout: root
+  attribute `layer_names`, per-layer attribute `weight_names`), layers block1_conv1 ...
+  block5_conv3, fc1, fc2, predictions; `imagenet_download.py` fetches it into Keras's cache.
+
+Layer names and shapes come from the table in `vgg16_layers.py`. This module imports no
+TensorFlow (h5py only when an .h5 file is read or written), so its command starts at once:
+
+    python -m models.weight_files random vgg16-random.npy [--seed N]   # or an .h5 path
+
+writes seeded RANDOM weights in the real layout, to check that an installation runs without
+the 553 MB ImageNet file. Features computed with them are meaningless.
+"""
+
+import argparse
+import hashlib
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from models.vgg16_layers import CONV_BLOCKS, LAYERS
+
+
+class WeightsError(ValueError):
+    """A weights file that cannot be used: the message names the file, the layer and the shapes."""
+
+
+# ----------------------------------------------------------------------------- reading
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def load_weights(path):
+    """Reads the weights of all 16 layers from a file, checking every name and shape.
+
+    Args:
+      path: a tensorflow-vgg `vgg16.npy` or a Keras legacy `.h5` file (told apart by content).
+
+    Returns:
+      {layer name: (float32 weights, float32 biases)}, e.g. "conv1_1": ([3, 3, 3, 64], [64]).
+
+    Raises:
+      WeightsError: the file is missing, unreadable, truncated, of another layout, lacks a
+        layer, has a wrong shape, or (npy) holds anything but arrays.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(8)
+    except OSError as error:
+        raise WeightsError("--weights %s: %s" % (path, error.strerror or error)) from None
+    if magic.startswith(_NPY_MAGIC):
+        raw = _read_npy(path)
+    elif magic == _HDF5_MAGIC:
+        raw = _read_h5(path)
+    else:
+        raise WeightsError("--weights %s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
+    return _checked(raw, path)
+
+
+def _checked(raw, path):
+    weights = {}
+    for layer in LAYERS:
+        if layer.name not in raw:
+            raise WeightsError("--weights %s has no layer %s (Keras: %s); it has: %s"
+                               % (path, layer.name, layer.keras_name, ", ".join(sorted(raw)) or "nothing"))
+        arrays = raw[layer.name]
+        if len(arrays) != 2:
+            raise WeightsError("--weights %s: layer %s has %d arrays; expected 2 (weights, biases)"
+                               % (path, layer.name, len(arrays)))
+        pair = []
+        for array, expected, what in zip(arrays, (layer.shape, layer.shape[-1:]), ("weights", "biases")):
+            if not isinstance(array, np.ndarray) or not np.issubdtype(array.dtype, np.floating):
+                raise WeightsError("--weights %s: layer %s %s are %s, not a float array"
+                                   % (path, layer.name, what, getattr(array, "dtype", type(array).__name__)))
+            if tuple(array.shape) != expected:
+                raise WeightsError("--weights %s: layer %s (Keras: %s) %s have shape %s; VGG16 needs %s"
+                                   % (path, layer.name, layer.keras_name, what, tuple(array.shape), expected))
+            pair.append(np.ascontiguousarray(array, dtype=np.float32))
+        weights[layer.name] = tuple(pair)
+    return weights
+
+
+class _Refused(pickle.UnpicklingError):
+    """The pickle asked for something other than numpy arrays."""
+
+
+class _ArraysOnlyUnpickler(pickle.Unpickler):
+    """Rebuilds numpy arrays, dicts, lists, tuples, strings and numbers; refuses every other global.
+
+    A pickle names the callables it runs; `find_class` is where they are looked up, so
+    refusing there stops a crafted file before any of its code runs.
+    """
+
+    _numpy_core = np._core if hasattr(np, "_core") else np.core
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"): _numpy_core.multiarray._reconstruct,
+        ("numpy._core.multiarray", "_reconstruct"): _numpy_core.multiarray._reconstruct,
+        ("numpy.core.multiarray", "scalar"): _numpy_core.multiarray.scalar,
+        ("numpy._core.multiarray", "scalar"): _numpy_core.multiarray.scalar,
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): __import__("codecs").encode,  # bytes in protocol-2 pickles
+    }
+
+    def find_class(self, module, name):
+        try:
+            return self._ALLOWED[module, name]
+        except KeyError:
+            raise _Refused("it refers to %s.%s, and only numpy arrays are accepted"
+                                         % (module, name)) from None
+
+
+def _read_npy(path):
+    """tensorflow-vgg's layout: a 0-d object array holding {layer: [weights, biases]}."""
+    try:
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+            else:
+                raise WeightsError("--weights %s is an .npy file of format %d.%d; tensorflow-vgg's is 1.0"
+                                   % ((path,) + tuple(version)))
+            if not dtype.hasobject:
+                raise WeightsError("--weights %s is a plain %s array of shape %s, not tensorflow-vgg's "
+                                   "{layer: [weights, biases]} dict" % (path, dtype, shape))
+            # encoding="latin1": vgg16.npy was pickled by Python 2 (as tensorflow-vgg's own loader assumes).
+            content = _ArraysOnlyUnpickler(handle, encoding="latin1").load()
+    except WeightsError:
+        raise
+    except _Refused as error:
+        raise WeightsError("--weights %s refused: %s" % (path, error)) from None
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError,
+            KeyError) as error:
+        raise WeightsError("--weights %s cannot be read as vgg16.npy (truncated or damaged?): %s"
+                           % (path, str(error) or type(error).__name__)) from None
+    if isinstance(content, np.ndarray) and content.dtype == object and content.shape == ():
+        content = content.item()
+    if not isinstance(content, dict):
+        raise WeightsError("--weights %s holds a %s, not tensorflow-vgg's {layer: [weights, biases]} dict"
+                           % (path, type(content).__name__))
+    raw = {}
+    for name, arrays in content.items():
+        if not isinstance(name, str) or not isinstance(arrays, (list, tuple)):
+            raise WeightsError("--weights %s: entry %r is not layer name -> [weights, biases]" % (path, name))
+        raw[name] = list(arrays)
+    return raw
+
+
+def _attribute_strings(node, name):
+    values = node.attrs.get(name)
+    if values is None:
+        return None
+    return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in np.atleast_1d(values)]
+
+
+def _read_h5(path):
+    """Keras's legacy HDF5 layout, by layer name; dataset names are read from `weight_names`."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as file:
+            root = file["model_weights"] if "model_weights" in file else file  # a whole saved model
+            layer_names = _attribute_strings(root, "layer_names")
+            if layer_names is None:
+                raise WeightsError("--weights %s is an HDF5 file without Keras's 'layer_names' attribute; "
+                                   "expected vgg16_weights_tf_dim_ordering_tf_kernels.h5" % path)
+            raw = {}
+            for layer in LAYERS:
+                if layer.keras_name not in layer_names or layer.keras_name not in root:
+                    continue  # reported by _checked, with the layers that are there
+                group = root[layer.keras_name]
+                weight_names = _attribute_strings(group, "weight_names") or []
+                arrays = [np.asarray(group[weight_name]) for weight_name in weight_names]
+                if not arrays:
+                    continue  # a layer without weights is a missing layer
+                # Kernel first, then bias, whatever the datasets are called (kernel:0, W_1:0, ...).
+                raw[layer.name] = sorted(arrays, key=lambda array: -array.ndim)
+            if not raw:
+                raise WeightsError("--weights %s has none of VGG16's layers (it has: %s)"
+                                   % (path, ", ".join(layer_names) or "nothing"))
+            return raw
+    except WeightsError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as error:
+        raise WeightsError("--weights %s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
+                           % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
+
+
+def fingerprint(path):
+    """Identifies a weights file by content, cheaply: size and a hash of its first and last MiB."""
+    digest = hashlib.sha256()
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            digest.update(handle.read(1 << 20))
+            handle.seek(max(0, size - (1 << 20)))
+            digest.update(handle.read(1 << 20))
+    except OSError as error:
+        raise WeightsError("--weights %s: %s" % (path, error.strerror or error)) from None
+    return "%s (%d bytes, sha256 of ends %s)" % (path.name, size, digest.hexdigest()[:16])
+
+
+
+# ----------------------------------------------------------------------------- writing
+
+def random_weights(seed=0):
+    """Seeded random weights for every layer (He-normal kernels, small biases), float32.
+
+    Features computed with them are meaningless: they are for tests, benchmarks and checking an
+    installation (the `random` command).
+
+    Args:
+      seed: seed of numpy's default generator; the same seed gives the same weights.
+
+    Returns:
+      {layer name: (weights, biases)}, the shapes of `LAYERS`.
+    """
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for layer in LAYERS:
+        fan_in = int(np.prod(layer.shape[:-1]))
+        kernel = rng.standard_normal(layer.shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+        biases = rng.uniform(-0.1, 0.1, layer.shape[-1:]).astype(np.float32)
+        weights[layer.name] = (kernel, biases)
+    return weights
+
+
+def save_npy(weights, path):
+    """Writes `weights` in tensorflow-vgg's vgg16.npy layout (a pickled dict {layer: [weights, biases]})."""
+    np.save(path, {name: [kernel, biases] for name, (kernel, biases) in weights.items()}, allow_pickle=True)
+
+
+def save_h5(weights, path):
+    """Writes `weights` in Keras's legacy HDF5 layout of vgg16_weights_tf_dim_ordering_tf_kernels.h5.
+
+    Root attribute `layer_names` lists every Keras layer (those without weights have empty
+    `weight_names`), each layer group has `weight_names` and its datasets, as Keras 2 wrote them.
+    """
+    import h5py
+
+    by_keras_name = {layer.keras_name: layer for layer in LAYERS}
+    keras_layers = ["input_1"]
+    for block, (_, count) in enumerate(CONV_BLOCKS, start=1):
+        keras_layers += ["block%d_conv%d" % (block, index) for index in range(1, count + 1)]
+        keras_layers.append("block%d_pool" % block)
+    keras_layers += ["flatten", "fc1", "fc2", "predictions"]
+    with h5py.File(path, "w") as file:
+        file.attrs["layer_names"] = np.array([name.encode() for name in keras_layers])
+        file.attrs["backend"] = b"tensorflow"
+        file.attrs["keras_version"] = b"2.0.0"
+        for keras_name in keras_layers:
+            group = file.create_group(keras_name)
+            layer = by_keras_name.get(keras_name)
+            if layer is None or layer.name not in weights:
+                group.attrs["weight_names"] = np.array([], dtype="S1")
+                continue
+            names = ["%s/kernel:0" % keras_name, "%s/bias:0" % keras_name]
+            group.attrs["weight_names"] = np.array([name.encode() for name in names])
+            for name, array in zip(names, weights[layer.name]):
+                group.create_dataset(name, data=array)
+
+
+# ----------------------------------------------------------------------------- the command
+
+_WRITERS = {".npy": ("tensorflow-vgg's vgg16.npy", save_npy), ".h5": ("Keras's .h5", save_h5)}
+
+
+def main(argv=None):
+    """`python -m models.weight_files random OUT.npy|OUT.h5 [--seed N]`; returns the exit status.
+
+    Exit status: 0 written; 2 a wrong extension, an existing file or a missing folder (nothing
+    written); 1 the file could not be written (nothing is left of it).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m models.weight_files",
+        description="VGG16 weight files. 'random' writes seeded random weights in a real layout, to check "
+                    "that an installation runs without the ImageNet file: features computed with them are "
+                    "meaningless.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    random_command = commands.add_parser(
+        "random", help="write seeded random weights (for a smoke test only: features are meaningless)")
+    random_command.add_argument("output", type=Path,
+                                help="file to write: .npy (tensorflow-vgg's layout) or .h5 (Keras's layout)")
+    random_command.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    args = parser.parse_args(argv)
+    refusal = _refusal(args.output)
+    if refusal:
+        print("%s: error: %s" % (parser.prog, refusal), file=sys.stderr)
+        return 2
+    layout, write = _WRITERS[args.output.suffix.lower()]
+    written = False
+    try:
+        write(random_weights(args.seed), args.output)
+        written = True
+    except OSError as error:
+        print("%s: failed: cannot write %s: %s" % (parser.prog, args.output, error.strerror or error),
+              file=sys.stderr)
+        return 1
+    finally:
+        if not written:
+            args.output.unlink(missing_ok=True)  # it did not exist before: a partial file is ours
+    print("wrote %s: RANDOM weights (seed %d) in %s layout\n"
+          "WARNING: features computed with these weights are MEANINGLESS. Use this file only to check that an\n"
+          "installation runs; for real features pass --weights imagenet, or a trained vgg16.npy or .h5."
+          % (args.output, args.seed, layout), file=sys.stderr)
+    return 0
+
+
+def _refusal(output):
+    """Why `output` cannot be written, found before 553 MB are generated; None if it can be."""
+    if output.suffix.lower() not in _WRITERS:
+        return "%s: the name must end in .npy (tensorflow-vgg's layout) or .h5 (Keras's layout)" % output
+    if os.path.lexists(output):
+        return "%s exists; it is not replaced (remove it, or choose another name)" % output
+    if not output.parent.is_dir():
+        return "%s: the folder %s does not exist" % (output, output.parent)
+    return None
+
+if __name__ == "__main__":
+    sys.exit(main())

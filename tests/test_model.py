@@ -1,0 +1,52 @@
+"""The model interface: light to import, and the only part of `parallel` that models depend on."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import parallel
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+HEAVY = ("tensorflow", "keras", "PIL", "polars", "pyarrow", "h5py")
+
+
+@pytest.mark.parametrize("module", ["parallel", "parallel.model"])
+def test_importing_the_package_or_the_model_interface_imports_nothing_heavy(module):
+    code = "import sys, %s; print(sorted(set(%r) & set(sys.modules)))" % (module, HEAVY)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+def test_every_exported_name_is_reachable_and_the_functions_keep_their_names():
+    import parallel.engine  # noqa: F401 -- imports the submodules data_parallelism and shard_features
+    from parallel import data_parallelism, shard_features
+
+    for name in parallel.__all__:
+        assert getattr(parallel, name).__name__ == name
+    assert callable(data_parallelism) and callable(shard_features)  # the functions, not their modules
+    assert parallel.ModelSpec is parallel.engine.ModelSpec
+    assert set(parallel.__all__) <= set(dir(parallel))
+
+
+def _imported_modules(path):
+    """The absolute module names that `path` imports, anywhere in it (functions included)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            # `from parallel import model` imports parallel.model; `from parallel.model import X` the module.
+            if node.module == "parallel":
+                yield from ("parallel." + alias.name for alias in node.names)
+            else:
+                yield node.module
+
+
+def test_models_import_only_the_model_interface_from_parallel():
+    imports = {path.name: set(_imported_modules(path)) for path in (REPOSITORY / "models").glob("**/*.py")}
+    from_parallel = {name: sorted(module for module in modules if module.split(".")[0] == "parallel")
+                     for name, modules in imports.items()}
+    assert from_parallel["vgg16.py"] == ["parallel.model"]  # the scan sees the imports there are
+    assert {name: modules for name, modules in from_parallel.items() if set(modules) - {"parallel.model"}} == {}
