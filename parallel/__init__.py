@@ -6,7 +6,8 @@
     fetches, feed_dict = shard_features(batch, inputs, outputs)  # any batch size >= 1
     features = merge_results(session.run(fetches, feed_dict), shard_sizes(len(batch), len(inputs)))
 
-`engine.run(Config(...))` does all of it for a folder of images: reader -> devices -> writer.
+`run(Config(...))` does all of it for a folder of images, into an output file it can resume:
+reader -> devices -> writer. `extract(model, images)` gives the features in memory.
 
 The names below are imported on first use (PEP 562): `import parallel` or `import parallel.model`
 imports no TensorFlow, so that models, the output layer and tools that only read outputs load fast.
@@ -21,8 +22,10 @@ _EXPORTS = {
     "data_parallelism": "parallel.data_parallelism", "merge_outputs": "parallel.data_parallelism",
     "merge_results": "parallel.data_parallelism",
     "DeviceError": "parallel.devices", "Devices": "parallel.devices", "resolve_devices": "parallel.devices",
-    "Config": "parallel.engine", "DeviceRunner": "parallel.engine", "RunError": "parallel.engine",
-    "Summary": "parallel.engine", "build_graph": "parallel.engine", "run": "parallel.engine",
+    "Config": "parallel.engine", "RunError": "parallel.engine",
+    "extract": "parallel.engine", "run": "parallel.engine",
+    "Summary": "parallel.loop", "run_loop": "parallel.loop",
+    "DeviceRunner": "parallel.runner", "build_graph": "parallel.runner",
     "ModelSpec": "parallel.model",
     "Placement": "parallel.placement", "ReplicatedVariables": "parallel.placement",
     "SharedVariables": "parallel.placement",

@@ -2,7 +2,7 @@
 
 import csv
 import os
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +11,6 @@ from long_paths import make_deep_folder, write_relative
 from PIL import Image
 
 from parallel import engine
-from parallel import reader as reader_module
-from parallel import writer as writer_module
 from parallel.devices import resolve_devices
 from parallel.reader import load_image
 
@@ -295,10 +293,11 @@ def test_bad_image_folders_are_usage_errors_and_leave_no_output(tmp_path, make, 
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("per_device_batch", 0, "--batch-size must be at least 1; got 0"),
-    ("resize", "squash", "--resize 'squash'"),
-    ("output_format", "xlsx", "--format 'xlsx'"),
-    ("workers", 0, "--workers must be at least 1; got 0"),
+    ("per_device_batch", 0, "per_device_batch must be at least 1; got 0"),
+    ("resize", "squash", "resize must be one of crop, stretch; got 'squash'"),
+    ("output_format", "xlsx", "output_format must be one of csv, parquet, npy; got 'xlsx'"),
+    ("workers", 0, "workers must be at least 1; got 0"),
+    ("prefetch_batches", 0, "prefetch_batches must be at least 1; got 0"),
 ])
 def test_config_refuses_bad_values_naming_them(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -326,23 +325,46 @@ def test_out_of_memory_halves_the_step_and_loses_no_row(tmp_path, caplog):
     runner.close()
 
 
-@pytest.mark.parametrize("slow_stage", ["reader", "writer"])
-def test_the_summary_says_which_stage_the_devices_waited_for(tmp_path, monkeypatch, slow_stage):
-    images = tmp_path / "images"
-    make_images(images, 6)
-    # Each slowed step takes 0.1 s; the model takes milliseconds.
-    target = (reader_module, "_decode_row") if slow_stage == "reader" else (writer_module.FeatureWriter, "write")
-    real = getattr(*target)
+# --- the Python API ------------------------------------------------------------------------------------
 
-    def slowed(*args):
-        time.sleep(0.1)
-        return real(*args)
-    monkeypatch.setattr(*target, slowed)
-    summary = engine.run(config_for(tmp_path, images, per_device_batch=1, workers=1, prefetch_batches=1))
-    assert summary.written == 6
-    stages = {"reader": summary.reader_wait_seconds, "writer": summary.writer_wait_seconds}
-    assert stages[slow_stage] >= 0.4, (summary, slow_stage)
-    other = "writer" if slow_stage == "reader" else "reader"
-    assert stages[other] < stages[slow_stage] / 2, summary
-    assert 0 < summary.device_seconds and sum(stages.values()) + summary.device_seconds <= summary.seconds + 1e-3
-    assert "devices busy %.0f%%" % (100 * summary.device_seconds / summary.seconds) in summary.line()
+
+def test_extract_gives_what_run_writes_for_a_folder_and_for_a_list(tmp_path):
+    images = tmp_path / "images"
+    names = make_images(images, 5, bad={"b/img_02.png"})
+    paths, features = engine.extract(MODEL, images, devices="cpu:0,cpu:1", per_device_batch=2)
+    engine.run(config_for(tmp_path, images))
+    _, rows = read_rows(tmp_path / "out" / "features.csv")
+    assert paths == [path for path, _ in rows] == [name for name in names if name != "b/img_02.png"]
+    assert features.dtype == np.float32 and features.shape == (4, 6)
+    np.testing.assert_array_equal(features, np.stack([values for _, values in rows]))
+    listed = [str(images / name) for name in reversed(paths)]  # any order, absolute paths
+    again, features_again = engine.extract(MODEL, listed)
+    assert again == listed
+    np.testing.assert_array_equal(features_again, features[::-1])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(images=[]), "images must be a folder or a non-empty list of files; got \\[\\]"),
+    (dict(per_device_batch=0), "per_device_batch must be at least 1; got 0"),
+    (dict(devices=3), "devices must be a Devices or device names"),
+])
+def test_extract_refuses_bad_arguments_naming_them(tmp_path, kwargs, message):
+    arguments = dict(model=MODEL, images=tmp_path)
+    arguments.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        engine.extract(**arguments)
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch, seeded_files):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    example = readme.split("## From Python")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    make_images(tmp_path / "photos", 3)
+    os.symlink(seeded_files["npy"], tmp_path / "vgg16.npy")
+    namespace = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    assert namespace["features"].shape == (3, 4096) and len(namespace["paths"]) == 3
+    assert namespace["summary"].written == 3
+    frame = __import__("pandas").read_parquet(tmp_path / "results" / "photos.parquet")
+    assert list(frame["path"]) == namespace["paths"]
+    np.testing.assert_array_equal(np.stack(frame["fc7"]), namespace["features"])

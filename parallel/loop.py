@@ -1,0 +1,254 @@
+"""The read -> compute -> write loop, over the stages it is handed.
+
+    for batch in batches:                     # Batch(paths, images uint8 [N, H, W, 3], failures)
+        failures.add(path, kind, message)     # each image of the batch that could not be read
+        features = compute(batch.images)      # float32 [N, D], rows in the order of batch.paths
+        sink.put(batch.paths, features)       # committed in the background (WriterThread)
+    sink.finish()                             # waits until every batch put is committed
+
+`run_loop` owns no stage: the engine opens the real ones (ImageReader, DeviceRunner.run,
+WriterThread over a FeatureWriter, ErrorLog), a test or the in-memory API hands in others,
+slow, failing or collecting. The loop counts what became of every image and times how long
+the devices computed and how long they waited for each stage (clip-retrieval's runner does
+the same).
+"""
+
+import collections
+import contextlib
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from parallel.signals import EXIT_INTERRUPTED
+
+log = logging.getLogger("parallel")
+
+# Exit statuses, documented in the README ("Failure behaviour").
+EXIT_OK = 0
+EXIT_FAILED = 1          # the run could not complete
+EXIT_USAGE = 2           # bad flags or inputs; nothing was written
+EXIT_SOME_FAILED = 3     # the run completed, but some images could not be read
+
+
+class StrictError(RuntimeError):
+    """strict=True and an image could not be read."""
+
+
+@dataclasses.dataclass
+class Summary:
+    """What became of every discovered image; the counts add up to `discovered`.
+
+    Attributes:
+      discovered: images of the job.
+      written: rows committed by this run.
+      failed: images that could not be read (listed in the errors file).
+      already_done: rows committed by an earlier run of the same output (resume).
+      skipped: images not reached because the run was stopped.
+      seconds: wall time of the read -> compute -> write loop (start-up excluded).
+      device_seconds: of `seconds`, the time the devices were computing (`sess.run`).
+      reader_wait_seconds: of `seconds`, the time the devices waited for decoded images.
+      writer_wait_seconds: of `seconds`, the time the devices waited for the writer (its
+        queue full, and the last batches committed after the devices finished).
+      output: where the rows are.
+      errors_file: where the failed images are listed.
+      interrupted: stopped by SIGINT/SIGTERM.
+    """
+
+    discovered: int = 0
+    written: int = 0
+    failed: int = 0
+    already_done: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    device_seconds: float = 0.0
+    reader_wait_seconds: float = 0.0
+    writer_wait_seconds: float = 0.0
+    output: Optional[Path] = None
+    errors_file: Optional[Path] = None
+    interrupted: bool = False
+
+    @property
+    def exit_status(self):
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_SOME_FAILED if self.failed else EXIT_OK
+
+    def line(self):
+        """The one-line summary printed at the end of a run."""
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        text = ("%d images: %d written, %d failed, %d already done, %d skipped in %.1f s (%.1f images/s) -> %s"
+                % (self.discovered, self.written, self.failed, self.already_done, self.skipped,
+                   self.seconds, rate, self.output))
+        if self.failed and self.errors_file is not None:
+            text += " (failures: %s)" % self.errors_file
+        if self.seconds > 0 and self.device_seconds > 0:
+            text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
+        return text
+
+
+def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=None, progress=None):
+    """Runs every batch through `compute` into `sink`; the loop of the module docstring.
+
+    Args:
+      batches: iterable of `parallel.reader.Batch`, in order.
+      compute: callable, `images: uint8 [N, H, W, 3]` (N >= 1) -> `float32 [N, D]`.
+      sink: has `put(paths, features)` and `finish()`, which returns the rows committed;
+        `finish()` is called however the loop ends, so that what was put is committed.
+      failures: has `add(path, kind, message)`, called for each image that could not be read.
+      images: how many images `batches` holds (those not reached count as skipped).
+      strict: the first image that cannot be read raises StrictError.
+      stop: None, or an object whose `signal_name` becomes set when the run must stop after
+        the batch in flight (`parallel.signals.StopRequest`).
+      progress: None, or has `update(images, failed)`, called after each batch.
+
+    Returns:
+      Summary with `written`, `failed`, `skipped`, `interrupted` and the times set; the
+      caller fills in what it knows (`discovered`, `already_done`, `output`).
+    """
+    summary = Summary()
+    clock = _StageClock()
+    reached = 0
+    try:
+        iterator = iter(batches)
+        while True:
+            with clock.stage("reader"):
+                batch = next(iterator, None)
+            if batch is None:
+                break
+            for failure in batch.failures:
+                failures.add(failure.path, failure.kind, failure.message)
+                if strict:
+                    raise StrictError("--strict: %s: %s (%s)" % (failure.path, failure.message, failure.kind))
+            summary.failed += len(batch.failures)
+            if len(batch.paths):
+                with clock.stage("devices"):
+                    features = compute(batch.images)
+                with clock.stage("writer"):
+                    sink.put(batch.paths, features)
+            reached += len(batch.paths) + len(batch.failures)
+            if progress is not None:
+                progress.update(len(batch.paths) + len(batch.failures), summary.failed)
+            if stop is not None and stop.signal_name is not None:
+                summary.interrupted = True
+                break
+    finally:
+        # However the loop ended, the batches already handed to the sink are committed.
+        with clock.stage("writer"):
+            summary.written = sink.finish()
+    summary.skipped = images - reached
+    summary.seconds = clock.elapsed()
+    summary.device_seconds = clock.totals["devices"]
+    summary.reader_wait_seconds = clock.totals["reader"]
+    summary.writer_wait_seconds = clock.totals["writer"]
+    log.info("%.1f s: devices %.1f s, waiting for the reader %.1f s, for the writer %.1f s",
+             summary.seconds, summary.device_seconds, summary.reader_wait_seconds, summary.writer_wait_seconds)
+    return summary
+
+
+class WriterThread:
+    """A sink that commits batches to a writer on a thread of its own, behind a bounded queue.
+
+    The writer needs `write(paths, features)`. A writer error is raised by the next `put` or
+    by `finish`. A context manager: leaving the block finishes (commits what was put).
+    """
+
+    _DONE = object()
+
+    def __init__(self, writer, depth=2):
+        self._writer = writer
+        self._queue = queue.Queue(maxsize=depth)
+        self._error = None
+        self._finished = False
+        self.rows_committed = 0
+        self._thread = threading.Thread(target=self._loop, name="writer", daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if self._error is not None:
+                continue  # drain so that put() never blocks forever
+            try:
+                self._writer.write(*item)
+                self.rows_committed += len(item[0])
+            except BaseException as error:  # handed to the main thread
+                self._error = error
+
+    def put(self, paths, features):
+        """Queues a batch: `paths` (list of str), `features` float32 [len(paths), D]."""
+        self._raise_if_failed()
+        self._queue.put((paths, features))
+
+    def finish(self):
+        """Waits for every queued batch to be committed; re-raises a writer error.
+
+        Returns:
+          int: rows committed through this sink.
+        """
+        if not self._finished:
+            self._finished = True
+            self._queue.put(self._DONE)
+            self._thread.join()
+        self._raise_if_failed()
+        return self.rows_committed
+
+    def _raise_if_failed(self):
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if not self._finished:
+            self._finished = True
+            self._queue.put(self._DONE)
+            self._thread.join()
+
+
+class Progress:
+    """A tqdm bar on stderr (images done, images/s, time left, failures), or nothing."""
+
+    def __init__(self, enabled, total, initial):
+        self._bar = None
+        if enabled:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, initial=initial, unit="img", dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, count, failed):
+        if self._bar is not None:
+            self._bar.update(count)
+            if failed:
+                self._bar.set_postfix(failed=failed, refresh=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _StageClock:
+    """Wall time of the loop, and how much of it went to each stage."""
+
+    def __init__(self):
+        self._started = time.perf_counter()
+        self.totals = collections.defaultdict(float)
+
+    @contextlib.contextmanager
+    def stage(self, name):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.totals[name] += time.perf_counter() - started
+
+    def elapsed(self):
+        return time.perf_counter() - self._started
