@@ -14,13 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-# The engine's EXIT_USAGE and EXIT_FAILED (a test keeps them equal). Importing the engine imports TensorFlow,
-# which is too slow for reporting a mistyped flag.
-EXIT_USAGE = 2
-EXIT_FAILED = 1
+# The choices and exit statuses, from the modules that own them; none of these imports TensorFlow,
+# which takes seconds: a mistyped flag is reported at once.
+from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
+from parallel.loop import EXIT_FAILED, EXIT_USAGE
+from parallel.reader import RESIZE_MODES
+from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
+from parallel.writer import FORMATS
 
-# The writer's formats; each is also its file extension. Written here for the same reason.
-FORMATS = ("csv", "parquet", "npy")
 DEFAULT_FORMAT = "csv"
 DEFAULT_FOLDER = "results"
 FILE_NAME = "features"  # + "." + format, when --output is a folder or not given
@@ -56,11 +57,29 @@ exit status:
   130  stopped by Ctrl-C or SIGTERM; rerun the same command to resume"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line and exit status 2 like every usage error."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, "run_inference: error: %s (see --help)\n" % message)
+
+
+def _at_least_one(text):
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1; got %r" % text)
+    return value
+
+
 def parse_args(argv=None):
     """The parsed flags; `output` and `output_format` are None when not given (see `resolve_output`)."""
     # No prog: argparse names the program after sys.argv[0], so the console script's help says
     # "usage: run-inference" and the script's "usage: run_inference.py".
-    parser = argparse.ArgumentParser(description=DESCRIPTION, epilog=EPILOG,
+    parser = _Parser(description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", required=True, metavar="FOLDER",
                         help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...)")
@@ -80,23 +99,23 @@ def parse_args(argv=None):
     devices.add_argument("--devices", metavar="LIST",
                          help="TensorFlow device names instead of --gpus, e.g. gpu:0 or cpu:0,cpu:1 (several "
                               "CPU devices split the CPU's cores and run data-parallel)")
-    parser.add_argument("--batch-size", type=int, default=12, metavar="N",
+    parser.add_argument("--batch-size", type=_at_least_one, default=12, metavar="N",
                         help="images per device per step (default: %(default)s)")
-    parser.add_argument("--layer", default="fc7", choices=("pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "prob"),
+    parser.add_argument("--layer", default="fc7", choices=ENDPOINTS,
                         help="the layer whose output is written (default: %(default)s). fc7 is before the ReLU "
                              "and can be negative; relu7 is after it (Keras's 'fc2', Caffe's 'fc7')")
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
                         help="'imagenet' (default: Keras's ImageNet weights, downloaded once into ~/.keras/models), "
                              "or the path of a tensorflow-vgg vgg16.npy or a Keras "
                              "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
-    parser.add_argument("--resize", default="crop", choices=("crop", "stretch"),
+    parser.add_argument("--resize", default="crop", choices=RESIZE_MODES,
                         help="crop (default): the centre square, resized to 224x224; "
                              "stretch: the whole image, resized to 224x224")
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "bf16"),
+    parser.add_argument("--precision", default="fp32", choices=PRECISION_NAMES,
                         help="arithmetic on the devices (default: %(default)s); the output is float32 either way")
-    parser.add_argument("--workers", type=int, metavar="N",
+    parser.add_argument("--workers", type=_at_least_one, metavar="N",
                         help="threads decoding images (default: one per CPU core)")
-    parser.add_argument("--prefetch", type=int, default=2, metavar="N",
+    parser.add_argument("--prefetch", type=_at_least_one, default=2, metavar="N",
                         help="batches decoded ahead of the devices (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh, replacing the output, instead of resuming it")
@@ -159,7 +178,6 @@ def main(argv=None):
                         level=logging.WARNING if args.quiet else logging.INFO)
     logging.getLogger("parallel").setLevel(logging.WARNING if args.quiet else logging.INFO)
 
-    from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
     try:
         with exit_on_second_signal("run_inference: stopped at once; committed rows are kept: rerun the same "
                                    "command to resume"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from models.imagenet_download import IMAGENET_FILE, IMAGENET_MD5, imagenet_weights
-from models.vgg16_layers import CONV_BLOCKS, IMAGE_SIZE, LAYERS
+from models.vgg16_layers import CONV_BLOCKS, ENDPOINTS, IMAGE_SIZE, LAYERS, PRECISION_NAMES
 from models.weight_files import WeightsError, fingerprint, load_weights
 from parallel.model import ModelSpec
 
@@ -31,8 +31,7 @@ tf1 = tf.compat.v1
 
 BGR_MEAN = (103.939, 116.779, 123.68)
 
-ENDPOINTS = ("pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "prob")
-PRECISIONS = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
+PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float16, tf.bfloat16)))
 
 # The last layer with weights each endpoint needs.
 _LAST_LAYER = {"pool5": "conv5_3", "fc6": "fc6", "relu6": "fc6", "fc7": "fc7", "relu7": "fc7",

@@ -8,6 +8,11 @@ import dataclasses
 
 IMAGE_SIZE = (224, 224)
 
+# What a user may ask for (the command line offers these): tensorflow-vgg's endpoint names (fc7 is
+# before its ReLU, relu7 after it) and the arithmetic on the devices.
+ENDPOINTS = ("pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "prob")
+PRECISION_NAMES = ("fp32", "fp16", "bf16")
+
 # The table: (output channels, convolutions) per block, then the fully-connected layers.
 CONV_BLOCKS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
 FULLY_CONNECTED = (("fc6", 4096), ("fc7", 4096), ("fc8", 1000))

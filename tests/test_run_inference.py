@@ -49,7 +49,6 @@ def read(path):
 @pytest.mark.parametrize("make, flags, message", [
     (lambda tmp: tmp / "nowhere", [], "--images .*nowhere is not a folder"),
     (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", [], "contains no images"),
-    (make_images, ["--batch-size", "0"], "--batch-size must be at least 1; got 0"),
     (make_images, ["--gpus", "3"], "GPU 3 not found; this machine has CPU:0"),
     (make_images, ["--devices", "tpu:0"], "must name a CPU or GPU"),
     (make_images, ["--weights", "missing.npy"], "--weights missing.npy is not a file"),
@@ -72,7 +71,8 @@ def test_usage_errors_are_one_line_exit_2_and_leave_no_output(tmp_path, capsys, 
 def test_gpus_and_devices_together_are_refused(capsys):
     with pytest.raises(SystemExit) as stop:
         main("--images", ".", "--gpus", "0", "--devices", "cpu:0")
-    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and "not allowed with argument" in error and error.count("\n") == 1
 
 
 def test_features_by_path_do_not_depend_on_devices_or_batch_size(tmp_path, capsys, weights_file):
@@ -179,8 +179,15 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
                                      engine.EXIT_SOME_FAILED, engine.EXIT_INTERRUPTED]), statuses
 
 
-def test_exit_usage_is_the_engines():
-    assert (run_inference.EXIT_USAGE, run_inference.EXIT_FAILED) == (engine.EXIT_USAGE, engine.EXIT_FAILED)
+@pytest.mark.parametrize("flag", ["--batch-size", "--workers", "--prefetch"])
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_counts_below_one_are_one_line_naming_the_flag(capsys, flag, value):
+    with pytest.raises(SystemExit) as stopped:
+        run_inference.parse_args(["--images", "x", flag, value])
+    assert stopped.value.code == engine.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and flag in error and repr(value) in error
+    assert error.startswith("run_inference: error: argument %s" % flag)
 
 
 @pytest.mark.parametrize("output, output_format, path, resolved_format", [
@@ -229,7 +236,7 @@ def test_resolve_output_refuses(tmp_path, monkeypatch, output, output_format, me
 ])
 def test_output_contradicting_format_is_refused_before_tensorflow_is_imported(tmp_path, flags, message):
     check = ("import sys, run_inference; status = run_inference.main(sys.argv[1:]); "
-             "print('tensorflow' in sys.modules, 'parallel' in sys.modules); sys.exit(status)")
+             "print('tensorflow' in sys.modules, 'parallel.engine' in sys.modules); sys.exit(status)")
     done = subprocess.run([sys.executable, "-c", check, "--images", str(tmp_path), *flags], capture_output=True,
                           text=True, cwd=tmp_path, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPOSITORY)))
     assert done.returncode == 2, done
