@@ -60,8 +60,10 @@ slow to write and read, while a list column is compact, polars reads it as an Ar
 npy: `O` is float32 [N, D] (np.load(O, mmap_mode="r")), `O.paths.csv` the paths of its rows.
 """
 
+import contextlib
 import csv
 import errno
+import io
 import json
 import mmap
 import os
@@ -85,6 +87,8 @@ _TEMPORARY_SUFFIX = ".tmp"
 _SIDECAR_VERSION = 1
 # Parquet row groups of about this many bytes of features when close() merges the parts.
 _ROW_GROUP_BYTES = 64 << 20
+# close() copies the npy parts into the output in blocks of this many bytes: bounded memory.
+_COPY_BYTES = 16 << 20
 _PART_PATTERN = re.compile(r"part-(\d{6})\.(parquet|npy|paths\.csv)(\.tmp)?")
 _NEEDS_QUOTES = re.compile('[,"\r\n]')
 
@@ -133,7 +137,8 @@ def _fsync(path):
 
 
 def _write_all(descriptor, data):
-    view = memoryview(data)
+    """Writes all of `data` (bytes, or a C-contiguous array as its raw bytes): a full disk is an OSError."""
+    view = memoryview(data).cast("B")  # byte offsets, also for a 2-D array
     while view:
         written = os.write(descriptor, view)
         view = view[written:]
@@ -726,19 +731,29 @@ class _PartsWriter(FeatureWriter):
         if self.format == "parquet":
             _write_parquet(self._part(index, "parquet"), paths, features, self.column_prefix, compression="none")
         else:
-            with _temporary_then_rename(self._part(index, "npy")) as temporary, open(temporary, "wb") as file:
-                np.save(file, features)
+            with _temporary_then_rename(self._part(index, "npy")) as temporary:
+                _write_npy(temporary, len(features), self.feature_size, [features])
             _write_paths_csv(self._part(index, "paths.csv"), paths)
         _fsync(self._parts)
         self._commit(rows=self._record["rows"] + len(paths), parts=index + 1)
 
     def _finish(self):
         part_count = self._record["parts"]
-        if self.format == "parquet":
-            self._merge_parquet(part_count)
-        else:
-            self._merge_npy(part_count)
-        _fsync(self.output.parent)
+        try:
+            if self.format == "parquet":
+                self._merge_parquet(part_count)
+            else:
+                self._merge_npy(part_count)
+            _fsync(self.output.parent)
+        except Exception:
+            # The output may be in place already (npy: without its paths). Until the commit
+            # nothing may look finished; the parts stay, and a rerun merges them again.
+            for final in self._finals:
+                try:
+                    _remove(final)
+                except OSError:
+                    pass  # the next open removes it; the error that brought us here matters more
+            raise
 
     def _merge_parquet(self, part_count):
         import pyarrow as pa
@@ -746,36 +761,39 @@ class _PartsWriter(FeatureWriter):
         schema = _parquet_schema(self.column_prefix, self.feature_size)
         rows_per_group = max(1, _ROW_GROUP_BYTES // (4 * self.feature_size))
         with _temporary_then_rename(self.output) as temporary:
-            with pq.ParquetWriter(temporary, schema, **_PARQUET_OPTIONS) as parquet:
+            with _parquet_writer(temporary, schema, _PARQUET_OPTIONS) as parquet:
                 # Small parts are gathered into row groups of about _ROW_GROUP_BYTES; a big part
                 # (a finished output that new rows were added to) is read a row group at a time.
                 pending, pending_rows = [], 0
                 for index in range(part_count):
-                    part = pq.ParquetFile(self._part(index, "parquet"))
-                    for batch in part.iter_batches(batch_size=rows_per_group):
-                        pending.append(batch)
-                        pending_rows += batch.num_rows
-                        if pending_rows >= rows_per_group:
-                            parquet.write_table(pa.Table.from_batches(pending, schema), row_group_size=rows_per_group)
-                            pending, pending_rows = [], 0
-                    part.close()
+                    # with: a failed write (disk full) closes the part now, not when its traceback goes.
+                    with pq.ParquetFile(self._part(index, "parquet")) as part:
+                        for batch in part.iter_batches(batch_size=rows_per_group):
+                            pending.append(batch)
+                            pending_rows += batch.num_rows
+                            if pending_rows >= rows_per_group:
+                                parquet.write_table(pa.Table.from_batches(pending, schema),
+                                                    row_group_size=rows_per_group)
+                                pending, pending_rows = [], 0
                 if pending:
                     parquet.write_table(pa.Table.from_batches(pending, schema))
 
     def _merge_npy(self, part_count):
-        total = self._record["rows"]
-        with _temporary_then_rename(self.output) as temporary:
-            array = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32,
-                                              shape=(total, self.feature_size))
-            row = 0
-            for index in range(part_count):
-                part = np.load(self._part(index, "npy"), mmap_mode="r")
-                array[row:row + len(part)] = part
-                row += len(part)
-            array.flush()
-            del array
+        # closing(): on a failed write the part being read is closed now, not when the traceback goes.
+        with _temporary_then_rename(self.output) as temporary, \
+                contextlib.closing(self._npy_part_blocks(part_count)) as blocks:
+            _write_npy(temporary, self._record["rows"], self.feature_size, blocks)
         _write_paths_csv(self._finals[1], (path for index in range(part_count)
                                            for path in self._read_part_paths(index)))
+
+    def _npy_part_blocks(self, part_count):
+        """The features of parts 0 .. part_count - 1 in order, as bytes blocks of at most _COPY_BYTES."""
+        rows = 0
+        for index in range(part_count):
+            rows += yield from _npy_blocks(self._part(index, "npy"), self.feature_size)
+        if rows != self._record["rows"]:
+            raise OutputError("%s holds %d rows but its sidecar records %d: pass --overwrite to start afresh"
+                              % (self._parts, rows, self._record["rows"]))
 
     def _after_complete(self):
         self._remove_parts()
@@ -815,6 +833,68 @@ class _temporary_then_rename:
             pass  # the error that brought us here matters more
 
 
+def _npy_header(rows, feature_size):
+    """The header of an .npy file of float32 [rows, feature_size]: the bytes np.save and
+    np.lib.format.open_memmap write (they choose format 1.0, the oldest that holds the
+    header, which for a 2-D shape it always does)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                  "fortran_order": False, "shape": (int(rows), int(feature_size))})
+    return header.getvalue()
+
+
+def _write_npy(path, rows, feature_size, blocks):
+    """Writes `path` (created or truncated): an .npy file of float32 [rows, feature_size].
+
+    Plain writes, not a memory map: on a full disk a write fails with ENOSPC (an OSError),
+    where a store through a map (np.lib.format.open_memmap) kills the process with SIGBUS.
+
+    Args:
+      path: Path of the file.
+      rows: N, the rows recorded in the header.
+      feature_size: D, the floats per row recorded in the header.
+      blocks: iterable of the data in order, float32 C-contiguous arrays or bytes: N * D
+        float32 values in all, in native byte order (as np.save writes them).
+    """
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(descriptor, _npy_header(rows, feature_size))
+        for block in blocks:
+            _write_all(descriptor, block)
+    finally:
+        os.close(descriptor)
+
+
+def _npy_blocks(path, feature_size):
+    """Yields the data of the .npy file `path` (float32 [N, feature_size]) as bytes blocks of at
+    most _COPY_BYTES, read rather than mapped: bounded memory, whatever the file's size.
+
+    Returns:
+      N, the rows read (the value of `yield from`).
+
+    Raises:
+      OutputError: `path` is not such a file, or is shorter than its header says.
+    """
+    damaged = "%s is damaged: pass --overwrite to start afresh" % path
+    with open(path, "rb") as file:
+        try:
+            if np.lib.format.read_magic(file) != (1, 0):
+                raise ValueError("not format 1.0")
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(file)
+        except ValueError:
+            raise OutputError(damaged) from None
+        if dtype != np.float32 or fortran_order or len(shape) != 2 or shape[1] != feature_size:
+            raise OutputError(damaged)
+        remaining = shape[0] * feature_size * dtype.itemsize
+        while remaining:
+            block = file.read(min(remaining, _COPY_BYTES))
+            if not block:
+                raise OutputError(damaged)
+            remaining -= len(block)
+            yield block
+    return shape[0]
+
+
 def _write_paths_csv(path, paths):
     """`path`: a CSV of one column `path` (header included), atomically."""
     with _temporary_then_rename(path) as temporary:
@@ -841,16 +921,27 @@ def _parquet_schema(column_prefix, feature_size):
 _PARQUET_OPTIONS = {"use_dictionary": False, "write_statistics": ["path"], "compression": "snappy"}
 
 
-def _write_parquet(path, paths, features, column_prefix, compression):
+@contextlib.contextmanager
+def _parquet_writer(path, schema, options):
+    """A pq.ParquetWriter of `path` whose file is closed on every way out. Given a path,
+    pyarrow leaves the file open after a failed write (disk full) until the traceback is
+    gone, which keeps the space of the removed temporary file in use."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(sink, schema, **options) as parquet:
+        yield parquet
+
+
+def _write_parquet(path, paths, features, column_prefix, compression):
+    import pyarrow as pa
     raw = [_encode_name(name) for name in paths]
     readable = [name.decode("utf-8", "backslashreplace") for name in raw]
     values = pa.FixedSizeListArray.from_arrays(pa.array(features.reshape(-1)), features.shape[1])
     table = pa.Table.from_arrays([pa.array(readable, pa.string()), pa.array(raw, pa.binary()), values],
                                  schema=_parquet_schema(column_prefix, features.shape[1]))
     with _temporary_then_rename(path) as temporary:
-        pq.write_table(table, temporary, **dict(_PARQUET_OPTIONS, compression=compression))
+        with _parquet_writer(temporary, table.schema, dict(_PARQUET_OPTIONS, compression=compression)) as parquet:
+            parquet.write_table(table)
 
 
 def _parquet_paths(path):

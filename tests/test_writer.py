@@ -4,6 +4,7 @@ import csv
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -515,6 +516,149 @@ def test_disk_full_when_finalising_keeps_the_parts(tmp_path, monkeypatch):
     assert not output.exists()
     run_job(output, "npy", batches)
     assert_same_content(output, "npy", batches)
+
+
+class TmpfsDisk:
+    """A tmpfs that the test mounted: full is full (ENOSPC from write(), SIGBUS from a store
+    through a memory map), whichever library writes."""
+
+    real = True
+
+    def __init__(self, folder):
+        self.folder = folder
+        self._ballast = folder / "ballast"
+
+    def leave_free(self, free_bytes):
+        """Fills the file system with a ballast file until `free_bytes` (whole pages) are free."""
+        status = os.statvfs(self.folder)
+        with open(self._ballast, "wb") as file:
+            file.write(bytes(status.f_bavail * status.f_frsize - free_bytes))
+        status = os.statvfs(self.folder)
+        assert status.f_bavail * status.f_frsize == free_bytes
+
+    def free_space(self):
+        self._ballast.unlink()
+
+
+class SimulatedDisk:
+    """Without root or tmpfs: os.write fails with ENOSPC once `free_bytes` have been written.
+    Only the writer's own writes go through os.write (npy, not pyarrow nor Python file objects)."""
+
+    real = False
+
+    def __init__(self, folder, monkeypatch):
+        self.folder = folder
+        self._monkeypatch = monkeypatch
+
+    def leave_free(self, free_bytes):
+        free = {"bytes": free_bytes}
+        real_write = os.write
+
+        def write(descriptor, data):
+            if free["bytes"] <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written = real_write(descriptor, memoryview(data)[:free["bytes"]])
+            free["bytes"] -= written
+            return written
+        self._monkeypatch.setattr(os, "write", write)
+
+    def free_space(self):
+        self._monkeypatch.undo()
+
+
+@pytest.fixture
+def small_disk(tmp_path, monkeypatch):
+    """A folder on a file system of its own that a test can fill: a 1 MiB tmpfs, else a SimulatedDisk."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)]
+    if os.geteuid() != 0 or not shutil.which("mount") or subprocess.run(mount, capture_output=True).returncode:
+        yield SimulatedDisk(folder, monkeypatch)
+        return
+    try:
+        yield TmpfsDisk(folder)
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
+            subprocess.run(["umount", "--lazy", str(folder)], check=True)
+            pytest.fail("umount %s failed: a file on it was left open" % folder)
+
+
+@pytest.mark.parametrize("output_format, free", [
+    ("npy", "nothing"), ("npy", "half of the output"), ("npy", "all but the last page of the output"),
+    ("npy", "the output but not its paths file"),
+    ("parquet", "nothing"), ("parquet", "half of the output"), ("parquet", "all but the last page of the output")])
+def test_disk_full_during_the_final_merge_is_an_output_error_and_a_rerun_completes(tmp_path, small_disk,
+                                                                                 output_format, free):
+    if not small_disk.real and (output_format == "parquet" or "paths" in free):
+        pytest.skip("no tmpfs (needs root and mount): pyarrow and the paths file do not write through os.write, "
+                    "so a full disk cannot be simulated for them")
+    batches = [make_batch(index, rows=8, size=1024) for index in range(4)]
+    reference = tmp_path / "reference" / ("out." + output_format)
+    run_job(reference, output_format, batches)  # uninterrupted, on the usual file system
+    page = os.statvfs(tmp_path).f_frsize
+    output_pages = -(-reference.stat().st_size // page)
+    free_bytes = {"nothing": 0, "half of the output": output_pages // 2 * page,
+                  "all but the last page of the output": (output_pages - 1) * page,
+                  "the output but not its paths file": output_pages * page}[free]
+    output = small_disk.folder / "job" / ("out." + output_format)
+    writer = open_writer(output, format=output_format, feature_size=1024, settings=SETTINGS)
+    for batch in batches:
+        writer.write(*batch)
+    parts = sorted(os.listdir(str(output) + ".parts"))
+    small_disk.leave_free(free_bytes)
+    with pytest.raises(OutputError) as raised:
+        writer.close()  # before the merge wrote without a memory map, a tmpfs got SIGBUS here
+    assert str(raised.value) == "disk full while writing %s: 32 rows committed, rerun to resume" % output
+    # Nothing that looks finished, no temporary file: the sidecar still says "writing", with its parts.
+    assert sorted(os.listdir(output.parent)) == ["out.%s.parts" % output_format, "out.%s.run.json" % output_format]
+    assert sorted(os.listdir(str(output) + ".parts")) == parts
+    record = json.loads(sidecar_path(output).read_text())
+    assert (record["state"], record["rows"], record["parts"]) == ("writing", 32, 4)
+    small_disk.free_space()
+    run_job(output, output_format, batches)  # the rerun: every row is committed; close() merges
+    assert files_under(output.parent) == files_under(reference.parent)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (1, 4096), (5, 7), (1000, 3), (12345, 1)])
+def test_npy_output_and_parts_have_the_bytes_of_open_memmap_and_numpy_save(tmp_path, monkeypatch, shape):
+    features = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    mapped = np.lib.format.open_memmap(tmp_path / "open_memmap.npy", mode="w+", dtype=np.float32, shape=shape)
+    mapped[:] = features
+    mapped.flush()
+    del mapped
+    paths = ["image_%d.jpg" % row for row in range(shape[0])]
+    half = (shape[0] + 1) // 2
+    batches = [batch for batch in [(paths[:half], features[:half]), (paths[half:], features[half:])] if batch[0]]
+    output = tmp_path / "job" / "out.npy"
+    monkeypatch.setattr(writer_module, "_COPY_BYTES", 1000)  # blocks that split rows and floats
+    copied = []
+    real_write_npy = writer_module._write_npy
+
+    def write_npy(path, rows, feature_size, blocks):
+        real_write_npy(path, rows, feature_size, (copied.append(len(block)) or block for block in blocks))
+    with open_writer(output, format="npy", feature_size=shape[1], settings=SETTINGS) as writer:
+        for index, (batch_paths, batch_features) in enumerate(batches):
+            writer.write(batch_paths, batch_features)
+            np.save(tmp_path / "save.npy", batch_features)
+            part = tmp_path / "job" / "out.npy.parts" / ("part-%06d.npy" % index)
+            assert part.read_bytes() == (tmp_path / "save.npy").read_bytes()
+        monkeypatch.setattr(writer_module, "_write_npy", write_npy)
+    assert output.read_bytes() == (tmp_path / "open_memmap.npy").read_bytes()
+    # The parts are copied a block at a time, never a whole part: memory stays bounded.
+    assert sum(copied) == features.nbytes and all(size <= 1000 for size in copied)
+
+
+def test_a_damaged_npy_part_is_refused_when_merging(tmp_path):
+    output = tmp_path / "out.npy"
+    writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
+    writer.write(*make_batch(0))
+    writer.write(*make_batch(1))
+    writer.abort()
+    part = tmp_path / "out.npy.parts" / "part-000001.npy"
+    part.write_bytes(part.read_bytes()[:-4])
+    with pytest.raises(OutputError, match="part-000001.npy is damaged: pass --overwrite"):
+        open_writer(output, format="npy", feature_size=64, settings=SETTINGS).close()
+    assert sorted(os.listdir(tmp_path)) == ["out.npy.parts", "out.npy.run.json"]
 
 
 def test_missing_parent_folders_are_created(tmp_path):
