@@ -25,6 +25,10 @@ file is written):
     O.errors.csv       `ErrorLog`: the images that failed in the last run.
     *.tmp              transient: written, fsync'ed, then renamed over the real name.
 
+Only regular files are ever replaced or removed (O.parts/ only when it is a real folder):
+something else under one of these names (a device, a FIFO, a socket, a folder, a symbolic
+link) is refused with an OutputError, and nothing is removed.
+
 Commit protocol: data first (appended or written to a part, flushed, fsync'ed), then the
 sidecar is atomically replaced (temp file, fsync, os.replace, fsync of the folder). On
 open the sidecar is the truth: a CSV is truncated to its committed length (dropping a
@@ -69,6 +73,7 @@ import mmap
 import os
 import re
 import shutil
+import stat
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -166,6 +171,33 @@ def _remove(path):
 
 def _is_disk_full(error):
     return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+
+
+_REGULAR_FILE = "a regular file"
+_FILE_KINDS = ((stat.S_ISREG, _REGULAR_FILE), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_unless(path, allowed, advice):
+    """Raises OutputError unless `path` is missing or is `allowed` (_REGULAR_FILE or "a folder").
+
+    A symbolic link is never followed: replacing or removing it, or what it points to, could
+    destroy a file that is not this program's (an input image, a device node).
+
+    Returns:
+      `allowed`, or None when nothing is at `path`.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OutputError("cannot inspect %s: %s: %s" % (path, error.strerror, advice)) from error
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    if kind != allowed:
+        raise OutputError("%s is %s; not replacing it: %s" % (path, kind, advice))
+    return kind
 
 
 _FORMAT_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -317,9 +349,13 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
     Raises:
       ValueError: a bad argument (the value is in the message).
       OutputError: the output exists with other settings, exists but was not written by this
-        module, is damaged, or its folder cannot be written.
+        module, is damaged, or its folder cannot be written; or the output, or a file beside
+        it that would be replaced, is not a regular file (a device, a FIFO, a link, ...).
     """
     output, recorded = _validate(output, format, column_prefix, feature_size, settings)
+    for path in (output, sidecar_path(output)):
+        # With or without --overwrite: it would not replace them either, so the way out is another output.
+        _refuse_unless(path, _REGULAR_FILE, "choose another --output")
     writer_class = _CsvWriter if format == "csv" else _PartsWriter
     if overwrite:
         _remove_everything(output)
@@ -333,17 +369,26 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
 
 
 def _remove_everything(output):
-    """--overwrite: the data before the sidecar, so that a kill part-way leaves no foreign-looking file."""
+    """--overwrite: the data before the sidecar, so that a kill part-way leaves no foreign-looking file.
+
+    Everything is checked before anything is removed: a name held by something other than a
+    regular file (the parts: a real folder) stops --overwrite with nothing removed.
+    """
+    data = (output, _beside(output, PATHS_SUFFIX), _beside(output, ERRORS_SUFFIX),
+            _beside(output, _TEMPORARY_SUFFIX), _beside(output, PATHS_SUFFIX + _TEMPORARY_SUFFIX))
+    records = (sidecar_path(output), _beside(sidecar_path(output), _TEMPORARY_SUFFIX))
+    parts = _beside(output, PARTS_SUFFIX)
+    advice = "move it away or choose another --output"
+    for path in data + records:
+        _refuse_unless(path, _REGULAR_FILE, advice)
+    parts_exist = _refuse_unless(parts, "a folder", advice)
     try:
-        for path in (output, _beside(output, PATHS_SUFFIX), _beside(output, ERRORS_SUFFIX),
-                     _beside(output, _TEMPORARY_SUFFIX), _beside(output, PATHS_SUFFIX + _TEMPORARY_SUFFIX)):
-            if path.is_dir():
-                raise OutputError("--output %s: %s is a folder; not removing it" % (output, path))
+        for path in data:
             _remove(path)
-        if _beside(output, PARTS_SUFFIX).exists():
-            shutil.rmtree(_beside(output, PARTS_SUFFIX))
-        _remove(sidecar_path(output))
-        _remove(_beside(sidecar_path(output), _TEMPORARY_SUFFIX))
+        if parts_exist:
+            shutil.rmtree(parts)
+        for path in records:
+            _remove(path)
     except OSError as error:
         raise OutputError("--overwrite: cannot remove the old %s: %s" % (output, error.strerror)) from error
 
@@ -968,6 +1013,7 @@ class ErrorLog:
         self.path = self.path_for(output)
         self.count = 0
         self._file = None
+        _refuse_unless(self.path, _REGULAR_FILE, "move it away or choose another --output")
         try:
             _remove(self.path)
         except OSError as error:

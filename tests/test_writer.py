@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -85,6 +86,45 @@ def assert_same_content(output, output_format, batches):
 def files_under(folder):
     return {path.relative_to(folder).as_posix(): path.read_bytes()
             for path in sorted(Path(folder).rglob("*")) if path.is_file()}
+
+
+def entries_under(folder):
+    """{relative path: (file type, device number, content)} of everything under `folder`, links
+    not followed: a regular file's bytes, a link's target."""
+    entries = {}
+    for root, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(root, name)
+            status = os.lstat(path)
+            content = (path.read_bytes() if stat.S_ISREG(status.st_mode)
+                       else os.readlink(path) if stat.S_ISLNK(status.st_mode) else None)
+            entries[path.relative_to(folder).as_posix()] = (stat.S_IFMT(status.st_mode), status.st_rdev, content)
+    return entries
+
+
+NODE_KINDS = {"fifo": "a FIFO", "character device": "a character device", "symbolic link": "a symbolic link"}
+
+
+@pytest.fixture
+def make_node():
+    """make_node(path, kind, target) puts something that is not a regular file at `path` (a link
+    points to `target`). A FIFO is held open for writing until the test ends, so that code
+    opening it to read fails the test instead of blocking it for ever."""
+    descriptors = []
+
+    def make(path, kind, target):
+        if kind == "fifo":
+            os.mkfifo(path)
+            descriptors.append(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+        elif kind == "character device":
+            if os.geteuid() != 0:
+                pytest.skip("os.mknod of a character device needs root")
+            os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/null").st_rdev)  # a copy of /dev/null
+        else:
+            path.symlink_to(target)
+    yield make
+    for descriptor in descriptors:
+        os.close(descriptor)
 
 
 # -- floats ---------------------------------------------------------------------------
@@ -412,6 +452,55 @@ def test_overwrite_removes_output_sidecar_parts_and_errors(tmp_path, output_form
     assert_same_content(output, output_format, [make_batch(1)])
     assert json.loads(sidecar_path(output).read_text())["settings"]["layer"] == "fc6"
     assert not Path(str(output) + ".parts").exists()
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS)
+@pytest.mark.parametrize("suffix", ["", ".paths.csv", ".errors.csv", ".run.json", ".tmp", ".run.json.tmp", ".parts"])
+def test_overwrite_removes_nothing_when_a_name_is_not_a_regular_file(tmp_path, make_node, suffix, kind):
+    output = tmp_path / "job" / "out.npy"
+    writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
+    writer.write(*make_batch(0))
+    writer.abort()
+    with ErrorLog(output) as log:
+        log.add("bad.jpg", "decode", "truncated")
+    elsewhere = tmp_path / "elsewhere"  # what a link points to: an input image, or a folder of them
+    elsewhere.mkdir()
+    (elsewhere / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    node = Path(str(output) + suffix)
+    if node.is_dir():
+        shutil.rmtree(node)
+    elif node.exists():
+        node.unlink()
+    make_node(node, kind, elsewhere if suffix == ".parts" else elsewhere / "precious.jpg")
+    before = entries_under(tmp_path)
+    with pytest.raises(OutputError) as raised:
+        open_writer(output, format="npy", feature_size=64, settings=SETTINGS, overwrite=True)
+    message = str(raised.value)
+    assert message.startswith("%s is %s; not replacing it: " % (node, NODE_KINDS[kind])), message
+    assert message.endswith("choose another --output") and "\n" not in message
+    assert entries_under(tmp_path) == before  # checked first: nothing removed, the node still there
+
+
+@pytest.mark.parametrize("suffix, kind", [("", "fifo"), ("", "character device"), ("", "symbolic link"),
+                                          (".run.json", "character device"), (".run.json", "symbolic link")])
+def test_an_output_that_is_not_a_regular_file_is_refused_without_suggesting_overwrite(tmp_path, make_node,
+                                                                                        suffix, kind):
+    output = tmp_path / "out.csv"
+    (tmp_path / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    make_node(Path(str(output) + suffix), kind, tmp_path / "precious.jpg")
+    before = entries_under(tmp_path)
+    with pytest.raises(OutputError) as raised:
+        open_writer(output, feature_size=64, settings=SETTINGS)
+    assert str(raised.value) == "%s%s is %s; not replacing it: choose another --output" % (output, suffix,
+                                                                                            NODE_KINDS[kind])
+    assert entries_under(tmp_path) == before
+
+
+def test_error_log_does_not_remove_what_is_not_a_regular_file(tmp_path, make_node):
+    make_node(ErrorLog.path_for(tmp_path / "out.csv"), "fifo", None)
+    with pytest.raises(OutputError, match="out.csv.errors.csv is a FIFO; not replacing it"):
+        ErrorLog(tmp_path / "out.csv")
+    assert stat.S_ISFIFO(os.lstat(ErrorLog.path_for(tmp_path / "out.csv")).st_mode)
 
 
 @pytest.mark.parametrize("output_format", FORMATS)
