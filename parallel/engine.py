@@ -134,7 +134,8 @@ def run(config):
                                                    weights=weights))
         del weights  # the devices hold their copies now
         writer = open_writer(output, format=config.output_format, column_prefix=config.model.output_name,
-                             feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite)
+                             feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
+                             sort_paths=True)
         stages.callback(writer.abort)  # committed rows stay committed and resumable; no-op after close()
         job = freeze_job(frozen, current, writer, images_root, output)
         todo = [path for path in job.paths if path not in writer.completed]

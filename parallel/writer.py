@@ -25,6 +25,10 @@ file is written):
     O.errors.csv       `ErrorLog`: the images that failed in the last run.
     *.tmp              transient: written, fsync'ed, then renamed over the real name.
 
+Only regular files are ever replaced or removed (O.parts/ only when it is a real folder):
+something else under one of these names (a device, a FIFO, a socket, a folder, a symbolic
+link) is refused with an OutputError, and nothing is removed.
+
 Commit protocol: data first (appended or written to a part, flushed, fsync'ed), then the
 sidecar is atomically replaced (temp file, fsync, os.replace, fsync of the folder). On
 open the sidecar is the truth: a CSV is truncated to its committed length (dropping a
@@ -60,14 +64,19 @@ slow to write and read, while a list column is compact, polars reads it as an Ar
 npy: `O` is float32 [N, D] (np.load(O, mmap_mode="r")), `O.paths.csv` the paths of its rows.
 """
 
+import bisect
+import contextlib
 import csv
 import errno
 import heapq
+import io
+import itertools
 import json
 import mmap
 import os
 import re
 import shutil
+import stat
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +95,8 @@ _TEMPORARY_SUFFIX = ".tmp"
 _SIDECAR_VERSION = 1
 # Parquet row groups of about this many bytes of features when close() merges the parts.
 _ROW_GROUP_BYTES = 64 << 20
+# close() copies the npy parts into the output in blocks of this many bytes: bounded memory.
+_COPY_BYTES = 16 << 20
 _PART_PATTERN = re.compile(r"part-(\d{6})\.(parquet|npy|paths\.csv)(\.tmp)?")
 _NEEDS_QUOTES = re.compile('[,"\r\n]')
 
@@ -134,7 +145,8 @@ def _fsync(path):
 
 
 def _write_all(descriptor, data):
-    view = memoryview(data)
+    """Writes all of `data` (bytes, or a C-contiguous array as its raw bytes): a full disk is an OSError."""
+    view = memoryview(data).cast("B")  # byte offsets, also for a 2-D array
     while view:
         written = os.write(descriptor, view)
         view = view[written:]
@@ -178,6 +190,33 @@ def _remove(path):
 
 def _is_disk_full(error):
     return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+
+
+_REGULAR_FILE = "a regular file"
+_FILE_KINDS = ((stat.S_ISREG, _REGULAR_FILE), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_unless(path, allowed, advice):
+    """Raises OutputError unless `path` is missing or is `allowed` (_REGULAR_FILE or "a folder").
+
+    A symbolic link is never followed: replacing or removing it, or what it points to, could
+    destroy a file that is not this program's (an input image, a device node).
+
+    Returns:
+      `allowed`, or None when nothing is at `path`.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise OutputError("cannot inspect %s: %s: %s" % (path, error.strerror, advice)) from error
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    if kind != allowed:
+        raise OutputError("%s is %s; not replacing it: %s" % (path, kind, advice))
+    return kind
 
 
 _FORMAT_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -316,7 +355,8 @@ def _validate(output, output_format, column_prefix, feature_size, settings):
     return output, dict(settings, **own)
 
 
-def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, settings, overwrite=False):
+def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, settings, overwrite=False,
+                sort_paths=False):
     """Opens `output` for writing: a new output, or the resumption of an earlier one.
 
     Args:
@@ -328,6 +368,10 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
         features (model, layer, weights identity, resize, ...). An existing output recorded
         with other settings is never appended to.
       overwrite: remove the output, its sidecar, parts and errors file first and start afresh.
+      sort_paths: the finished output's rows are in path order, whatever order they were
+        written in (the engine's outputs): rows of a rerun that sort before committed ones (an
+        image repaired after it failed) are merged into place by close(). False: rows stay in
+        the order written.
 
     Returns:
       FeatureWriter; its `completed` holds the paths committed by earlier runs.
@@ -335,9 +379,13 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
     Raises:
       ValueError: a bad argument (the value is in the message).
       OutputError: the output exists with other settings, exists but was not written by this
-        module, is damaged, or its folder cannot be written.
+        module, is damaged, or its folder cannot be written; or the output, or a file beside
+        it that would be replaced, is not a regular file (a device, a FIFO, a link, ...).
     """
     output, recorded = _validate(output, format, column_prefix, feature_size, settings)
+    for path in (output, sidecar_path(output)):
+        # With or without --overwrite: it would not replace them either, so the way out is another output.
+        _refuse_unless(path, _REGULAR_FILE, "choose another --output")
     writer_class = _CsvWriter if format == "csv" else _PartsWriter
     if overwrite:
         _remove_everything(output)
@@ -347,21 +395,32 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
     elif output.exists():
         raise OutputError("%s exists and was not written by this program (no %s): pass --overwrite to replace "
                           "it or choose another --output" % (output, sidecar_path(output).name))
-    return writer_class(output, format, column_prefix, int(feature_size), recorded, record)
+    writer = writer_class(output, format, column_prefix, int(feature_size), recorded, record)
+    writer.sort_paths = bool(sort_paths)
+    return writer
 
 
 def _remove_everything(output):
-    """--overwrite: the data before the sidecar, so that a kill part-way leaves no foreign-looking file."""
+    """--overwrite: the data before the sidecar, so that a kill part-way leaves no foreign-looking file.
+
+    Everything is checked before anything is removed: a name held by something other than a
+    regular file (the parts: a real folder) stops --overwrite with nothing removed.
+    """
+    data = (output, _beside(output, PATHS_SUFFIX), _beside(output, ERRORS_SUFFIX),
+            _beside(output, _TEMPORARY_SUFFIX), _beside(output, PATHS_SUFFIX + _TEMPORARY_SUFFIX))
+    records = (sidecar_path(output), _beside(sidecar_path(output), _TEMPORARY_SUFFIX))
+    parts = _beside(output, PARTS_SUFFIX)
+    advice = "move it away or choose another --output"
+    for path in data + records:
+        _refuse_unless(path, _REGULAR_FILE, advice)
+    parts_exist = _refuse_unless(parts, "a folder", advice)
     try:
-        for path in (output, _beside(output, PATHS_SUFFIX), _beside(output, ERRORS_SUFFIX),
-                     _beside(output, _TEMPORARY_SUFFIX), _beside(output, PATHS_SUFFIX + _TEMPORARY_SUFFIX)):
-            if path.is_dir():
-                raise OutputError("--output %s: %s is a folder; not removing it" % (output, path))
+        for path in data:
             _remove(path)
-        if _beside(output, PARTS_SUFFIX).exists():
-            shutil.rmtree(_beside(output, PARTS_SUFFIX))
-        _remove(sidecar_path(output))
-        _remove(_beside(sidecar_path(output), _TEMPORARY_SUFFIX))
+        if parts_exist:
+            shutil.rmtree(parts)
+        for path in records:
+            _remove(path)
     except OSError as error:
         raise OutputError("--overwrite: cannot remove the old %s: %s" % (output, error.strerror)) from error
 
@@ -464,6 +523,7 @@ class FeatureWriter:
             raise
         self._written = set()  # by this writer: with `completed`, what a new row must not repeat
         self._order = paths  # every committed path, in the order of the rows; write() appends
+        self.sort_paths = False
 
     @property
     def rows_committed(self):
@@ -536,7 +596,7 @@ class FeatureWriter:
                               % (self.output, self.rows_committed))
         try:
             if self._record["state"] != "complete":
-                self._finish(_sorted_runs(self._order))
+                self._finish(_sorted_runs(self._order) if self.sort_paths else [(0, len(self._order))])
                 self._commit(state="complete", parts=0)  # the parts are deleted next
                 self._after_complete()
         except OSError as error:
@@ -800,19 +860,31 @@ class _PartsWriter(FeatureWriter):
         if self.format == "parquet":
             _write_parquet(self._part(index, "parquet"), paths, features, self.column_prefix, compression="none")
         else:
-            with _temporary_then_rename(self._part(index, "npy")) as temporary, open(temporary, "wb") as file:
-                np.save(file, features)
+            with _temporary_then_rename(self._part(index, "npy")) as temporary:
+                _write_npy(temporary, len(features), self.feature_size, [features])
             _write_paths_csv(self._part(index, "paths.csv"), paths)
         _fsync(self._parts)
         self._commit(rows=self._record["rows"] + len(paths), parts=index + 1)
 
     def _finish(self, runs):
         part_count = self._record["parts"]
-        if self.format == "parquet":
-            self._merge_parquet(part_count)
-        else:
-            self._merge_npy(part_count)
-        _fsync(self.output.parent)
+        try:
+            if len(runs) > 1:  # rows of a rerun sort before earlier ones: merged back into path order
+                self._merge_sorted(runs, part_count)
+            elif self.format == "parquet":
+                self._merge_parquet(part_count)
+            else:
+                self._merge_npy(part_count)
+            _fsync(self.output.parent)
+        except Exception:
+            # The output may be in place already (npy: without its paths). Until the commit
+            # nothing may look finished; the parts stay, and a rerun merges them again.
+            for final in self._finals:
+                try:
+                    _remove(final)
+                except OSError:
+                    pass  # the next open removes it; the error that brought us here matters more
+            raise
 
     def _merge_parquet(self, part_count):
         import pyarrow as pa
@@ -820,36 +892,97 @@ class _PartsWriter(FeatureWriter):
         schema = _parquet_schema(self.column_prefix, self.feature_size)
         rows_per_group = max(1, _ROW_GROUP_BYTES // (4 * self.feature_size))
         with _temporary_then_rename(self.output) as temporary:
-            with pq.ParquetWriter(temporary, schema, **_PARQUET_OPTIONS) as parquet:
+            with _parquet_writer(temporary, schema, _PARQUET_OPTIONS) as parquet:
                 # Small parts are gathered into row groups of about _ROW_GROUP_BYTES; a big part
                 # (a finished output that new rows were added to) is read a row group at a time.
                 pending, pending_rows = [], 0
                 for index in range(part_count):
-                    part = pq.ParquetFile(self._part(index, "parquet"))
-                    for batch in part.iter_batches(batch_size=rows_per_group):
-                        pending.append(batch)
-                        pending_rows += batch.num_rows
-                        if pending_rows >= rows_per_group:
-                            parquet.write_table(pa.Table.from_batches(pending, schema), row_group_size=rows_per_group)
-                            pending, pending_rows = [], 0
-                    part.close()
+                    # with: a failed write (disk full) closes the part now, not when its traceback goes.
+                    with pq.ParquetFile(self._part(index, "parquet")) as part:
+                        for batch in part.iter_batches(batch_size=rows_per_group):
+                            pending.append(batch)
+                            pending_rows += batch.num_rows
+                            if pending_rows >= rows_per_group:
+                                parquet.write_table(pa.Table.from_batches(pending, schema),
+                                                    row_group_size=rows_per_group)
+                                pending, pending_rows = [], 0
                 if pending:
                     parquet.write_table(pa.Table.from_batches(pending, schema))
 
     def _merge_npy(self, part_count):
-        total = self._record["rows"]
-        with _temporary_then_rename(self.output) as temporary:
-            array = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32,
-                                              shape=(total, self.feature_size))
-            row = 0
-            for index in range(part_count):
-                part = np.load(self._part(index, "npy"), mmap_mode="r")
-                array[row:row + len(part)] = part
-                row += len(part)
-            array.flush()
-            del array
+        # closing(): on a failed write the part being read is closed now, not when the traceback goes.
+        with _temporary_then_rename(self.output) as temporary, \
+                contextlib.closing(self._npy_part_blocks(part_count)) as blocks:
+            _write_npy(temporary, self._record["rows"], self.feature_size, blocks)
         _write_paths_csv(self._finals[1], (path for index in range(part_count)
                                            for path in self._read_part_paths(index)))
+
+    def _merge_sorted(self, runs, part_count):
+        """The output from the parts, rows in path order: a streaming merge of the sorted runs,
+        each read one part at a time (memory: a part per run, and a chunk of the output)."""
+        starts = [0]
+        for index in range(part_count):
+            starts.append(starts[-1] + len(self._read_part_paths(index)))
+        chunk_rows = max(1, _ROW_GROUP_BYTES // (4 * self.feature_size))
+        # ExitStack: on a failure (disk full) every part being read is closed now, not when the traceback goes.
+        with contextlib.ExitStack() as streams, _temporary_then_rename(self.output) as temporary:
+            merged = heapq.merge(*(streams.enter_context(contextlib.closing(self._rows(start, stop, starts)))
+                                   for start, stop in runs), key=lambda row: row[0])
+            chunks = ((paths, np.stack(features)) for paths, features in
+                      (zip(*chunk) for chunk in iter(lambda: list(itertools.islice(merged, chunk_rows)), [])))
+            if self.format == "npy":
+                _write_npy(temporary, self._record["rows"], self.feature_size,
+                           (features for _, features in chunks))
+            else:
+                schema = _parquet_schema(self.column_prefix, self.feature_size)
+                with _parquet_writer(temporary, schema, _PARQUET_OPTIONS) as parquet:
+                    for paths, features in chunks:
+                        parquet.write_table(_parquet_table(paths, features, self.column_prefix),
+                                            row_group_size=chunk_rows)
+        if self.format == "npy":
+            _write_paths_csv(self._finals[1], sorted(self._order))
+
+    def _rows(self, start, stop, starts):
+        """(path, features float32 [D]) of rows start .. stop - 1, read part by part; `starts`
+        holds the first row of each part."""
+        index = bisect.bisect_right(starts, start) - 1
+        row = starts[index]
+        while row < stop:
+            for features in self._part_features(index):
+                if row >= stop:
+                    return
+                if row >= start:
+                    yield self._order[row], features
+                row += 1
+            index += 1
+
+    def _part_features(self, index):
+        """The feature rows of part `index`, float32 [D] each, in order, a block at a time."""
+        if self.format == "npy":
+            # Read through a map: only stores through one fault on a full disk; a short file is refused here.
+            path = self._part(index, "npy")
+            try:
+                features = np.load(path, mmap_mode="r")
+            except ValueError:
+                raise OutputError("%s is damaged: pass --overwrite to start afresh" % path) from None
+            if features.dtype != np.float32 or features.shape[1:] != (self.feature_size,):
+                raise OutputError("%s is damaged: pass --overwrite to start afresh" % path)
+            yield from features
+            return
+        import pyarrow.parquet as pq
+        with pq.ParquetFile(self._part(index, "parquet")) as part:
+            for batch in part.iter_batches(columns=[self.column_prefix]):
+                values = batch.column(0).flatten().to_numpy(zero_copy_only=False)
+                yield from values.reshape(-1, self.feature_size)
+
+    def _npy_part_blocks(self, part_count):
+        """The features of parts 0 .. part_count - 1 in order, as bytes blocks of at most _COPY_BYTES."""
+        rows = 0
+        for index in range(part_count):
+            rows += yield from _npy_blocks(self._part(index, "npy"), self.feature_size)
+        if rows != self._record["rows"]:
+            raise OutputError("%s holds %d rows but its sidecar records %d: pass --overwrite to start afresh"
+                              % (self._parts, rows, self._record["rows"]))
 
     def _after_complete(self):
         self._remove_parts()
@@ -889,6 +1022,68 @@ class _temporary_then_rename:
             pass  # the error that brought us here matters more
 
 
+def _npy_header(rows, feature_size):
+    """The header of an .npy file of float32 [rows, feature_size]: the bytes np.save and
+    np.lib.format.open_memmap write (they choose format 1.0, the oldest that holds the
+    header, which for a 2-D shape it always does)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                  "fortran_order": False, "shape": (int(rows), int(feature_size))})
+    return header.getvalue()
+
+
+def _write_npy(path, rows, feature_size, blocks):
+    """Writes `path` (created or truncated): an .npy file of float32 [rows, feature_size].
+
+    Plain writes, not a memory map: on a full disk a write fails with ENOSPC (an OSError),
+    where a store through a map (np.lib.format.open_memmap) kills the process with SIGBUS.
+
+    Args:
+      path: Path of the file.
+      rows: N, the rows recorded in the header.
+      feature_size: D, the floats per row recorded in the header.
+      blocks: iterable of the data in order, float32 C-contiguous arrays or bytes: N * D
+        float32 values in all, in native byte order (as np.save writes them).
+    """
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(descriptor, _npy_header(rows, feature_size))
+        for block in blocks:
+            _write_all(descriptor, block)
+    finally:
+        os.close(descriptor)
+
+
+def _npy_blocks(path, feature_size):
+    """Yields the data of the .npy file `path` (float32 [N, feature_size]) as bytes blocks of at
+    most _COPY_BYTES, read rather than mapped: bounded memory, whatever the file's size.
+
+    Returns:
+      N, the rows read (the value of `yield from`).
+
+    Raises:
+      OutputError: `path` is not such a file, or is shorter than its header says.
+    """
+    damaged = "%s is damaged: pass --overwrite to start afresh" % path
+    with open(path, "rb") as file:
+        try:
+            if np.lib.format.read_magic(file) != (1, 0):
+                raise ValueError("not format 1.0")
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(file)
+        except ValueError:
+            raise OutputError(damaged) from None
+        if dtype != np.float32 or fortran_order or len(shape) != 2 or shape[1] != feature_size:
+            raise OutputError(damaged)
+        remaining = shape[0] * feature_size * dtype.itemsize
+        while remaining:
+            block = file.read(min(remaining, _COPY_BYTES))
+            if not block:
+                raise OutputError(damaged)
+            remaining -= len(block)
+            yield block
+    return shape[0]
+
+
 def _write_paths_csv(path, paths):
     """`path`: a CSV of one column `path` (header included), atomically."""
     with _temporary_then_rename(path) as temporary:
@@ -915,16 +1110,32 @@ def _parquet_schema(column_prefix, feature_size):
 _PARQUET_OPTIONS = {"use_dictionary": False, "write_statistics": ["path"], "compression": "snappy"}
 
 
-def _write_parquet(path, paths, features, column_prefix, compression):
+@contextlib.contextmanager
+def _parquet_writer(path, schema, options):
+    """A pq.ParquetWriter of `path` whose file is closed on every way out. Given a path,
+    pyarrow leaves the file open after a failed write (disk full) until the traceback is
+    gone, which keeps the space of the removed temporary file in use."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(sink, schema, **options) as parquet:
+        yield parquet
+
+
+def _parquet_table(paths, features, column_prefix):
+    """The Parquet output's table of a batch: path, path_bytes, and features float32 [N, D] as one list column."""
+    import pyarrow as pa
     raw = [_encode_name(name) for name in paths]
     readable = [name.decode("utf-8", "backslashreplace") for name in raw]
     values = pa.FixedSizeListArray.from_arrays(pa.array(features.reshape(-1)), features.shape[1])
-    table = pa.Table.from_arrays([pa.array(readable, pa.string()), pa.array(raw, pa.binary()), values],
-                                 schema=_parquet_schema(column_prefix, features.shape[1]))
+    return pa.Table.from_arrays([pa.array(readable, pa.string()), pa.array(raw, pa.binary()), values],
+                                schema=_parquet_schema(column_prefix, features.shape[1]))
+
+
+def _write_parquet(path, paths, features, column_prefix, compression):
+    table = _parquet_table(paths, features, column_prefix)
     with _temporary_then_rename(path) as temporary:
-        pq.write_table(table, temporary, **dict(_PARQUET_OPTIONS, compression=compression))
+        with _parquet_writer(temporary, table.schema, dict(_PARQUET_OPTIONS, compression=compression)) as parquet:
+            parquet.write_table(table)
 
 
 def _parquet_paths(path):
@@ -951,6 +1162,7 @@ class ErrorLog:
         self.path = self.path_for(output)
         self.count = 0
         self._file = None
+        _refuse_unless(self.path, _REGULAR_FILE, "move it away or choose another --output")
         try:
             _remove(self.path)
         except OSError as error:

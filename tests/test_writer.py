@@ -4,7 +4,9 @@ import csv
 import errno
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -84,6 +86,45 @@ def assert_same_content(output, output_format, batches):
 def files_under(folder):
     return {path.relative_to(folder).as_posix(): path.read_bytes()
             for path in sorted(Path(folder).rglob("*")) if path.is_file()}
+
+
+def entries_under(folder):
+    """{relative path: (file type, device number, content)} of everything under `folder`, links
+    not followed: a regular file's bytes, a link's target."""
+    entries = {}
+    for root, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(root, name)
+            status = os.lstat(path)
+            content = (path.read_bytes() if stat.S_ISREG(status.st_mode)
+                       else os.readlink(path) if stat.S_ISLNK(status.st_mode) else None)
+            entries[path.relative_to(folder).as_posix()] = (stat.S_IFMT(status.st_mode), status.st_rdev, content)
+    return entries
+
+
+NODE_KINDS = {"fifo": "a FIFO", "character device": "a character device", "symbolic link": "a symbolic link"}
+
+
+@pytest.fixture
+def make_node():
+    """make_node(path, kind, target) puts something that is not a regular file at `path` (a link
+    points to `target`). A FIFO is held open for writing until the test ends, so that code
+    opening it to read fails the test instead of blocking it for ever."""
+    descriptors = []
+
+    def make(path, kind, target):
+        if kind == "fifo":
+            os.mkfifo(path)
+            descriptors.append(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+        elif kind == "character device":
+            if os.geteuid() != 0:
+                pytest.skip("os.mknod of a character device needs root")
+            os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/null").st_rdev)  # a copy of /dev/null
+        else:
+            path.symlink_to(target)
+    yield make
+    for descriptor in descriptors:
+        os.close(descriptor)
 
 
 # -- floats ---------------------------------------------------------------------------
@@ -231,6 +272,39 @@ def test_resume_after_abort_writes_the_rest_once(tmp_path, output_format):
     assert_same_content(output, output_format, batches)
     if output_format == "csv":
         assert output.read_bytes() == reference.read_bytes()
+
+
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_rows_written_out_of_order_are_merged_back_into_path_order(tmp_path, output_format, monkeypatch):
+    """A rerun that computes images sorting before committed rows (an image repaired after it failed):
+    close() writes what one run in path order would have written: the same bytes for CSV and npy,
+    the same table for Parquet (whose row groups follow the parts the rows came in)."""
+    monkeypatch.setattr(writer_module, "_ROW_GROUP_BYTES", 3 * 4 * 5)  # 3 rows a chunk: several chunks
+    rng = np.random.default_rng(7)
+    names = ["%s/%02d.jpg" % (folder, index) for folder in ("a", UNDECODABLE, "new\nline") for index in range(4)]
+    values = {name: rng.standard_normal(5).astype(np.float32) for name in names}
+    runs = [names[1::2], names[::4], [name for name in names[::-1] if name not in names[1::2] + names[::4]]]
+    output = tmp_path / ("out." + output_format)
+    for run in runs:  # three runs, each closed (the second and third reopen a complete output)
+        writer = open_writer(output, format=output_format, feature_size=5, settings=SETTINGS, sort_paths=True)
+        for start in range(0, len(run), 2):
+            batch = run[start:start + 2]
+            writer.write(batch, np.stack([values[name] for name in batch]))
+        writer.close()
+    reference = tmp_path / "reference" / output.name
+    in_order = sorted(names)
+    run_job(reference, output_format, [(in_order[start:start + 2], np.stack([values[name] for name in
+                                                                          in_order[start:start + 2]]))
+                                       for start in range(0, len(in_order), 2)])
+    if output_format == "parquet":
+        assert pq.read_table(output).equals(pq.read_table(reference))
+        assert pq.read_schema(output).equals(pq.read_schema(reference))
+    else:
+        assert output.read_bytes() == reference.read_bytes()
+    paths, features = read_output(output, output_format)
+    assert paths == in_order
+    np.testing.assert_array_equal(features, np.stack([values[name] for name in in_order]))
+    assert open_writer(output, format=output_format, feature_size=5, settings=SETTINGS).completed == set(names)
 
 
 def test_partial_line_left_by_a_kill_is_dropped(tmp_path):
@@ -413,6 +487,55 @@ def test_overwrite_removes_output_sidecar_parts_and_errors(tmp_path, output_form
     assert not Path(str(output) + ".parts").exists()
 
 
+@pytest.mark.parametrize("kind", NODE_KINDS)
+@pytest.mark.parametrize("suffix", ["", ".paths.csv", ".errors.csv", ".run.json", ".tmp", ".run.json.tmp", ".parts"])
+def test_overwrite_removes_nothing_when_a_name_is_not_a_regular_file(tmp_path, make_node, suffix, kind):
+    output = tmp_path / "job" / "out.npy"
+    writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
+    writer.write(*make_batch(0))
+    writer.abort()
+    with ErrorLog(output) as log:
+        log.add("bad.jpg", "decode", "truncated")
+    elsewhere = tmp_path / "elsewhere"  # what a link points to: an input image, or a folder of them
+    elsewhere.mkdir()
+    (elsewhere / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    node = Path(str(output) + suffix)
+    if node.is_dir():
+        shutil.rmtree(node)
+    elif node.exists():
+        node.unlink()
+    make_node(node, kind, elsewhere if suffix == ".parts" else elsewhere / "precious.jpg")
+    before = entries_under(tmp_path)
+    with pytest.raises(OutputError) as raised:
+        open_writer(output, format="npy", feature_size=64, settings=SETTINGS, overwrite=True)
+    message = str(raised.value)
+    assert message.startswith("%s is %s; not replacing it: " % (node, NODE_KINDS[kind])), message
+    assert message.endswith("choose another --output") and "\n" not in message
+    assert entries_under(tmp_path) == before  # checked first: nothing removed, the node still there
+
+
+@pytest.mark.parametrize("suffix, kind", [("", "fifo"), ("", "character device"), ("", "symbolic link"),
+                                          (".run.json", "character device"), (".run.json", "symbolic link")])
+def test_an_output_that_is_not_a_regular_file_is_refused_without_suggesting_overwrite(tmp_path, make_node,
+                                                                                        suffix, kind):
+    output = tmp_path / "out.csv"
+    (tmp_path / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    make_node(Path(str(output) + suffix), kind, tmp_path / "precious.jpg")
+    before = entries_under(tmp_path)
+    with pytest.raises(OutputError) as raised:
+        open_writer(output, feature_size=64, settings=SETTINGS)
+    assert str(raised.value) == "%s%s is %s; not replacing it: choose another --output" % (output, suffix,
+                                                                                            NODE_KINDS[kind])
+    assert entries_under(tmp_path) == before
+
+
+def test_error_log_does_not_remove_what_is_not_a_regular_file(tmp_path, make_node):
+    make_node(ErrorLog.path_for(tmp_path / "out.csv"), "fifo", None)
+    with pytest.raises(OutputError, match="out.csv.errors.csv is a FIFO; not replacing it"):
+        ErrorLog(tmp_path / "out.csv")
+    assert stat.S_ISFIFO(os.lstat(ErrorLog.path_for(tmp_path / "out.csv")).st_mode)
+
+
 @pytest.mark.parametrize("output_format", FORMATS)
 def test_rerunning_a_finished_output_writes_nothing_and_changes_nothing(tmp_path, output_format):
     batches = [make_batch(index) for index in range(3)]
@@ -515,6 +638,149 @@ def test_disk_full_when_finalising_keeps_the_parts(tmp_path, monkeypatch):
     assert not output.exists()
     run_job(output, "npy", batches)
     assert_same_content(output, "npy", batches)
+
+
+class TmpfsDisk:
+    """A tmpfs that the test mounted: full is full (ENOSPC from write(), SIGBUS from a store
+    through a memory map), whichever library writes."""
+
+    real = True
+
+    def __init__(self, folder):
+        self.folder = folder
+        self._ballast = folder / "ballast"
+
+    def leave_free(self, free_bytes):
+        """Fills the file system with a ballast file until `free_bytes` (whole pages) are free."""
+        status = os.statvfs(self.folder)
+        with open(self._ballast, "wb") as file:
+            file.write(bytes(status.f_bavail * status.f_frsize - free_bytes))
+        status = os.statvfs(self.folder)
+        assert status.f_bavail * status.f_frsize == free_bytes
+
+    def free_space(self):
+        self._ballast.unlink()
+
+
+class SimulatedDisk:
+    """Without root or tmpfs: os.write fails with ENOSPC once `free_bytes` have been written.
+    Only the writer's own writes go through os.write (npy, not pyarrow nor Python file objects)."""
+
+    real = False
+
+    def __init__(self, folder, monkeypatch):
+        self.folder = folder
+        self._monkeypatch = monkeypatch
+
+    def leave_free(self, free_bytes):
+        free = {"bytes": free_bytes}
+        real_write = os.write
+
+        def write(descriptor, data):
+            if free["bytes"] <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written = real_write(descriptor, memoryview(data)[:free["bytes"]])
+            free["bytes"] -= written
+            return written
+        self._monkeypatch.setattr(os, "write", write)
+
+    def free_space(self):
+        self._monkeypatch.undo()
+
+
+@pytest.fixture
+def small_disk(tmp_path, monkeypatch):
+    """A folder on a file system of its own that a test can fill: a 1 MiB tmpfs, else a SimulatedDisk."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)]
+    if os.geteuid() != 0 or not shutil.which("mount") or subprocess.run(mount, capture_output=True).returncode:
+        yield SimulatedDisk(folder, monkeypatch)
+        return
+    try:
+        yield TmpfsDisk(folder)
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
+            subprocess.run(["umount", "--lazy", str(folder)], check=True)
+            pytest.fail("umount %s failed: a file on it was left open" % folder)
+
+
+@pytest.mark.parametrize("output_format, free", [
+    ("npy", "nothing"), ("npy", "half of the output"), ("npy", "all but the last page of the output"),
+    ("npy", "the output but not its paths file"),
+    ("parquet", "nothing"), ("parquet", "half of the output"), ("parquet", "all but the last page of the output")])
+def test_disk_full_during_the_final_merge_is_an_output_error_and_a_rerun_completes(tmp_path, small_disk,
+                                                                                 output_format, free):
+    if not small_disk.real and (output_format == "parquet" or "paths" in free):
+        pytest.skip("no tmpfs (needs root and mount): pyarrow and the paths file do not write through os.write, "
+                    "so a full disk cannot be simulated for them")
+    batches = [make_batch(index, rows=8, size=1024) for index in range(4)]
+    reference = tmp_path / "reference" / ("out." + output_format)
+    run_job(reference, output_format, batches)  # uninterrupted, on the usual file system
+    page = os.statvfs(tmp_path).f_frsize
+    output_pages = -(-reference.stat().st_size // page)
+    free_bytes = {"nothing": 0, "half of the output": output_pages // 2 * page,
+                  "all but the last page of the output": (output_pages - 1) * page,
+                  "the output but not its paths file": output_pages * page}[free]
+    output = small_disk.folder / "job" / ("out." + output_format)
+    writer = open_writer(output, format=output_format, feature_size=1024, settings=SETTINGS)
+    for batch in batches:
+        writer.write(*batch)
+    parts = sorted(os.listdir(str(output) + ".parts"))
+    small_disk.leave_free(free_bytes)
+    with pytest.raises(OutputError) as raised:
+        writer.close()  # before the merge wrote without a memory map, a tmpfs got SIGBUS here
+    assert str(raised.value) == "disk full while writing %s: 32 rows committed, rerun to resume" % output
+    # Nothing that looks finished, no temporary file: the sidecar still says "writing", with its parts.
+    assert sorted(os.listdir(output.parent)) == ["out.%s.parts" % output_format, "out.%s.run.json" % output_format]
+    assert sorted(os.listdir(str(output) + ".parts")) == parts
+    record = json.loads(sidecar_path(output).read_text())
+    assert (record["state"], record["rows"], record["parts"]) == ("writing", 32, 4)
+    small_disk.free_space()
+    run_job(output, output_format, batches)  # the rerun: every row is committed; close() merges
+    assert files_under(output.parent) == files_under(reference.parent)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (1, 4096), (5, 7), (1000, 3), (12345, 1)])
+def test_npy_output_and_parts_have_the_bytes_of_open_memmap_and_numpy_save(tmp_path, monkeypatch, shape):
+    features = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    mapped = np.lib.format.open_memmap(tmp_path / "open_memmap.npy", mode="w+", dtype=np.float32, shape=shape)
+    mapped[:] = features
+    mapped.flush()
+    del mapped
+    paths = ["image_%d.jpg" % row for row in range(shape[0])]
+    half = (shape[0] + 1) // 2
+    batches = [batch for batch in [(paths[:half], features[:half]), (paths[half:], features[half:])] if batch[0]]
+    output = tmp_path / "job" / "out.npy"
+    monkeypatch.setattr(writer_module, "_COPY_BYTES", 1000)  # blocks that split rows and floats
+    copied = []
+    real_write_npy = writer_module._write_npy
+
+    def write_npy(path, rows, feature_size, blocks):
+        real_write_npy(path, rows, feature_size, (copied.append(len(block)) or block for block in blocks))
+    with open_writer(output, format="npy", feature_size=shape[1], settings=SETTINGS) as writer:
+        for index, (batch_paths, batch_features) in enumerate(batches):
+            writer.write(batch_paths, batch_features)
+            np.save(tmp_path / "save.npy", batch_features)
+            part = tmp_path / "job" / "out.npy.parts" / ("part-%06d.npy" % index)
+            assert part.read_bytes() == (tmp_path / "save.npy").read_bytes()
+        monkeypatch.setattr(writer_module, "_write_npy", write_npy)
+    assert output.read_bytes() == (tmp_path / "open_memmap.npy").read_bytes()
+    # The parts are copied a block at a time, never a whole part: memory stays bounded.
+    assert sum(copied) == features.nbytes and all(size <= 1000 for size in copied)
+
+
+def test_a_damaged_npy_part_is_refused_when_merging(tmp_path):
+    output = tmp_path / "out.npy"
+    writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
+    writer.write(*make_batch(0))
+    writer.write(*make_batch(1))
+    writer.abort()
+    part = tmp_path / "out.npy.parts" / "part-000001.npy"
+    part.write_bytes(part.read_bytes()[:-4])
+    with pytest.raises(OutputError, match="part-000001.npy is damaged: pass --overwrite"):
+        open_writer(output, format="npy", feature_size=64, settings=SETTINGS).close()
+    assert sorted(os.listdir(tmp_path)) == ["out.npy.parts", "out.npy.run.json"]
 
 
 def test_missing_parent_folders_are_created(tmp_path):
