@@ -27,7 +27,10 @@ too (size and time -1) and fails when read. `exclude` keeps the program's own fi
 inside the images folder, its sidecars) from ever being taken for images.
 """
 
+import contextlib
+import csv
 import dataclasses
+import json
 import logging
 import os
 import stat
@@ -38,6 +41,8 @@ log = logging.getLogger("parallel")
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
                               ".ppm", ".pgm", ".pbm", ".pnm"})
 MANIFEST_SUFFIX = ".manifest.parquet"
+DEFAULT_SHARD_SIZE = 10_000
+_JOB_KEY = b"parallel.job"  # the manifest's Parquet metadata: the job it belongs to (JSON)
 _NAMES_SHOWN = 3  # names quoted per kind of change in an error
 
 
@@ -86,6 +91,7 @@ def scan_images(root, exclude=()):
 
 
 def _size_and_time(name, folder_descriptor):
+    """(size, mtime_ns) of `name` (relative to the folder `folder_descriptor`, or a path when None)."""
     try:
         status = os.stat(name, dir_fd=folder_descriptor)  # through a link: the image is its target
     except OSError:
@@ -182,22 +188,32 @@ class Manifest:
                 sizes[index], mtimes[index] = now[path]
         return Manifest(list(self.paths), sizes, mtimes)
 
-    def save(self, path):
+    def save(self, path, shard_size=DEFAULT_SHARD_SIZE, job=None):
         """Writes the manifest to `path` atomically (Parquet: path, path_bytes, size, mtime_ns).
 
         `path` is the readable name (bytes that are not UTF-8 as backslash escapes) and
-        `path_bytes` the exact bytes of the name, as in the Parquet output.
+        `path_bytes` the exact bytes of the name, as in the Parquet output. Each row group is
+        one shard of `shard_size` images, so a worker reads its shard without the rest.
+
+        Args:
+          path: str or Path of the file.
+          shard_size: images per shard (>= 1).
+          job: {str: str}, what the job is (settings, source), kept in the file's metadata.
         """
         import pyarrow as pa
         import pyarrow.parquet as pq
+        if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+            raise ValueError("shard_size must be at least 1; got %r" % (shard_size,))
         raw = [name.encode("utf-8", "surrogateescape") for name in self.paths]
         table = pa.table({"path": pa.array([name.decode("utf-8", "backslashreplace") for name in raw], pa.string()),
                           "path_bytes": pa.array(raw, pa.binary()),
                           "size": pa.array(self.sizes, pa.int64()),
                           "mtime_ns": pa.array(self.mtimes, pa.int64())})
+        record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {})}
+        table = table.replace_schema_metadata({_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
         from parallel.writer import _fsync, _temporary_then_rename  # the output layer's durable write
         with _temporary_then_rename(Path(path)) as temporary:
-            pq.write_table(table, temporary)
+            pq.write_table(table, temporary, row_group_size=shard_size)
         _fsync(Path(path).parent)
 
     @classmethod
@@ -210,13 +226,101 @@ class Manifest:
         import pyarrow.parquet as pq
         if not os.path.exists(path):
             return None
-        try:
-            table = pq.read_table(path, columns=["path_bytes", "size", "mtime_ns"])
-            paths = [raw.decode("utf-8", "surrogateescape") for raw in table.column("path_bytes").to_pylist()]
-            return cls(paths, table.column("size").to_pylist(), table.column("mtime_ns").to_pylist())
-        except Exception as error:  # pyarrow raises several kinds for a damaged file
-            raise ValueError("%s is damaged (%s): pass --overwrite to start afresh"
-                             % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
+        with _damaged(path):
+            return cls._from_table(pq.read_table(path, columns=["path_bytes", "size", "mtime_ns"]))
+
+    @classmethod
+    def load_shard(cls, path, index):
+        """Shard `index` of the manifest at `path`: only its images are read.
+
+        Raises:
+          ValueError: no such shard, or the file is not a manifest.
+        """
+        import pyarrow.parquet as pq
+        with _damaged(path), pq.ParquetFile(path) as file:
+            if not 0 <= index < file.num_row_groups:
+                raise ValueError("shard %r does not exist: the job has %d" % (index, file.num_row_groups))
+            return cls._from_table(file.read_row_group(index, columns=["path_bytes", "size", "mtime_ns"]))
+
+    @classmethod
+    def _from_table(cls, table):
+        paths = [raw.decode("utf-8", "surrogateescape") for raw in table.column("path_bytes").to_pylist()]
+        return cls(paths, table.column("size").to_pylist(), table.column("mtime_ns").to_pylist())
+
+
+def read_job(path):
+    """What the manifest at `path` records, without its images: {"shard_size", "images", "job"}, or None.
+
+    Raises:
+      ValueError: the file exists but is not a manifest written by `Manifest.save`.
+    """
+    import pyarrow.parquet as pq
+    if not os.path.exists(path):
+        return None
+    with _damaged(path):
+        metadata = pq.read_schema(path).metadata or {}
+        return json.loads(metadata[_JOB_KEY])
+
+
+@contextlib.contextmanager
+def _damaged(path):
+    """Turns pyarrow's and json's errors on a file that is not a manifest into one ValueError."""
+    try:
+        yield
+    except ValueError as error:
+        if str(error).startswith("shard "):
+            raise
+        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh" % (path, _first_line(error))) from None
+    except (OSError, KeyError, TypeError) as error:  # pyarrow raises several kinds for a damaged file
+        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh" % (path, _first_line(error))) from None
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def read_list(list_file, root):
+    """The Manifest of the images a list file names (--images-from).
+
+    Args:
+      list_file: a text file of one path per line (blank lines and lines starting with # are
+        skipped), or a .parquet or .csv file with a column `path`.
+      root: the folder relative paths are relative to.
+
+    Returns:
+      Manifest of the listed paths, sorted, each with its size and time (-1 when it cannot
+      be stat'ed: it then fails when read, and is listed in the errors file).
+
+    Raises:
+      ValueError: the file cannot be read, has no `path` column, lists no image, or lists a
+        path twice.
+    """
+    list_file = os.fspath(list_file)
+    try:
+        if list_file.lower().endswith(".parquet"):
+            import pyarrow.parquet as pq
+            paths = [str(path) for path in pq.read_table(list_file, columns=["path"]).column("path").to_pylist()]
+        elif list_file.lower().endswith(".csv"):
+            with open(list_file, newline="", encoding="utf-8", errors="surrogateescape") as file:
+                reader = csv.DictReader(file)
+                if "path" not in (reader.fieldnames or ()):
+                    raise ValueError("it has no column 'path' (columns: %s)" % ", ".join(reader.fieldnames or ()))
+                paths = [row["path"] for row in reader]
+        else:
+            with open(list_file, encoding="utf-8", errors="surrogateescape") as file:
+                paths = [line.rstrip("\r\n") for line in file]
+                paths = [path for path in paths if path.strip() and not path.startswith("#")]
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError("--images-from %s cannot be read: %s" % (list_file, _first_line(error))) from None
+    if not paths:
+        raise ValueError("--images-from %s lists no images" % list_file)
+    paths.sort()
+    twice = sorted({first for first, second in zip(paths, paths[1:]) if first == second})
+    if twice:
+        raise ValueError("--images-from %s lists %d paths twice (%s)" % (list_file, len(twice), ", ".join(twice[:3])))
+    stats = [_size_and_time(os.path.join(os.fspath(root), path), None) for path in paths]
+    return Manifest(paths, [size for size, _ in stats], [mtime for _, mtime in stats])
 
 
 def describe_changes(changes, images, output, committed=None):

@@ -1,0 +1,243 @@
+"""One job over many processes: a frozen manifest, cut into fixed shards, each committed as one part.
+
+Files, for an output O:
+
+    O.manifest.parquet        the job: its images (a row group per shard) and, in its metadata, its
+                              settings and shard size; frozen by the first process, under O.manifest.lock
+    O.attempts/shard-000007.<host>.<pid>/
+                              a shard being computed: a single-host job (reader -> devices -> writer,
+                              committed batch by batch) into features.parquet
+    O.shards/shard-000007/    a committed shard: features.parquet (path, path_bytes, <layer>, rows in
+                              path order) and _errors.csv (its images that could not be read)
+    O                         written from the shards, in order, once all are committed (under O.lock)
+
+Commit protocol: a shard's attempt is finished in its own folder, then renamed to
+O.shards/shard-NNNNNN in one step. A committed shard is never computed again. A process killed
+during an attempt leaves only its attempt folder, which no one reads: the shard is redone. Two
+processes given the same shard (a retried task, two ranks with the same number) both compute it;
+the first rename wins and the other attempt is discarded: one correct part, never two. Shard i
+holds images i * shard_size .. (i + 1) * shard_size - 1 of the manifest, whatever the number of
+processes, so a job can resume on another number of hosts.
+
+O.shards is a Parquet dataset that pandas (`pd.read_parquet(folder)`), polars and DuckDB read as
+it is (files starting with "_" are skipped by them); it is removed once O is written, unless kept.
+"""
+
+import csv
+import logging
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import numpy as np
+
+from parallel import locks
+from parallel.manifest import Manifest, manifest_path, read_job
+from parallel.writer import ErrorLog, OutputError, _fsync, open_writer
+
+log = logging.getLogger("parallel")
+
+SHARDS_SUFFIX = ".shards"
+ATTEMPTS_SUFFIX = ".attempts"
+LOCK_SUFFIX = ".lock"
+SHARD_FEATURES = "features.parquet"
+SHARD_ERRORS = "_errors.csv"  # "_": readers of the Parquet folder skip it
+_ERRORS_HEADER = "path,kind,message\n"
+
+
+class ShardedJob:
+    """The files of a sharded job writing `output` (see the module docstring).
+
+    Attributes:
+      output: Path of the final output.
+      shard_size: images per shard (known once the manifest is frozen or read).
+      shard_count: number of shards.
+      images: number of images of the job.
+    """
+
+    def __init__(self, output):
+        self.output = Path(output)
+        self.manifest = Path(manifest_path(self.output))
+        self.shards = self.output.with_name(self.output.name + SHARDS_SUFFIX)
+        self.attempts = self.output.with_name(self.output.name + ATTEMPTS_SUFFIX)
+        self.lock = self.output.with_name(self.output.name + LOCK_SUFFIX)
+        self.shard_size = self.shard_count = self.images = None
+
+    # -- the manifest ------------------------------------------------------------------------
+
+    def freeze(self, job, scan, shard_size=None, wait_seconds=600.0):
+        """The job's manifest: written by the first process, read (and checked) by the others.
+
+        Args:
+          job: {str: str}, what the job is (settings and source); a manifest recording another
+            job is refused.
+          scan: callable returning the Manifest of the images now (called by the process that
+            writes the manifest).
+          shard_size: images per shard; None: the recorded one, else DEFAULT_SHARD_SIZE.
+          wait_seconds: how long to wait for another process writing the manifest.
+
+        Returns:
+          the recorded {"shard_size", "images", "job"}.
+
+        Raises:
+          ValueError: the manifest records another job or shard size, or another process held
+            its lock for `wait_seconds`.
+        """
+        from parallel.manifest import DEFAULT_SHARD_SIZE
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with locks.exclusive(self.manifest.with_name(self.manifest.name + LOCK_SUFFIX), wait_seconds):
+                recorded = read_job(self.manifest)
+                if recorded is None:
+                    current = scan()
+                    if not len(current):
+                        raise ValueError("the job has no images")
+                    current.save(self.manifest, shard_size or DEFAULT_SHARD_SIZE, job=job)
+                    recorded = read_job(self.manifest)
+        except locks.Busy:
+            raise ValueError("another process has been writing %s for %.0f s; if none is running, remove %s.lock"
+                             % (self.manifest, wait_seconds, self.manifest)) from None
+        differences = ["%s=%r, not %r" % (key, recorded["job"].get(key), job.get(key))
+                       for key in sorted(set(recorded["job"]) | set(job)) if recorded["job"].get(key) != job.get(key)]
+        if differences:
+            raise OutputError("%s belongs to another job (%s): pass --overwrite to start afresh, or choose another "
+                              "--output" % (self.output, "; ".join(differences)))
+        if shard_size is not None and shard_size != recorded["shard_size"]:
+            raise OutputError("%s was cut into shards of %d images, not %d: leave --shard-size out, or pass "
+                              "--overwrite" % (self.output, recorded["shard_size"], shard_size))
+        self.shard_size, self.images = recorded["shard_size"], recorded["images"]
+        self.shard_count = -(-self.images // self.shard_size)
+        return recorded
+
+    def shard_images(self, index):
+        """Manifest of shard `index` alone (a worker never holds the job's whole list)."""
+        return Manifest.load_shard(self.manifest, index)
+
+    # -- shards --------------------------------------------------------------------------------
+
+    def shard_folder(self, index):
+        return self.shards / ("shard-%06d" % index)
+
+    def is_committed(self, index):
+        return (self.shard_folder(index) / SHARD_FEATURES).is_file()
+
+    def missing(self):
+        """The shards not committed yet, in order."""
+        return [index for index in range(self.shard_count) if not self.is_committed(index)]
+
+    def committed_images(self):
+        """Paths of the images of committed shards (from the manifest: no part is read)."""
+        done = set()
+        for index in range(self.shard_count):
+            if self.is_committed(index):
+                done.update(self.shard_images(index).paths)
+        return done
+
+    def new_attempt(self, index):
+        """A fresh folder of this process for computing shard `index`: Path."""
+        folder = self.attempts / ("shard-%06d.%s.%d" % (index, socket.gethostname(), os.getpid()))
+        if folder.exists():
+            shutil.rmtree(folder)  # this process's own earlier try
+        folder.mkdir(parents=True)
+        return folder
+
+    def commit(self, index, attempt, errors):
+        """Makes the finished attempt shard `index`'s part, in one rename.
+
+        Args:
+          index: the shard.
+          attempt: the attempt folder, holding a closed SHARD_FEATURES output.
+          errors: Path of the attempt's errors file (absent when no image failed).
+
+        Returns:
+          bool: True if this attempt became the part, False if another had already committed.
+        """
+        ready = attempt / "commit"
+        ready.mkdir()
+        os.rename(attempt / SHARD_FEATURES, ready / SHARD_FEATURES)
+        if errors.exists():
+            os.rename(errors, ready / SHARD_ERRORS)
+        else:
+            (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
+        _fsync(ready / SHARD_ERRORS)
+        _fsync(ready)
+        self.shards.mkdir(exist_ok=True)
+        try:
+            os.rename(ready, self.shard_folder(index))
+        except OSError:  # ENOTEMPTY/EEXIST: another attempt was committed first; it is as good
+            if not self.is_committed(index):
+                raise
+            shutil.rmtree(attempt, ignore_errors=True)
+            return False
+        _fsync(self.shards)
+        shutil.rmtree(attempt, ignore_errors=True)
+        return True
+
+    # -- the final output ----------------------------------------------------------------------
+
+    def assemble(self, output_format, column_prefix, settings, keep_shards=False):
+        """Writes the output from the committed shards, in order, unless another process is doing it.
+
+        The rows go through the output's ordinary writer, so the output is the one a single-host
+        run writes, and a kill during this step is resumed by the next process that comes here.
+
+        Args:
+          output_format, column_prefix, settings: as for `open_writer`.
+          keep_shards: leave O.shards in place (a Parquet dataset) after the output is written.
+
+        Returns:
+          bool: True if this process wrote (or found written) the output, False if another holds it.
+        """
+        try:
+            with locks.exclusive(self.lock):
+                if self.missing():
+                    return False  # checked under the lock: a process that finished first did the rest
+                self._assemble(output_format, column_prefix, settings)
+                if not keep_shards and self.shards.exists():
+                    shutil.rmtree(self.shards)
+                if self.attempts.exists():
+                    shutil.rmtree(self.attempts)  # left by killed or duplicate attempts
+        except locks.Busy:
+            log.info("another process is writing %s from the shards", self.output)
+            return False
+        return True
+
+    def _assemble(self, output_format, column_prefix, settings):
+        import pyarrow.parquet as pq
+        feature_size = pq.read_schema(self.shard_folder(0) / SHARD_FEATURES).field(column_prefix).type.list_size
+        writer = open_writer(self.output, format=output_format, column_prefix=column_prefix,
+                             feature_size=feature_size, settings=settings)
+        with writer:
+            for index in range(self.shard_count):
+                with pq.ParquetFile(self.shard_folder(index) / SHARD_FEATURES) as part:
+                    for batch in part.iter_batches(batch_size=1024):
+                        paths = [raw.decode("utf-8", "surrogateescape")
+                                 for raw in batch.column("path_bytes").to_pylist()]
+                        keep = [row for row, path in enumerate(paths) if path not in writer.completed]
+                        if keep:
+                            features = batch.column(column_prefix).flatten().to_numpy(zero_copy_only=False)
+                            features = features.reshape(-1, feature_size)[keep]
+                            writer.write([paths[row] for row in keep], np.ascontiguousarray(features))
+            self._write_errors()
+
+    def _write_errors(self):
+        """O.errors.csv: every shard's failed images, in order (no file when none failed)."""
+        errors = ErrorLog(self.output)  # removes the file of an earlier try
+        try:
+            for index in range(self.shard_count):
+                with open(self.shard_folder(index) / SHARD_ERRORS, newline="", encoding="utf-8",
+                          errors="surrogateescape") as file:
+                    for row in csv.DictReader(file):
+                        errors.add(row["path"], row["kind"], row["message"])
+        finally:
+            errors.close()
+
+    def failed_count(self, indexes):
+        """How many images of the shards `indexes` failed (from their errors files)."""
+        count = 0
+        for index in indexes:
+            with open(self.shard_folder(index) / SHARD_ERRORS, newline="", encoding="utf-8",
+                      errors="surrogateescape") as file:
+                count += sum(1 for _ in csv.DictReader(file))
+        return count
