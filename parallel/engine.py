@@ -27,7 +27,8 @@ from parallel.devices import Devices
 from parallel.model import ModelSpec
 from parallel.placement import ReplicatedVariables
 from parallel.manifest import IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path, other_source_message
-from parallel.reader import RESIZE_MODES, ImageReader
+from parallel.decode import RESIZE_MODES
+from parallel.reader import ImageReader
 from parallel.shard_features import shard_features, shard_sizes
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
 from parallel.writer import (FORMATS, PARTS_SUFFIX, ErrorLog, OutputError, check_settings, open_writer, read_record,
