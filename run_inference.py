@@ -18,7 +18,7 @@ from pathlib import Path
 # which takes seconds: a mistyped flag is reported at once.
 from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
-from parallel.reader import RESIZE_MODES
+from parallel.decode import RESIZE_MODES
 from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
 from parallel.writer import FORMATS
 

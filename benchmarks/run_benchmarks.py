@@ -238,7 +238,7 @@ def bench_writer(args, workdir):
 
 
 def bench_decode(args, workdir):
-    from parallel.reader import load_image
+    from parallel.decode import load_image
     photos = make_jpegs(workdir / "large_photos", args.large_images, (4000, 3000), seed=1)
     files = sorted(photos.glob("*.jpg"))
     started = time.perf_counter()

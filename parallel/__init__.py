@@ -30,7 +30,8 @@ _EXPORTS = {
     "Placement": "parallel.placement", "ReplicatedVariables": "parallel.placement",
     "SharedVariables": "parallel.placement",
     "Manifest": "parallel.manifest", "discover_images": "parallel.manifest",
-    "ImageReader": "parallel.reader", "load_image": "parallel.reader",
+    "ImageError": "parallel.decode", "load_image": "parallel.decode",
+    "ImageReader": "parallel.reader",
     "shard_features": "parallel.shard_features", "shard_sizes": "parallel.shard_features",
     "ErrorLog": "parallel.writer", "OutputError": "parallel.writer", "open_writer": "parallel.writer",
 }

@@ -28,7 +28,8 @@ from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, P
                            WriterThread, run_loop)
 from parallel.manifest import discover_images
 from parallel.model import ModelSpec
-from parallel.reader import RESIZE_MODES, ImageReader
+from parallel.decode import RESIZE_MODES
+from parallel.reader import ImageReader
 from parallel.runner import DeviceRunner, build_graph
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
 from parallel.writer import FORMATS, ErrorLog, open_writer

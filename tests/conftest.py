@@ -1,4 +1,4 @@
-"""Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights."""
+"""Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs."""
 
 import os
 
@@ -63,3 +63,11 @@ def seeded_weights(_seeded_vgg16):
 def seeded_files(_seeded_vgg16):
     """`seeded_weights` in both real on-disk layouts: {"npy": vgg16.npy, "h5": Keras's .h5 file}."""
     return _seeded_vgg16[1]
+
+
+@pytest.fixture(scope="session")
+def bombs(tmp_path_factory):
+    """A folder of decompression bombs, written once: image_files.write_bombs."""
+    from image_files import write_bombs
+
+    return write_bombs(tmp_path_factory.mktemp("bombs"))

@@ -12,7 +12,7 @@ from PIL import Image
 
 from parallel import engine
 from parallel.devices import resolve_devices
-from parallel.reader import load_image
+from parallel.decode import load_image
 
 tf1 = tf.compat.v1
 SIZE = (16, 16)
