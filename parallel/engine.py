@@ -23,20 +23,21 @@ import numpy as np
 import tensorflow as tf
 
 from parallel.devices import Devices, resolve_devices
-from parallel.job import check_job, freeze_job
+from parallel import locks
+from parallel.job import check_job, freeze_job, own_files
 from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Progress, StrictError, Summary,
-                           WriterThread, run_loop)
-from parallel.manifest import discover_images
+                           WriterThread, log_stage_times, run_loop)
+from parallel.manifest import Manifest, discover_images, read_list
 from parallel.model import ModelSpec
 from parallel.decode import RESIZE_MODES
 from parallel.reader import ImageReader
 from parallel.runner import DeviceRunner, build_graph
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
-from parallel.writer import FORMATS, ErrorLog, open_writer
+from parallel.writer import FORMATS, ErrorLog, OutputError, open_writer
 
 log = logging.getLogger("parallel")
 
-__all__ = ["Config", "DeviceRunner", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE",
+__all__ = ["Config", "DeviceRunner", "Distribution", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE",
            "ModelSpec", "RunError", "Summary", "build_graph", "extract", "run"]
 
 
@@ -61,6 +62,9 @@ class Config:
       overwrite: start afresh instead of resuming an existing output.
       strict: the first unreadable image stops the run.
       progress: show a progress bar (the CLI sets it when stderr is a terminal).
+      images_from: None, or a file listing the images (see `parallel.manifest.read_list`);
+        relative paths in it are relative to `images`.
+      distribution: None (one process), or how the job is spread over processes (`Distribution`).
     """
 
     model: ModelSpec
@@ -75,16 +79,71 @@ class Config:
     overwrite: bool = False
     strict: bool = False
     progress: bool = False
+    images_from: Optional[Path] = None
+    distribution: Optional["Distribution"] = None
 
     def __post_init__(self):
         _check_batching(self.per_device_batch, self.resize, self.workers, self.prefetch_batches)
         if self.output_format not in FORMATS:
             raise ValueError("output_format must be one of %s; got %r" % (", ".join(FORMATS), self.output_format))
+        if self.distribution is not None and not isinstance(self.distribution, Distribution):
+            raise ValueError("distribution must be a Distribution or None; got %r" % (self.distribution,))
+        if self.distribution is not None and self.overwrite:
+            raise ValueError("overwrite with a distributed job would let each process erase the others' shards: "
+                             "remove %s and its files yourself, or choose another output" % self.output)
+
+    @property
+    def settings(self):
+        """What the output records and a rerun must match: the model's settings, the images, the resizing."""
+        source = {"images": str(Path(self.images).resolve())}
+        if self.images_from is not None:
+            source["images_from"] = str(Path(self.images_from).resolve())
+        return dict(self.model.settings, **source, resize=self.resize,
+                    image_size="%dx%d" % tuple(self.model.image_size))
+
+    def scan(self):
+        """The Manifest of the job's images as they are now (the folder, or the list file)."""
+        if self.images_from is not None:
+            return read_list(self.images_from, self.images)
+        return Manifest.scan(self.images, exclude=own_files(Path(self.images), Path(self.output)))
 
     @property
     def host_batch(self):
         """Images per `sess.run`: per_device_batch on each device."""
         return self.per_device_batch * len(self.devices.names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """How one job is spread over processes (see `parallel.shards`, `parallel.distributed`).
+
+    Attributes:
+      kind: "static" (each process is one rank of a scheduler: Slurm, torchrun, Kubernetes,
+        TF_CONFIG) or "ray" (a Ray cluster's actors pull shards).
+      rank, world_size: --rank and --world-size (static); None: from the environment.
+      shard_size: images per shard; None: the job's recorded size, else 10,000.
+      keep_shards: keep the shards (a Parquet dataset) once the output is written.
+      wait_seconds: how long a process waits for another that is writing the manifest.
+      ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None: start one here.
+      gpus_per_worker: GPUs each Ray actor is given (0: actors compute on the CPU).
+    """
+
+    kind: str
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+    shard_size: Optional[int] = None
+    keep_shards: bool = False
+    wait_seconds: float = 600.0
+    ray_address: Optional[str] = None
+    gpus_per_worker: int = 1
+
+    def __post_init__(self):
+        if self.kind not in ("static", "ray"):
+            raise ValueError("distribution kind must be 'static' or 'ray'; got %r" % (self.kind,))
+        if self.shard_size is not None and (not isinstance(self.shard_size, int) or self.shard_size < 1):
+            raise ValueError("shard_size must be at least 1; got %r" % (self.shard_size,))
+        if not isinstance(self.gpus_per_worker, int) or self.gpus_per_worker < 0:
+            raise ValueError("gpus_per_worker must be 0 or more; got %r" % (self.gpus_per_worker,))
 
 
 def _check_batching(per_device_batch, resize, workers, prefetch_batches):
@@ -100,11 +159,13 @@ def _check_batching(per_device_batch, resize, workers, prefetch_batches):
 
 
 def run(config):
-    """Extracts features of every image under `config.images` into `config.output`.
+    """Extracts features of every image of the job into `config.output`.
 
-    Resumes an output written earlier by the same job (same settings, same images folder,
-    no image added, none changed or removed after its row was written): only images
-    without a committed row are computed. Stops cleanly on SIGINT/SIGTERM.
+    Resumes an output written earlier by the same job (same settings, same images, no image
+    added, none changed or removed after its row was written): only images without a
+    committed row are computed. Stops cleanly on SIGINT/SIGTERM. With
+    `config.distribution`, this process runs its part of a job spread over several
+    (`parallel.distributed`).
 
     Args:
       config: Config.
@@ -122,18 +183,22 @@ def run(config):
     images_root = Path(config.images)
     if not images_root.is_dir():
         raise ValueError("--images %s is not a folder" % images_root)
+    if config.distribution is not None:
+        from parallel import distributed
+        return distributed.run(config)
     output = Path(config.output)
-    settings = dict(config.model.settings, images=str(images_root.resolve()), resize=config.resize,
-                    image_size="%dx%d" % tuple(config.model.image_size))
+    settings = config.settings
     _, current, frozen = check_job(images_root, output, dict(settings, format=config.output_format,
                                                              column_prefix=config.model.output_name),
-                                   overwrite=config.overwrite)
+                                   scan=config.scan, overwrite=config.overwrite)
     weights = config.model.load_weights()  # a bad weights file fails before any output exists
     started = time.perf_counter()
     with contextlib.ExitStack() as stages:
         runner = stages.enter_context(DeviceRunner(config.model, config.devices, config.per_device_batch,
                                                    weights=weights))
         del weights  # the devices hold their copies now
+        output.parent.mkdir(parents=True, exist_ok=True)
+        stages.enter_context(output_lock(output))
         writer = open_writer(output, format=config.output_format, column_prefix=config.model.output_name,
                              feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
                              sort_paths=True)
@@ -142,24 +207,65 @@ def run(config):
         todo = [path for path in job.paths if path not in writer.completed]
         log.info("%d images under %s; devices: %s", len(job), images_root, config.devices.describe())
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
-        try:
-            errors = stages.enter_context(ErrorLog(output))
-            reader = stages.enter_context(ImageReader(
-                images_root, todo, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-                workers=config.workers, prefetch_batches=config.prefetch_batches))
-            sink = stages.enter_context(WriterThread(writer))
-            progress = stages.enter_context(Progress(config.progress, total=len(job),
-                                                     initial=len(job) - len(todo)))
-            stop = stages.enter_context(StopRequest())
-            summary = run_loop(reader, runner.run, sink, errors, images=len(todo), strict=config.strict,
-                               stop=stop, progress=progress)
-            if not summary.interrupted:
+        progress = stages.enter_context(Progress(config.progress, total=len(job), initial=len(job) - len(todo)))
+        stop = stages.enter_context(StopRequest())
+        summary = extract_into(config, runner, writer, todo, stop=stop, progress=progress)
+        log_stage_times(summary)
+        if not summary.interrupted:
+            with run_errors():
                 writer.close()  # parquet, npy: the final merge
-        except (OSError, ValueError, RuntimeError, tf.errors.OpError) as error:
-            raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
-                           % _first_line(error)) from error
     return dataclasses.replace(summary, discovered=len(job), already_done=len(job) - len(todo), output=output,
                                errors_file=ErrorLog.path_for(output))
+
+
+def extract_into(config, runner, writer, paths, stop=None, progress=None):
+    """The loop over `paths` (relative to config.images) into an open writer; its errors file beside it.
+
+    Args:
+      config: Config (images, batching, resize, strict).
+      runner: DeviceRunner.
+      writer: an open FeatureWriter; left open (the caller closes or aborts it).
+      paths: the images to compute, in order.
+      stop, progress: as for `run_loop`.
+
+    Returns:
+      Summary of the loop (see `run_loop`).
+
+    Raises:
+      RunError: the loop stopped part-way (disk full, a device error, strict and a bad image).
+    """
+    with run_errors(), contextlib.ExitStack() as stages:
+        errors = stages.enter_context(ErrorLog(writer.output))
+        reader = stages.enter_context(ImageReader(
+            config.images, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
+            workers=config.workers, prefetch_batches=config.prefetch_batches))
+        sink = stages.enter_context(WriterThread(writer))
+        return run_loop(reader, runner.run, sink, errors, images=len(paths), strict=config.strict, stop=stop,
+                        progress=progress)
+
+
+@contextlib.contextmanager
+def run_errors():
+    """Turns what stops a run part-way into RunError, whose message says that committed rows are kept."""
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError, tf.errors.OpError) as error:
+        if isinstance(error, RunError):
+            raise
+        raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
+                       % _first_line(error)) from error
+
+
+@contextlib.contextmanager
+def output_lock(output):
+    """One process writing `output` at a time: a second is refused with one line."""
+    path = Path(output).with_name(Path(output).name + ".lock")
+    try:
+        with locks.exclusive(path):
+            yield
+    except locks.Busy:
+        raise OutputError("another run is writing %s now (it holds %s): wait for it to end, or choose another "
+                          "--output" % (output, path.name)) from None
 
 
 def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", workers=None, prefetch_batches=2):

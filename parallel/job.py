@@ -15,7 +15,7 @@ from parallel.manifest import IMAGE_EXTENSIONS, Manifest, describe_changes, mani
 from parallel.writer import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
 
 
-def check_job(images_root, output, settings, overwrite=False):
+def check_job(images_root, output, settings, scan, overwrite=False):
     """Refuses, before anything is loaded or written, an output that this job must not touch.
 
     Args:
@@ -23,6 +23,7 @@ def check_job(images_root, output, settings, overwrite=False):
       output: Path of the output.
       settings: {str: str}, the settings the output records, with "images" (the resolved
         folder), "format" and "column_prefix"; "feature_size" may be missing (not known yet).
+      scan: callable returning the Manifest of the job's images now.
       overwrite: the run starts afresh (the output of another job may be replaced).
 
     Returns:
@@ -49,7 +50,11 @@ def check_job(images_root, output, settings, overwrite=False):
         if "images" in recorded and recorded["images"] != settings["images"]:
             raise OutputError(other_source_message(output, recorded["images"], settings["images"]))
         check_settings(output, recorded, settings, ignore=("feature_size",))
-    current = Manifest.scan(images_root, exclude=_own_files(images_root, output))
+    sharded = Path(str(output) + ".shards")
+    if not overwrite and (sharded.exists() or Path(str(output) + ".attempts").exists()):
+        raise OutputError("%s is being written by a job spread over several processes (%s exists): rerun it with "
+                          "the same --distributed, or pass --overwrite" % (output, sharded.name))
+    current = scan()
     if not len(current):
         raise ValueError("--images %s contains no images (looked for %s, recursively)"
                          % (images_root, " ".join(sorted(IMAGE_EXTENSIONS))))
@@ -105,7 +110,7 @@ def _is_inside(path, folder):
     return True
 
 
-def _own_files(images_root, output):
+def own_files(images_root, output):
     """Paths relative to `images_root` of this output's files that lie inside it: never images."""
     if not _is_inside(output, images_root):
         return ()

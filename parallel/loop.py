@@ -56,6 +56,8 @@ class Summary:
       output: where the rows are.
       errors_file: where the failed images are listed.
       interrupted: stopped by SIGINT/SIGTERM.
+      pending_shards: a distributed job's shards not committed yet (the output is written
+        when the last is).
     """
 
     discovered: int = 0
@@ -70,6 +72,7 @@ class Summary:
     output: Optional[Path] = None
     errors_file: Optional[Path] = None
     interrupted: bool = False
+    pending_shards: tuple = ()
 
     @property
     def exit_status(self):
@@ -87,6 +90,11 @@ class Summary:
             text += " (failures: %s)" % self.errors_file
         if self.seconds > 0 and self.device_seconds > 0:
             text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
+        if self.pending_shards:
+            text += ("; %d shards to come from other processes (%s): the output is written when the last is "
+                     "committed" % (len(self.pending_shards),
+                                    ", ".join(str(index) for index in self.pending_shards[:10])
+                                    + (", ..." if len(self.pending_shards) > 10 else "")))
         return text
 
 
@@ -144,9 +152,13 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
     summary.device_seconds = clock.totals["devices"]
     summary.reader_wait_seconds = clock.totals["reader"]
     summary.writer_wait_seconds = clock.totals["writer"]
+    return summary
+
+
+def log_stage_times(summary):
+    """One log line: where the loop's time went (the devices, waiting for the reader, for the writer)."""
     log.info("%.1f s: devices %.1f s, waiting for the reader %.1f s, for the writer %.1f s",
              summary.seconds, summary.device_seconds, summary.reader_wait_seconds, summary.writer_wait_seconds)
-    return summary
 
 
 class WriterThread:

@@ -34,7 +34,7 @@ import numpy as np
 
 from parallel import locks
 from parallel.manifest import Manifest, manifest_path, read_job
-from parallel.writer import ErrorLog, OutputError, _fsync, open_writer
+from parallel.writer import ErrorLog, OutputError, _fsync, open_writer, read_record
 
 log = logging.getLogger("parallel")
 
@@ -119,12 +119,19 @@ class ShardedJob:
     def shard_folder(self, index):
         return self.shards / ("shard-%06d" % index)
 
+    def is_finished(self):
+        """Whether the output was written from every shard (the shards may be gone since)."""
+        record = read_record(self.output)
+        return record is not None and record["state"] == "complete"
+
     def is_committed(self, index):
-        return (self.shard_folder(index) / SHARD_FEATURES).is_file()
+        return (self.shard_folder(index) / SHARD_FEATURES).is_file() or self.is_finished()
 
     def missing(self):
         """The shards not committed yet, in order."""
-        return [index for index in range(self.shard_count) if not self.is_committed(index)]
+        if self.is_finished():
+            return []
+        return [index for index in range(self.shard_count) if not (self.shard_folder(index) / SHARD_FEATURES).is_file()]
 
     def committed_images(self):
         """Paths of the images of committed shards (from the manifest: no part is read)."""
@@ -191,6 +198,8 @@ class ShardedJob:
         """
         try:
             with locks.exclusive(self.lock):
+                if self.is_finished():
+                    return True
                 if self.missing():
                     return False  # checked under the lock: a process that finished first did the rest
                 self._assemble(output_format, column_prefix, settings)
@@ -233,11 +242,17 @@ class ShardedJob:
         finally:
             errors.close()
 
-    def failed_count(self, indexes):
-        """How many images of the shards `indexes` failed (from their errors files)."""
-        count = 0
-        for index in indexes:
-            with open(self.shard_folder(index) / SHARD_ERRORS, newline="", encoding="utf-8",
-                      errors="surrogateescape") as file:
-                count += sum(1 for _ in csv.DictReader(file))
-        return count
+    def failed_in(self, index, paths):
+        """How many of shard `index`'s images failed: from its errors file, or the output's once it is gone.
+
+        Args:
+          index: a committed shard.
+          paths: the shard's image paths (from the manifest).
+        """
+        errors = self.shard_folder(index) / SHARD_ERRORS
+        if not errors.exists():
+            errors, paths = ErrorLog.path_for(self.output), set(paths)
+            if not errors.exists():
+                return 0
+        with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
+            return sum(1 for row in csv.DictReader(file) if row["path"] in paths)

@@ -1,0 +1,170 @@
+"""One job spread over processes: front-ends (static ranks, Ray) over one shard runner.
+
+    distributed.run(config)        --distributed static: this process is rank r of W (from the flags
+                                   or the scheduler's environment, parallel.ranks) and runs shards
+                                   r, r + W, r + 2W, ...; --distributed ray: parallel.ray_job
+    ShardWorker(config).process(i) builds the graph once, then computes shard i as a single-host
+                                   job and commits it (parallel.shards)
+
+Whoever commits the last shard writes the output; rerunning any rank finishes it too.
+"""
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+from parallel.engine import extract_into, run_errors
+from parallel.loop import Progress, Summary, log_stage_times
+from parallel.ranks import resolve_rank
+from parallel.runner import DeviceRunner
+from parallel.shards import SHARD_FEATURES, ShardedJob
+from parallel.signals import StopRequest
+from parallel.writer import ErrorLog, open_writer
+
+log = logging.getLogger("parallel")
+
+
+def job_record(config):
+    """What a sharded job's manifest records and every process must agree on: {str: str}."""
+    return dict(config.settings, format=config.output_format, column_prefix=config.model.output_name)
+
+
+def freeze(config, check_folder):
+    """The job's manifest, written by the first process to come (the others wait for it).
+
+    Args:
+      config: Config with a distribution.
+      check_folder: compare the images now with the frozen manifest (one process does it: it
+        holds the whole list while it does).
+
+    Returns:
+      ShardedJob, with its shard size and count known.
+
+    Raises:
+      ValueError: another job, another shard size, a folder that changed in a way that would
+        make rows stale or out of order, or no manifest in time.
+    """
+    job = ShardedJob(config.output)
+    existed = job.manifest.exists()
+    job.freeze(job_record(config), config.scan, config.distribution.shard_size, config.distribution.wait_seconds)
+    if existed and check_folder:
+        from parallel.manifest import Manifest, describe_changes
+        changes = Manifest.load(job.manifest).changes(config.scan())
+        refusal = describe_changes(changes, config.images, config.output, committed=job.committed_images())
+        if refusal:
+            raise ValueError(refusal)
+        if changes:
+            log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
+                        "computed as they are now", len(changes.removed) + len(changes.changed))
+    return job
+
+
+class ShardWorker:
+    """Computes shards of one job: the graph and the Session are built once, then shard after shard.
+
+    A context manager; `close()` releases the Session.
+    """
+
+    def __init__(self, config, job, devices=None):
+        """Args: config (Config), job (a frozen ShardedJob), devices (Devices; None: config.devices)."""
+        self.config = config
+        self.job = job
+        self.devices = devices or config.devices
+        self.runner = DeviceRunner(config.model, self.devices, config.per_device_batch)
+        self.settings = config.settings
+
+    def process(self, index, stop=None, progress=None):
+        """Computes shard `index` and commits it, unless it is committed already.
+
+        Returns:
+          Summary of the shard: discovered (its images), written, failed, already_done (all of
+          them when another process had committed it), skipped and interrupted.
+        """
+        images = self.job.shard_images(index)
+        if self.job.is_committed(index):
+            failed = self.job.failed_in(index, images.paths)
+            return Summary(discovered=len(images), already_done=len(images) - failed, failed=failed)
+        attempt = self.job.new_attempt(index)
+        with run_errors():
+            writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
+                                 column_prefix=self.config.model.output_name,
+                                 feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)))
+        with writer:
+            summary = extract_into(self.config, self.runner, writer, images.paths, stop=stop, progress=progress)
+            if summary.interrupted:
+                writer.abort()
+                return dataclasses.replace(summary, discovered=len(images))
+        with run_errors():
+            if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
+                log.info("shard %d was committed by another process first; this copy is dropped", index)
+        return dataclasses.replace(summary, discovered=len(images))
+
+    def close(self):
+        self.runner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def add(total, part):
+    """`total` with the counts and times of `part` added (Summary)."""
+    fields = ("discovered", "written", "failed", "already_done", "skipped", "seconds", "device_seconds",
+              "reader_wait_seconds", "writer_wait_seconds")
+    return dataclasses.replace(total, interrupted=total.interrupted or part.interrupted,
+                               **{name: getattr(total, name) + getattr(part, name) for name in fields})
+
+
+def finish(config, job, summary):
+    """Writes the output if every shard is committed; the summary says what is missing if not."""
+    missing = job.missing()
+    if not missing:
+        with run_errors():
+            written = job.assemble(config.output_format, config.model.output_name, config.settings,
+                                   keep_shards=config.distribution.keep_shards)
+        log.info("all %d shards are committed: %s %s", job.shard_count, config.output,
+                 "is written" if written else "is being written by another process")
+    else:
+        log.info("%d of %d shards are not committed yet (%s): the output is written by the process that commits "
+                 "the last one, or by rerunning any rank", len(missing), job.shard_count, _some(missing))
+    return dataclasses.replace(summary, output=Path(config.output), errors_file=ErrorLog.path_for(config.output),
+                               pending_shards=tuple(missing))
+
+
+def _some(indexes, shown=10):
+    return ", ".join(str(index) for index in indexes[:shown]) + (", ..." if len(indexes) > shown else "")
+
+
+def run(config):
+    """This process's part of a distributed job (see the module docstring)."""
+    if config.distribution.kind == "ray":
+        from parallel import ray_job
+        return ray_job.run(config)
+    rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
+    job = freeze(config, check_folder=rank.rank == 0)
+    mine = list(rank.shards(job.shard_count))
+    log.info("rank %d of %d (from %s): shards %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
+             _some(mine), job.shard_count, config.devices.describe())
+    summary = Summary()
+    started = time.perf_counter()
+    with ShardWorker(config, job) as worker, StopRequest() as stop, \
+            Progress(config.progress, total=sum(_shard_length(job, index) for index in mine), initial=0) as progress:
+        for index in mine:
+            summary = add(summary, worker.process(index, stop=stop, progress=progress))
+            if summary.interrupted:
+                break
+    images = sum(_shard_length(job, index) for index in mine)
+    summary = dataclasses.replace(summary, seconds=time.perf_counter() - started, discovered=images,
+                                  skipped=images - summary.written - summary.failed - summary.already_done)
+    log_stage_times(summary)
+    if summary.interrupted:
+        return dataclasses.replace(summary, output=Path(config.output))
+    return finish(config, job, summary)
+
+
+def _shard_length(job, index):
+    return min(job.shard_size, job.images - index * job.shard_size)
+
