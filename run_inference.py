@@ -46,6 +46,8 @@ examples:
   %(prog)s --images photos/ --output runs/    -> runs/features.csv
   %(prog)s --images photos/ --output feats.npy --weights vgg16.npy
                                               npy output, weights from a file (offline)
+  srun %(prog)s --images photos/ --distributed static --output /shared/feats.parquet
+                                              one rank per Slurm task (see the README, "Many hosts")
 
 exit status:
   0    every image was written (or already had been, by an earlier run)
@@ -81,8 +83,13 @@ def parse_args(argv=None):
     # "usage: run-inference" and the script's "usage: run_inference.py".
     parser = _Parser(description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", required=True, metavar="FOLDER",
-                        help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...)")
+    parser.add_argument("--images", metavar="FOLDER",
+                        help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...); "
+                             "with --images-from, the folder its relative paths start from (default: the "
+                             "current folder)")
+    parser.add_argument("--images-from", metavar="FILE",
+                        help="the images listed in FILE instead of a folder's: one path per line, or the column "
+                             "'path' of a .csv or .parquet file")
     parser.add_argument("--output", metavar="PATH",
                         help="the output file (default: results/features.<format>). A path ending in / or an "
                              "existing folder means a folder: features.<format> is written in it. An existing "
@@ -122,9 +129,40 @@ def parse_args(argv=None):
     parser.add_argument("--strict", action="store_true",
                         help="stop at the first image that cannot be read (default: list it in "
                              "<output>.errors.csv and go on)")
+    jobs = parser.add_argument_group(
+        "one job over many processes or hosts (see the README, 'Many hosts')",
+        "The images are frozen in a manifest and cut into shards; each process computes shards and commits each "
+        "as a part; whichever commits the last one writes --output, byte for byte what one process writes.")
+    jobs.add_argument("--distributed", choices=("static", "ray"),
+                      help="static: this process is one rank of a scheduler's job (--rank/--world-size, or "
+                           "Slurm's, torchrun's, a Kubernetes Indexed Job's or TF_CONFIG's variables); ray: the "
+                           "shards go to actors of a Ray cluster (pip install -e '.[ray]')")
+    jobs.add_argument("--rank", type=int, metavar="N", help="this process's rank, 0 .. world size - 1 (static)")
+    jobs.add_argument("--world-size", type=_at_least_one, metavar="N", help="how many ranks (static)")
+    jobs.add_argument("--shard-size", type=_at_least_one, metavar="N",
+                      help="images per shard (default: 10000, or the size the job was started with)")
+    jobs.add_argument("--keep-shards", action="store_true",
+                      help="keep <output>.shards/ (a Parquet dataset) after the output is written")
+    jobs.add_argument("--ray-address", metavar="ADDRESS",
+                      help="the Ray cluster to join, e.g. auto or ray://head:10001 (default: start one here)")
+    jobs.add_argument("--gpus-per-worker", type=int, default=1, metavar="N",
+                      help="GPUs each Ray actor drives (default: %(default)s; 0: actors compute on the CPU)")
     parser.add_argument("--quiet", action="store_true", help="print errors only: no progress bar, log or summary")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's own log, and tracebacks")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.images is None and args.images_from is None:
+        parser.error("--images or --images-from is required")
+    if args.distributed is None:
+        given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
+                                          ("--shard-size", args.shard_size), ("--ray-address", args.ray_address))
+                 if value is not None] + (["--keep-shards"] if args.keep_shards else [])
+        if given:
+            parser.error("%s only with --distributed" % ", ".join(given))
+    elif args.distributed == "static" and args.ray_address is not None:
+        parser.error("--ray-address only with --distributed ray")
+    elif args.distributed == "ray" and (args.rank is not None or args.world_size is not None):
+        parser.error("--rank and --world-size only with --distributed static")
+    return args
 
 
 def resolve_output(output, output_format):
@@ -215,11 +253,21 @@ def _run(args, output, output_format):
 
     config = engine.Config(
         model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
-        images=args.images, output=output, devices=resolve_devices(args.gpus, args.devices),
+        images=args.images or os.curdir, output=output, devices=resolve_devices(args.gpus, args.devices),
+        images_from=args.images_from, distribution=_distribution(args, engine),
         per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
         workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
         progress=not args.quiet and sys.stderr.isatty())
     return engine.run(config)
+
+
+def _distribution(args, engine):
+    """--distributed and its flags as an engine Distribution, or None."""
+    if args.distributed is None:
+        return None
+    return engine.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
+                               shard_size=args.shard_size, keep_shards=args.keep_shards,
+                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker)
 
 
 def _say(message):

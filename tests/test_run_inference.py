@@ -151,7 +151,7 @@ def help_text(monkeypatch, capsys, program="run_inference.py"):
 @pytest.mark.parametrize("program", ["run-inference", "run_inference.py"])
 def test_help_is_named_after_the_command_that_was_run(monkeypatch, capsys, program):
     text = help_text(monkeypatch, capsys, program)
-    assert text.startswith("usage: %s [-h] --images FOLDER" % program), text[:80]
+    assert text.startswith("usage: %s [-h] [--images FOLDER]" % program), text[:80]
     assert "\n  %s --images photos/ " % program in text  # the examples too
 
 
@@ -165,11 +165,13 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
     text = help_text(monkeypatch, capsys)
     options = text.split("\noptions:\n")[1].split("\n\n")[0]
     blocks = re.split(r"\n(?=  -)", options)
-    assert len(blocks) == 17, blocks  # --help and the 16 flags
-    for block in blocks:
+    assert len(blocks) == 18, blocks  # --help and the 17 flags of one process
+    jobs = re.split(r"\n(?=  -)", text.split("\none job over many processes")[1].split("\n\n")[1])
+    assert len(jobs) == 7, jobs  # --distributed and its 6 flags
+    for block in blocks + jobs:
         assert block.count("default") <= 1, block
-    images, = [block for block in blocks if block.lstrip().startswith("--images")]
-    assert "default" not in images and "(default: None)" not in text
+    images, = [block for block in blocks if block.lstrip().startswith("--images FOLDER")]
+    assert "the current folder" in images and "(default: None)" not in text
     assert "Config" not in text and "engine" not in text  # written for someone who never read the code
     examples = text.split("\nexamples:\n")[1].split("\n\n")[0]
     assert examples.count("run_inference.py --images ") >= 4, examples
@@ -391,3 +393,27 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
     # Only the images without a committed row were computed again.
     assert "%d written, 0 failed, %d already done" % (len(names) - committed, committed) in error, error
     assert output.read_bytes() == uninterrupted
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--images", "x", "--rank", "1"], "--rank only with --distributed"),
+    (["--images", "x", "--shard-size", "5", "--keep-shards"], "--shard-size, --keep-shards only with --distributed"),
+    (["--images", "x", "--distributed", "static", "--ray-address", "auto"], "--ray-address only with --distributed ray"),
+    (["--images", "x", "--distributed", "ray", "--rank", "0"], "--rank and --world-size only with --distributed static"),
+    ([], "--images or --images-from is required"),
+])
+def test_job_flags_out_of_place_are_one_line(capsys, flags, message):
+    with pytest.raises(SystemExit) as stopped:
+        run_inference.parse_args(flags)
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and error.count("\n") == 1 and message in error, error
+
+
+def test_distributed_flags_reach_the_config(fake_run):
+    assert main("--images", ".", "--devices", "cpu:0", "--quiet", "--distributed", "static", "--rank", "1",
+                "--world-size", "3", "--shard-size", "100", "--keep-shards") == 0
+    distribution = fake_run.configs[-1].distribution
+    assert (distribution.kind, distribution.rank, distribution.world_size, distribution.shard_size,
+            distribution.keep_shards) == ("static", 1, 3, 100, True)
+    assert main("--images-from", "list.txt", "--devices", "cpu:0", "--quiet") == 0
+    assert (str(fake_run.configs[-1].images_from), str(fake_run.configs[-1].images)) == ("list.txt", ".")
