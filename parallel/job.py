@@ -51,7 +51,8 @@ def check_job(images_root, output, settings, scan, overwrite=False):
             raise OutputError(other_source_message(output, recorded["images"], settings["images"]))
         check_settings(output, recorded, settings, ignore=("feature_size",))
     sharded = Path(str(output) + ".shards")
-    if not overwrite and (sharded.exists() or Path(str(output) + ".attempts").exists()):
+    finished = record is not None and record["state"] == "complete"
+    if not overwrite and not finished and (sharded.exists() or Path(str(output) + ".attempts").exists()):
         raise OutputError("%s is being written by a job spread over several processes (%s exists): rerun it with "
                           "the same --distributed, or pass --overwrite" % (output, sharded.name))
     current = scan()

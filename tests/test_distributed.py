@@ -2,6 +2,7 @@
 whatever the kills, the reruns and the number of processes."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,3 +190,22 @@ def test_an_image_list_file_gives_the_folder_s_output(images, single, tmp_path):
     summary = engine.run(job_child.config(images, output, "csv", images_from=listing))
     assert (summary.written, summary.failed) == (23, 1)
     assert outputs(output) == single["csv"]
+
+
+def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_failures(images, tmp_path):
+    import pandas as pd
+    import polars as pl
+    root = tmp_path / "images"
+    shutil.copytree(images, root)
+    output = tmp_path / "out.csv"
+    for rank in range(2):
+        run_rank(root, output, "csv", rank, 2, keep_shards=True)
+    shards = ShardedJob(output).shards
+    frame = pd.read_parquet(shards)  # _errors.csv files are skipped
+    assert len(frame) == 23 and sorted(frame["path"]) == sorted(frame["path"].unique())
+    assert pl.read_parquet(str(shards / "*" / "features.parquet"))["colour"].to_numpy().shape == (23, 6)
+    Image.new("RGB", (12, 10), (1, 2, 3)).save(root / "a" / "bad.png")  # repaired
+    summary = engine.run(job_child.config(root, output, "csv"))
+    assert (summary.written, summary.failed, summary.already_done) == (1, 0, 23)
+    paths = [line.split(",")[0] for line in output.read_text().splitlines()[1:]]
+    assert len(paths) == 24 and paths == sorted(paths)
