@@ -85,19 +85,22 @@ class ShardWorker:
         if self.job.is_committed(index):
             failed = self.job.failed_in(index, images.paths)
             return Summary(discovered=len(images), already_done=len(images) - failed, failed=failed)
-        attempt = self.job.new_attempt(index)
-        with run_errors():
-            writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
-                                 column_prefix=self.config.model.output_name,
-                                 feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)))
-        with writer:
-            summary = extract_into(self.config, self.runner, writer, images.paths, stop=stop, progress=progress)
-            if summary.interrupted:
-                writer.abort()
-                return dataclasses.replace(summary, discovered=len(images))
-        with run_errors():
-            if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
-                log.info("shard %d was committed by another process first; this copy is dropped", index)
+        with self.job.attempt(index) as attempt:
+            with run_errors():
+                writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
+                                     column_prefix=self.config.model.output_name,
+                                     feature_size=self.runner.feature_size,
+                                     settings=dict(self.settings, shard=str(index)))
+            with writer:
+                summary = extract_into(self.config, self.runner, writer, images.paths, stop=stop, progress=progress)
+                if summary.interrupted:
+                    writer.abort()
+                    return dataclasses.replace(summary, discovered=len(images))
+            if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
+                return self.process(index)
+            with run_errors():
+                if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
+                    log.info("shard %d was committed by another process first; this copy is dropped", index)
         return dataclasses.replace(summary, discovered=len(images))
 
     def close(self):

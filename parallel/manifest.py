@@ -27,6 +27,7 @@ too (size and time -1) and fails when read. `exclude` keeps the program's own fi
 inside the images folder, its sidecars) from ever being taken for images.
 """
 
+import array
 import contextlib
 import csv
 import dataclasses
@@ -68,6 +69,12 @@ def scan_images(root, exclude=()):
     Raises:
       ValueError: `root` is not a folder.
     """
+    manifest = Manifest.scan(root, exclude)
+    return list(zip(manifest.paths, manifest.sizes, manifest.mtimes))
+
+
+def _walk(root, exclude):
+    """(paths, sizes, mtimes) of the image files under `root`, in the order found (see scan_images)."""
     top = os.fspath(root)
     if not os.path.isdir(top):
         raise ValueError("%s is not a folder" % (root,))
@@ -77,7 +84,8 @@ def scan_images(root, exclude=()):
         log.warning("cannot list %s under %s (%s); skipping the images in it",
                     error.filename, top, error.strerror or error)
 
-    found = []
+    # Three compact columns, not a tuple per image: a million images fit in a few hundred MB.
+    paths, sizes, mtimes = [], array.array("q"), array.array("q")
     for folder, folders, names, descriptor in os.fwalk(top, onerror=skip):
         relative = os.path.relpath(folder, top)
         prefix = "" if relative == os.curdir else relative.replace(os.sep, "/") + "/"
@@ -85,9 +93,11 @@ def scan_images(root, exclude=()):
         for name in names:
             path = prefix + name
             if has_image_extension(name) and path not in exclude:
-                found.append((path,) + _size_and_time(name, descriptor))
-    found.sort()
-    return found
+                size, mtime = _size_and_time(name, descriptor)
+                paths.append(path)
+                sizes.append(size)
+                mtimes.append(mtime)
+    return paths, sizes, mtimes
 
 
 def _size_and_time(name, folder_descriptor):
@@ -110,7 +120,7 @@ def discover_images(root, exclude=()):
     Raises:
       ValueError: `root` is not a folder.
     """
-    return [path for path, _, _ in scan_images(root, exclude)]
+    return sorted(_walk(root, exclude)[0])
 
 
 def manifest_path(output):
@@ -137,19 +147,29 @@ class Manifest:
 
     Attributes:
       paths: list of str, sorted, relative to the images folder.
-      sizes: list of int, bytes (-1: could not be stat'ed).
-      mtimes: list of int, modification times in nanoseconds (-1 likewise).
+      sizes: int64 array.array, bytes (-1: could not be stat'ed).
+      mtimes: int64 array.array, modification times in nanoseconds (-1 likewise).
     """
 
     paths: list
-    sizes: list
-    mtimes: list
+    sizes: array.array
+    mtimes: array.array
+
+    def __post_init__(self):
+        for name in ("sizes", "mtimes"):  # 8 bytes an image, where a list of ints takes 36
+            if not isinstance(getattr(self, name), array.array):
+                object.__setattr__(self, name, array.array("q", getattr(self, name)))
 
     @classmethod
     def scan(cls, root, exclude=()):
-        """The manifest of the images under `root` now (see `scan_images`)."""
-        found = scan_images(root, exclude)
-        return cls([row[0] for row in found], [row[1] for row in found], [row[2] for row in found])
+        """The manifest of the images under `root` now (see `scan_images`), sorted by path."""
+        return cls._sorted(*_walk(root, exclude))
+
+    @classmethod
+    def _sorted(cls, paths, sizes, mtimes):
+        order = sorted(range(len(paths)), key=paths.__getitem__)
+        return cls([paths[index] for index in order], array.array("q", (sizes[index] for index in order)),
+                   array.array("q", (mtimes[index] for index in order)))
 
     def __len__(self):
         return len(self.paths)
@@ -200,15 +220,20 @@ class Manifest:
           shard_size: images per shard (>= 1).
           job: {str: str}, what the job is (settings, source), kept in the file's metadata.
         """
+        import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
         if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
             raise ValueError("shard_size must be at least 1; got %r" % (shard_size,))
-        raw = [name.encode("utf-8", "surrogateescape") for name in self.paths]
-        table = pa.table({"path": pa.array([name.decode("utf-8", "backslashreplace") for name in raw], pa.string()),
-                          "path_bytes": pa.array(raw, pa.binary()),
-                          "size": pa.array(self.sizes, pa.int64()),
-                          "mtime_ns": pa.array(self.mtimes, pa.int64())})
+        try:  # every name valid UTF-8 (the rule): the bytes column shares the text column's buffers
+            readable = pa.array(self.paths, pa.string())
+            raw = readable.cast(pa.binary())
+        except UnicodeEncodeError:  # some names are not: their bytes, and a readable text with escapes
+            raw = pa.array([name.encode("utf-8", "surrogateescape") for name in self.paths], pa.binary())
+            readable = pa.array([name.decode("utf-8", "backslashreplace") for name in raw.to_pylist()], pa.string())
+        table = pa.table({"path": readable, "path_bytes": raw,
+                          "size": pa.array(np.frombuffer(self.sizes, np.int64)),
+                          "mtime_ns": pa.array(np.frombuffer(self.mtimes, np.int64))})
         record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {})}
         table = table.replace_schema_metadata({_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
         from parallel.writer import _fsync, _temporary_then_rename  # the output layer's durable write
@@ -245,7 +270,8 @@ class Manifest:
     @classmethod
     def _from_table(cls, table):
         paths = [raw.decode("utf-8", "surrogateescape") for raw in table.column("path_bytes").to_pylist()]
-        return cls(paths, table.column("size").to_pylist(), table.column("mtime_ns").to_pylist())
+        return cls(paths, array.array("q", table.column("size").to_numpy().astype("int64").tobytes()),
+                   array.array("q", table.column("mtime_ns").to_numpy().astype("int64").tobytes()))
 
 
 def read_job(path):
@@ -319,8 +345,12 @@ def read_list(list_file, root):
     twice = sorted({first for first, second in zip(paths, paths[1:]) if first == second})
     if twice:
         raise ValueError("--images-from %s lists %d paths twice (%s)" % (list_file, len(twice), ", ".join(twice[:3])))
-    stats = [_size_and_time(os.path.join(os.fspath(root), path), None) for path in paths]
-    return Manifest(paths, [size for size, _ in stats], [mtime for _, mtime in stats])
+    sizes, mtimes = array.array("q"), array.array("q")
+    for path in paths:
+        size, mtime = _size_and_time(os.path.join(os.fspath(root), path), None)
+        sizes.append(size)
+        mtimes.append(mtime)
+    return Manifest(paths, sizes, mtimes)
 
 
 def describe_changes(changes, images, output, committed=None):

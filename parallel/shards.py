@@ -23,6 +23,7 @@ O.shards is a Parquet dataset that pandas (`pd.read_parquet(folder)`), polars an
 it is (files starting with "_" are skipped by them); it is removed once O is written, unless kept.
 """
 
+import contextlib
 import csv
 import logging
 import os
@@ -43,6 +44,7 @@ ATTEMPTS_SUFFIX = ".attempts"
 LOCK_SUFFIX = ".lock"
 SHARD_FEATURES = "features.parquet"
 SHARD_ERRORS = "_errors.csv"  # "_": readers of the Parquet folder skip it
+ATTEMPT_LOCK = ".lock"
 _ERRORS_HEADER = "path,kind,message\n"
 
 
@@ -149,6 +151,32 @@ class ShardedJob:
         folder.mkdir(parents=True)
         return folder
 
+    @contextlib.contextmanager
+    def attempt(self, index):
+        """`with job.attempt(i) as folder:` a fresh folder of this process for computing shard `index`.
+
+        The folder is locked while the block runs, so that `remove_dead_attempts` never removes an
+        attempt that is alive (another process given the same shard, say).
+        """
+        folder = self.new_attempt(index)
+        with locks.exclusive(folder / ATTEMPT_LOCK):
+            yield folder
+
+    def remove_dead_attempts(self):
+        """Removes the attempts of processes that were killed (their folders' locks are free)."""
+        if not self.attempts.exists():
+            return
+        for folder in self.attempts.iterdir():
+            try:
+                with locks.exclusive(folder / ATTEMPT_LOCK):
+                    shutil.rmtree(folder, ignore_errors=True)
+            except (locks.Busy, OSError):
+                pass  # alive, or already gone
+        try:
+            self.attempts.rmdir()
+        except OSError:
+            pass  # an attempt is alive
+
     def commit(self, index, attempt, errors):
         """Makes the finished attempt shard `index`'s part, in one rename.
 
@@ -199,14 +227,14 @@ class ShardedJob:
         try:
             with locks.exclusive(self.lock):
                 if self.is_finished():
+                    self.remove_dead_attempts()
                     return True
                 if self.missing():
                     return False  # checked under the lock: a process that finished first did the rest
                 self._assemble(output_format, column_prefix, settings)
                 if not keep_shards and self.shards.exists():
                     shutil.rmtree(self.shards)
-                if self.attempts.exists():
-                    shutil.rmtree(self.attempts)  # left by killed or duplicate attempts
+                self.remove_dead_attempts()
         except locks.Busy:
             log.info("another process is writing %s from the shards", self.output)
             return False
