@@ -31,7 +31,10 @@ tf1 = tf.compat.v1
 
 BGR_MEAN = (103.939, 116.779, 123.68)
 
-PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float16, tf.bfloat16)))
+# The compute dtype of each precision. tf32 computes in float32 too: what differs is whether the
+# engine lets float32 matmuls and convolutions run as TF32, which it reads from the "precision"
+# of the model's settings (parallel.devices.set_float32_precision).
+PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
 
 # The last layer with weights each endpoint needs.
 _LAST_LAYER = {"pool5": "conv5_3", "fc6": "fc6", "relu6": "fc6", "fc7": "fc7", "relu7": "fc7",
@@ -144,7 +147,11 @@ def feature_model(endpoint="fc7", weights="imagenet", precision="fp32", cache_di
       endpoint: one of ENDPOINTS (default fc7, before the ReLU; relu7 is Keras's fc2).
       weights: "imagenet" (Keras's cache file, downloaded if absent) or the path of a vgg16.npy or
         .h5 file (see `weight_files.load_weights`); read when the engine asks, once.
-      precision: "fp32", "fp16" or "bf16": compute dtype on the devices; outputs are float32.
+      precision: the arithmetic on the devices; outputs are float32 either way. "fp32": IEEE
+        float32 everywhere (TF32 off, so features agree across GPU generations and with a CPU);
+        "tf32": float32 whose matmuls and convolutions run as TF32 on Ampere and newer GPUs
+        (faster, about 1e-3 relative differences; identical to fp32 on a CPU); "fp16", "bf16".
+        Recorded in the settings, so an output is never resumed with another precision.
       cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).
 
     Returns:

@@ -14,6 +14,7 @@ import logging
 import time
 from pathlib import Path
 
+from parallel.devices import set_float32_precision
 from parallel.engine import extract_into, run_errors
 from parallel.loop import Progress, Summary, log_stage_times
 from parallel.ranks import resolve_rank
@@ -71,6 +72,7 @@ class ShardWorker:
         self.config = config
         self.job = job
         self.devices = devices or config.devices
+        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
         self.runner = DeviceRunner(config.model, self.devices, config.per_device_batch)
         self.settings = config.settings
 
@@ -150,7 +152,7 @@ def run(config):
     job = freeze(config, check_folder=rank.rank == 0)
     mine = list(rank.shards(job.shard_count))
     log.info("rank %d of %d (from %s): shards %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
-             _some(mine), job.shard_count, config.devices.describe())
+             _some(mine), job.shard_count, config.devices.describe(config.per_device_batch))
     summary = Summary()
     started = time.perf_counter()
     with ShardWorker(config, job) as worker, StopRequest() as stop, \

@@ -22,8 +22,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from parallel.devices import Devices, resolve_devices
 from parallel import locks
+from parallel.devices import Devices, resolve_devices, set_float32_precision
 from parallel.job import check_job, freeze_job, own_files
 from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Progress, StrictError, Summary,
                            WriterThread, log_stage_times, run_loop)
@@ -55,6 +55,7 @@ class Config:
       output: output file; its sidecars sit beside it.
       devices: checked `Devices` (see `parallel.devices.resolve_devices`).
       per_device_batch: images per device per step; a host batch is this times the devices.
+        None: by device kind (`Devices.default_batch`: 12 on CPU devices, 64 on GPUs).
       resize: "crop" (centre square, then resize) or "stretch".
       output_format: "csv", "parquet" or "npy".
       workers: decode threads; None: one per core.
@@ -71,7 +72,7 @@ class Config:
     images: Path
     output: Path
     devices: Devices
-    per_device_batch: int = 12
+    per_device_batch: Optional[int] = None
     resize: str = "crop"
     output_format: str = "csv"
     workers: Optional[int] = None
@@ -83,6 +84,8 @@ class Config:
     distribution: Optional["Distribution"] = None
 
     def __post_init__(self):
+        if self.per_device_batch is None:
+            object.__setattr__(self, "per_device_batch", self.devices.default_batch())  # frozen
         _check_batching(self.per_device_batch, self.resize, self.workers, self.prefetch_batches)
         if self.output_format not in FORMATS:
             raise ValueError("output_format must be one of %s; got %r" % (", ".join(FORMATS), self.output_format))
@@ -192,6 +195,7 @@ def run(config):
                                                              column_prefix=config.model.output_name),
                                    scan=config.scan, overwrite=config.overwrite)
     weights = config.model.load_weights()  # a bad weights file fails before any output exists
+    set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
     started = time.perf_counter()
     with contextlib.ExitStack() as stages:
         runner = stages.enter_context(DeviceRunner(config.model, config.devices, config.per_device_batch,
@@ -205,7 +209,8 @@ def run(config):
         stages.callback(writer.abort)  # committed rows stay committed and resumable; no-op after close()
         job = freeze_job(frozen, current, writer, images_root, output)
         todo = [path for path in job.paths if path not in writer.completed]
-        log.info("%d images under %s; devices: %s", len(job), images_root, config.devices.describe())
+        log.info("%d images under %s; devices: %s", len(job), images_root,
+                 config.devices.describe(config.per_device_batch))
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
         progress = stages.enter_context(Progress(config.progress, total=len(job), initial=len(job) - len(todo)))
         stop = stages.enter_context(StopRequest())
@@ -313,6 +318,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", 
         raise ValueError("images must be a folder or a non-empty list of files; got %r" % (images,))
     sink, failures = _Collected(), _Failures()
     host_batch = per_device_batch * len(devices.names)
+    set_float32_precision(model.settings.get("precision"))  # process-global: before the Session
     with DeviceRunner(model, devices, per_device_batch) as runner, ImageReader(
             root, paths, host_batch, size=tuple(model.image_size), resize=resize, workers=workers,
             prefetch_batches=prefetch_batches) as reader:

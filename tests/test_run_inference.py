@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 import run_inference
 from parallel import engine
+from parallel.devices import available_gpus
 from parallel.writer import sidecar_path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -295,6 +297,72 @@ def test_verbose_shows_the_traceback(fake_run, tmp_path):
     fake_run.outcome = engine.RunError("disk full")
     with pytest.raises(engine.RunError, match="disk full"):
         main("--images", tmp_path, "--devices", "cpu:0", "--quiet", "--verbose")
+
+
+# ----------------------------------------------------------------------------- GPU machines
+
+@pytest.fixture
+def nvidia_smi(tmp_path, monkeypatch):
+    """A fake nvidia-smi first on PATH, listing two GPUs; `nvidia_smi.runs()` counts its runs."""
+    folder, calls = tmp_path / "fake-bin", tmp_path / "nvidia-smi.calls"
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    script.write_text("#!/bin/sh\necho run >> %s\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n"
+                      "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)'\n" % calls)
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvidia_smi.runs = lambda: len(calls.read_text().splitlines()) if calls.exists() else 0
+    return nvidia_smi
+
+
+tensorflow_sees_no_gpu = pytest.mark.skipif(available_gpus() > 0, reason="TensorFlow sees this machine's GPUs")
+
+
+@tensorflow_sees_no_gpu
+@pytest.mark.parametrize("flags, ending", [
+    (["--gpus", "0,1"], "fix: pip install -e '.[gpu]'\n"),
+    ([], "fix: pip install -e '.[gpu]', or run on the CPU on purpose with --devices cpu:0\n"),
+])
+def test_gpus_tensorflow_cannot_see_stop_the_run_with_one_line_naming_the_fix(fake_run, capsys, nvidia_smi, flags,
+                                                                              ending):
+    assert main("--images", ".", "--quiet", *flags) == engine.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.startswith("run_inference: error: ") and error.count("\n") == 1, error
+    assert "this machine has NVIDIA GPUs (" in error and "but TensorFlow sees none: it was installed without CUDA " \
+        "support or cannot load CUDA; " in error and error.endswith(ending), error
+    assert fake_run.configs == []  # the run did not start
+
+
+@tensorflow_sees_no_gpu
+@pytest.mark.parametrize("flags, per_device_batch", [([], 12), (["--batch-size", "5"], 5)])
+def test_devices_cpu_runs_on_the_cpu_on_purpose_with_the_cpu_batch_unless_one_is_given(fake_run, nvidia_smi, flags,
+                                                                                       per_device_batch):
+    assert main("--images", ".", "--quiet", "--devices", "cpu:0", *flags) == 0
+    config, = fake_run.configs
+    assert config.devices.names == ("/device:CPU:0",) and config.per_device_batch == per_device_batch
+    assert nvidia_smi.runs() == 0  # nothing was asked of the GPUs
+
+
+def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_output(tmp_path, capsys, caplog,
+                                                                                     weights_file):
+    images = make_images(tmp_path / "images", NAMES[:1])
+    output = tmp_path / "features.csv"
+    allowed = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
+    try:
+        assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0") == 0
+        assert tf.config.experimental.tensor_float_32_execution_enabled() is False  # fp32 is IEEE float32
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(allowed)
+    assert "1 images under %s; devices: CPU:0; 12 images per device per step" % images in caplog.messages
+    capsys.readouterr()
+    before = output.read_bytes()
+    assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
+                "--precision", "tf32") == engine.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "(precision='fp32', not 'tf32')" in error, error
+    assert output.read_bytes() == before
 
 
 # ----------------------------------------------------------------------------- signals, in real processes

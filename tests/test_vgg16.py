@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 from tensorflow.python.framework import kernels
 
 from models import vgg16, vgg16_layers, weight_files
@@ -167,3 +168,29 @@ def test_reduced_precision_stays_close_to_fp32(seeded_weights, images, precision
     cosine = (reduced * reference).sum(1) / np.linalg.norm(reduced, axis=1) / np.linalg.norm(reference, axis=1)
     assert cosine.min() >= 0.999, cosine
     assert not np.array_equal(reduced, reference)  # it really computed in another precision
+
+
+@pytest.fixture
+def tensor_float_32():
+    """Puts the process-global TF32 flag back as it was after the test."""
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    yield
+    tf.config.experimental.enable_tensor_float_32_execution(before)
+
+
+def test_fp32_turns_tf32_off_tf32_allows_it_and_on_a_cpu_they_are_identical(tmp_path, seeded_files, images,
+                                                                             tensor_float_32):
+    """TensorFlow allows TF32 by default; the engine sets what the model's precision says before its Session."""
+    files = []
+    for index, image in enumerate(images):
+        files.append(tmp_path / ("%d.png" % index))
+        Image.fromarray(image).save(files[-1])
+    features = {}
+    for precision, allowed in (("tf32", True), ("fp32", False), ("tf32", True)):
+        tf.config.experimental.enable_tensor_float_32_execution(not allowed)
+        model = vgg16.feature_model(weights=str(seeded_files["npy"]), precision=precision)
+        assert model.settings["precision"] == precision  # recorded: an fp32 output is not resumed with tf32
+        paths, features[precision] = engine.extract(model, files, devices="cpu:0,cpu:1", per_device_batch=1)
+        assert tf.config.experimental.tensor_float_32_execution_enabled() is allowed, precision
+        assert len(paths) == len(images)
+    np.testing.assert_array_equal(features["tf32"], features["fp32"])  # TF32 only changes Ampere+ GPU kernels
