@@ -139,6 +139,24 @@ def test_other_settings_are_refused_until_overwrite(tmp_path, capsys, weights_fi
     assert list(read(output).columns)[0] == "relu7_0"
 
 
+def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, weights_file):
+    """Run as users run it (a process of its own, with its log on stderr)."""
+    first, second = make_images(tmp_path / "first", NAMES[:1]), make_images(tmp_path / "second", NAMES[:1])
+    output = tmp_path / "features.csv"
+    done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(first), "--output",
+                           str(output), "--weights", str(weights_file), "--devices", "cpu:0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for flags, message in ((["--images", str(first), "--layer", "relu7"], "written with other settings"),
+                           (["--images", str(second)], "holds the features of the images in")):
+        done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--output", str(output),
+                               "--weights", str(weights_file), "--devices", "cpu:0", *flags],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("run_inference: error: "), done.stderr
+        assert message in done.stderr and "--overwrite" in done.stderr
+
+
 # ----------------------------------------------------------------------------- flags, --help and the output path
 
 def help_text(monkeypatch, capsys, program="run_inference.py"):

@@ -160,3 +160,17 @@ def test_the_cli_block_restores_handlers_and_the_wakeup_fd():
     assert {signum: signal.getsignal(signum) for signum in before} == before
     assert signal.set_wakeup_fd(-1) == -1  # none left behind
     assert threading.active_count() == threads
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_warning_starts_on_a_new_line_after_a_terminal_s_echoed_c(monkeypatch, caplog, terminal):
+    class Stream:
+        def isatty(self):
+            return terminal
+    monkeypatch.setattr(sys, "stderr", Stream())
+    with caplog.at_level("WARNING", logger="parallel"), StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    assert stop.signal_name == "SIGINT"
+    [record] = [record for record in caplog.records if "SIGINT received" in record.getMessage()]
+    assert record.getMessage().startswith("\n") == terminal
