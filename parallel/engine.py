@@ -31,6 +31,7 @@ from parallel.model import ModelSpec
 from parallel.reader import RESIZE_MODES, ImageReader
 from parallel.runner import DeviceRunner, build_graph
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
+from parallel.staging import open_runner
 from parallel.writer import FORMATS, ErrorLog, open_writer
 
 log = logging.getLogger("parallel")
@@ -130,8 +131,8 @@ def run(config):
     weights = config.model.load_weights()  # a bad weights file fails before any output exists
     started = time.perf_counter()
     with contextlib.ExitStack() as stages:
-        runner = stages.enter_context(DeviceRunner(config.model, config.devices, config.per_device_batch,
-                                                   weights=weights))
+        runner = stages.enter_context(open_runner(config.model, config.devices, config.per_device_batch,
+                                                  weights=weights))
         del weights  # the devices hold their copies now
         writer = open_writer(output, format=config.output_format, column_prefix=config.model.output_name,
                              feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
@@ -150,7 +151,7 @@ def run(config):
             progress = stages.enter_context(Progress(config.progress, total=len(job),
                                                      initial=len(job) - len(todo)))
             stop = stages.enter_context(StopRequest())
-            summary = run_loop(reader, runner.run, sink, errors, images=len(todo), strict=config.strict,
+            summary = run_loop(reader, runner, sink, errors, images=len(todo), strict=config.strict,
                                stop=stop, progress=progress)
             if not summary.interrupted:
                 writer.close()  # parquet, npy: the final merge
@@ -206,10 +207,10 @@ def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", 
         raise ValueError("images must be a folder or a non-empty list of files; got %r" % (images,))
     sink, failures = _Collected(), _Failures()
     host_batch = per_device_batch * len(devices.names)
-    with DeviceRunner(model, devices, per_device_batch) as runner, ImageReader(
+    with open_runner(model, devices, per_device_batch) as runner, ImageReader(
             root, paths, host_batch, size=tuple(model.image_size), resize=resize, workers=workers,
             prefetch_batches=prefetch_batches) as reader:
-        run_loop(reader, runner.run, sink, failures, images=len(paths))
+        run_loop(reader, runner, sink, failures, images=len(paths))
         if failures.rows:
             log.warning("%d images could not be read: %s", len(failures.rows),
                         "; ".join("%s (%s: %s)" % row for row in failures.rows[:5]))
