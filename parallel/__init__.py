@@ -26,6 +26,7 @@ _EXPORTS = {
     "extract": "parallel.engine", "run": "parallel.engine",
     "Summary": "parallel.loop", "run_loop": "parallel.loop",
     "DeviceRunner": "parallel.runner", "build_graph": "parallel.runner",
+    "StagedRunner": "parallel.staging", "open_runner": "parallel.staging",
     "ModelSpec": "parallel.model",
     "Placement": "parallel.placement", "ReplicatedVariables": "parallel.placement",
     "SharedVariables": "parallel.placement",

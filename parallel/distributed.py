@@ -18,9 +18,9 @@ from parallel.devices import set_float32_precision
 from parallel.engine import extract_into, run_errors
 from parallel.loop import Progress, Summary, log_stage_times
 from parallel.ranks import resolve_rank
-from parallel.runner import DeviceRunner
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
+from parallel.staging import open_runner
 from parallel.writer import ErrorLog, open_writer
 
 log = logging.getLogger("parallel")
@@ -73,7 +73,7 @@ class ShardWorker:
         self.job = job
         self.devices = devices or config.devices
         set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
-        self.runner = DeviceRunner(config.model, self.devices, config.per_device_batch)
+        self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         self.settings = config.settings
 
     def process(self, index, stop=None, progress=None):

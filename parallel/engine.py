@@ -33,6 +33,7 @@ from parallel.decode import RESIZE_MODES
 from parallel.reader import ImageReader
 from parallel.runner import DeviceRunner, build_graph
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
+from parallel.staging import open_runner
 from parallel.writer import FORMATS, ErrorLog, OutputError, open_writer
 
 log = logging.getLogger("parallel")
@@ -198,8 +199,8 @@ def run(config):
     set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
     started = time.perf_counter()
     with contextlib.ExitStack() as stages:
-        runner = stages.enter_context(DeviceRunner(config.model, config.devices, config.per_device_batch,
-                                                   weights=weights))
+        runner = stages.enter_context(open_runner(config.model, config.devices, config.per_device_batch,
+                                                  weights=weights))
         del weights  # the devices hold their copies now
         output.parent.mkdir(parents=True, exist_ok=True)
         stages.enter_context(output_lock(output))
@@ -245,7 +246,7 @@ def extract_into(config, runner, writer, paths, stop=None, progress=None):
             config.images, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
             workers=config.workers, prefetch_batches=config.prefetch_batches))
         sink = stages.enter_context(WriterThread(writer))
-        return run_loop(reader, runner.run, sink, errors, images=len(paths), strict=config.strict, stop=stop,
+        return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)
 
 
@@ -319,10 +320,10 @@ def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", 
     sink, failures = _Collected(), _Failures()
     host_batch = per_device_batch * len(devices.names)
     set_float32_precision(model.settings.get("precision"))  # process-global: before the Session
-    with DeviceRunner(model, devices, per_device_batch) as runner, ImageReader(
+    with open_runner(model, devices, per_device_batch) as runner, ImageReader(
             root, paths, host_batch, size=tuple(model.image_size), resize=resize, workers=workers,
             prefetch_batches=prefetch_batches) as reader:
-        run_loop(reader, runner.run, sink, failures, images=len(paths))
+        run_loop(reader, runner, sink, failures, images=len(paths))
         if failures.rows:
             log.warning("%d images could not be read: %s", len(failures.rows),
                         "; ".join("%s (%s: %s)" % row for row in failures.rows[:5]))

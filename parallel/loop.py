@@ -1,16 +1,22 @@
 """The read -> compute -> write loop, over the stages it is handed.
 
-    for batch in batches:                     # Batch(paths, images uint8 [N, H, W, 3], failures)
-        failures.add(path, kind, message)     # each image of the batch that could not be read
-        features = compute(batch.images)      # float32 [N, D], rows in the order of batch.paths
-        sink.put(batch.paths, features)       # committed in the background (WriterThread)
-    sink.finish()                             # waits until every batch put is committed
+    for batch in batches:                        # Batch(paths, images uint8 [N, H, W, 3], failures)
+        failures.add(path, kind, message)        # each image of the batch that could not be read
+        for features in compute.submit(batch.images):   # float32 [N, D] of each batch now complete
+            sink.put(paths of that batch, features)     # committed in the background (WriterThread)
+    for features in compute.flush():             # the batches still in flight
+        sink.put(paths of that batch, features)
+    sink.finish()                                # waits until every batch put is committed
 
-`run_loop` owns no stage: the engine opens the real ones (ImageReader, DeviceRunner.run,
-WriterThread over a FeatureWriter, ErrorLog), a test or the in-memory API hands in others,
-slow, failing or collecting. The loop counts what became of every image and times how long
-the devices computed and how long they waited for each stage (clip-retrieval's runner does
-the same).
+`compute` is a function `images -> features` (each batch complete at once), or a stage whose
+features come back later, in submit order (a `StagedRunner` returns a batch's features from the
+next `submit`, or from `flush`).
+
+`run_loop` owns no stage: the engine opens the real ones (ImageReader, a DeviceRunner or
+StagedRunner, WriterThread over a FeatureWriter, ErrorLog), a test or the in-memory API hands
+in others, slow, failing or collecting. The loop counts what became of every image and times
+how long the devices computed and how long they waited for each stage (clip-retrieval's runner
+does the same).
 """
 
 import collections
@@ -103,15 +109,19 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
 
     Args:
       batches: iterable of `parallel.reader.Batch`, in order.
-      compute: callable, `images: uint8 [N, H, W, 3]` (N >= 1) -> `float32 [N, D]`.
+      compute: callable, `images: uint8 [N, H, W, 3]` (N >= 1) -> `float32 [N, D]`; or an
+        object with `submit(images)`, which returns the features of the batches submitted so
+        far that are now complete (a list, in submit order, maybe empty), and `flush()`, which
+        returns those of every batch still in flight.
       sink: has `put(paths, features)` and `finish()`, which returns the rows committed;
         `finish()` is called however the loop ends, so that what was put is committed.
       failures: has `add(path, kind, message)`, called for each image that could not be read.
       images: how many images `batches` holds (those not reached count as skipped).
       strict: the first image that cannot be read raises StrictError.
       stop: None, or an object whose `signal_name` becomes set when the run must stop after
-        the batch in flight (`parallel.signals.StopRequest`).
-      progress: None, or has `update(images, failed)`, called after each batch.
+        the batches in flight (`parallel.signals.StopRequest`).
+      progress: None, or has `update(images, failed)`, called after each batch is handed to
+        `compute`.
 
     Returns:
       Summary with `written`, `failed`, `skipped`, `interrupted` and the times set; the
@@ -119,7 +129,15 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
     """
     summary = Summary()
     clock = _StageClock()
-    reached = 0
+    stage = compute if hasattr(compute, "submit") else _Immediate(compute)
+    in_flight = collections.deque()  # the paths of each batch submitted whose features are not back
+
+    def put(completed):
+        for features in completed:
+            with clock.stage("writer"):
+                sink.put(in_flight.popleft(), features)
+
+    reached, strict_error = 0, None
     try:
         iterator = iter(batches)
         while True:
@@ -127,22 +145,28 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
                 batch = next(iterator, None)
             if batch is None:
                 break
-            for failure in batch.failures:
-                failures.add(failure.path, failure.kind, failure.message)
-                if strict:
-                    raise StrictError("--strict: %s: %s (%s)" % (failure.path, failure.message, failure.kind))
+            strict_error = _record_failures(batch.failures, failures, strict)
+            if strict_error is not None:
+                break
             summary.failed += len(batch.failures)
             if len(batch.paths):
+                in_flight.append(batch.paths)
                 with clock.stage("devices"):
-                    features = compute(batch.images)
-                with clock.stage("writer"):
-                    sink.put(batch.paths, features)
+                    completed = stage.submit(batch.images)
+                put(completed)
             reached += len(batch.paths) + len(batch.failures)
             if progress is not None:
                 progress.update(len(batch.paths) + len(batch.failures), summary.failed)
             if stop is not None and stop.signal_name is not None:
                 summary.interrupted = True
                 break
+        # However the loop stopped (the end, a stop request, --strict), the batches handed to
+        # the devices are written, as they are when each batch comes back at once.
+        with clock.stage("devices"):
+            completed = stage.flush()
+        put(completed)
+        if strict_error is not None:
+            raise strict_error
     finally:
         # However the loop ended, the batches already handed to the sink are committed.
         with clock.stage("writer"):
@@ -159,6 +183,28 @@ def log_stage_times(summary):
     """One log line: where the loop's time went (the devices, waiting for the reader, for the writer)."""
     log.info("%.1f s: devices %.1f s, waiting for the reader %.1f s, for the writer %.1f s",
              summary.seconds, summary.device_seconds, summary.reader_wait_seconds, summary.writer_wait_seconds)
+
+
+def _record_failures(batch_failures, failures, strict):
+    """Adds each failure to `failures`; with `strict`, stops at the first and returns its StrictError."""
+    for failure in batch_failures:
+        failures.add(failure.path, failure.kind, failure.message)
+        if strict:
+            return StrictError("--strict: %s: %s (%s)" % (failure.path, failure.message, failure.kind))
+    return None
+
+
+class _Immediate:
+    """A compute function as a stage whose batches complete at once."""
+
+    def __init__(self, compute):
+        self._compute = compute
+
+    def submit(self, images):
+        return [self._compute(images)]
+
+    def flush(self):
+        return []
 
 
 class WriterThread:

@@ -13,6 +13,7 @@ from PIL import Image
 from parallel import engine
 from parallel.devices import resolve_devices
 from parallel.decode import load_image
+from parallel.staging import StagedRunner
 
 tf1 = tf.compat.v1
 SIZE = (16, 16)
@@ -307,25 +308,15 @@ def test_config_refuses_bad_values_naming_them(tmp_path, field, value, message):
         config_for(tmp_path, tmp_path, **{field: value})
 
 
-def test_out_of_memory_halves_the_step_and_loses_no_row(tmp_path, caplog):
-    runner = engine.DeviceRunner(MODEL, resolve_devices(devices="cpu:0,cpu:1", gpu_count=0), per_device_batch=4)
-    real_run = runner.session.run
-    fed = []
-
-    def run_with_small_memory(fetches, feed_dict):
-        rows = sum(len(value) for value in feed_dict.values())
-        fed.append(rows)
-        if rows > 2:
-            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
-        return real_run(fetches, feed_dict)
-
-    images = np.random.default_rng(0).integers(0, 255, (7, 16, 16, 3), dtype=np.uint8)
-    expected = runner.run(images)
-    runner.session.run = run_with_small_memory
-    np.testing.assert_array_equal(runner.run(images), expected)
-    assert fed[:3] == [7, 4, 2] and runner.max_rows_per_step == 2
-    assert "out of memory" in caplog.text
-    runner.close()
+def test_a_run_through_the_staged_runner_writes_the_same_bytes(tmp_path, monkeypatch):
+    """The engine stages on GPUs; on CPU devices, where it does not, a staged run must write the same file."""
+    images = tmp_path / "images"
+    make_images(images, 9, bad={"a/img_03.png"})
+    engine.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "fed.csv"))
+    monkeypatch.setattr(engine, "open_runner", StagedRunner)
+    summary = engine.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "staged.csv"))
+    assert (summary.written, summary.failed) == (8, 1)
+    assert (tmp_path / "staged.csv").read_bytes() == (tmp_path / "fed.csv").read_bytes()
 
 
 # --- the Python API ------------------------------------------------------------------------------------

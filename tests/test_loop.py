@@ -115,3 +115,39 @@ def test_summary_line_and_exit_status():
                               "-> out.csv (failures: out.csv.errors.csv); devices busy 50%")
     assert summary.exit_status == EXIT_SOME_FAILED
     assert Summary(written=1).exit_status == EXIT_OK
+
+
+class Lagging:
+    """A compute stage whose features come back `depth` submits late, as a staged runner's do."""
+
+    def __init__(self, depth):
+        self.depth, self.in_flight, self.flushes = depth, [], 0
+
+    def submit(self, images):
+        self.in_flight.append(compute(images))
+        done = self.in_flight[:-self.depth] if len(self.in_flight) > self.depth else []
+        del self.in_flight[:len(done)]
+        return done
+
+    def flush(self):
+        self.flushes += 1
+        done, self.in_flight = self.in_flight, []
+        return done
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_features_that_come_back_late_are_written_with_their_own_paths_in_order(depth):
+    sink, stage = Sink(), Lagging(depth)
+    summary = run_loop(batches(4, failing={"1_0", "2_0", "2_1"}), stage, sink, Failures(), images=8)
+    assert sink.rows == [("0_0", 0), ("0_1", 1), ("1_1", 11), ("3_0", 30), ("3_1", 31)]
+    assert (summary.written, summary.failed, summary.skipped, stage.flushes) == (5, 3, 0, 1)
+
+
+def test_a_stop_or_strict_still_writes_the_batches_handed_to_the_devices():
+    sink = Sink()
+    summary = run_loop(batches(5), Lagging(2), sink, Failures(), images=10, stop=Stop(after=2))
+    assert (summary.written, summary.skipped, summary.interrupted) == (4, 6, True)
+    sink = Sink()
+    with pytest.raises(StrictError, match="2_1"):
+        run_loop(batches(3, failing={"2_1"}), Lagging(2), sink, Failures(), images=6, strict=True)
+    assert [path for path, _ in sink.rows] == ["0_0", "0_1", "1_0", "1_1"]
