@@ -31,7 +31,7 @@ from parallel.model import ModelSpec
 from parallel.reader import RESIZE_MODES, ImageReader
 from parallel.runner import DeviceRunner, build_graph
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
-from parallel.writer import FORMATS, ErrorLog, open_writer
+from parallel.output import FORMATS, ErrorLog, open_writer
 
 log = logging.getLogger("parallel")
 
@@ -113,7 +113,7 @@ def run(config):
 
     Raises:
       ValueError: bad inputs (missing or empty folder, bad weights, an output of another
-        job), raised before anything is logged or written; `parallel.writer.OutputError`
+        job), raised before anything is logged or written; `parallel.output.OutputError`
         (also a ValueError) when the output cannot be written.
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.

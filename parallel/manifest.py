@@ -33,6 +33,8 @@ import os
 import stat
 from pathlib import Path
 
+from parallel.output.durable import fsync, temporary_then_rename
+
 log = logging.getLogger("parallel")
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
@@ -195,10 +197,9 @@ class Manifest:
                           "path_bytes": pa.array(raw, pa.binary()),
                           "size": pa.array(self.sizes, pa.int64()),
                           "mtime_ns": pa.array(self.mtimes, pa.int64())})
-        from parallel.writer import _fsync, _temporary_then_rename  # the output layer's durable write
-        with _temporary_then_rename(Path(path)) as temporary:
+        with temporary_then_rename(Path(path)) as temporary:
             pq.write_table(table, temporary)
-        _fsync(Path(path).parent)
+        fsync(Path(path).parent)
 
     @classmethod
     def load(cls, path):
