@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from outputs import TRICKY_NAMES
 
-from parallel.output import OutputError, format_rows, read_csv_paths
+from parallel.output import OutputError, csv_rows, format_rows, read_csv_paths
 
 
 def test_float32_text_is_the_shortest_exact_round_trip():
@@ -44,3 +44,17 @@ def test_read_csv_paths_handles_quotes_newlines_and_raw_bytes():
     with pytest.raises(OutputError, match="no end"):
         read_csv_paths(b"h\nplain,1", 2)
 
+
+def test_the_format_pool_has_a_thread_for_each_core_this_process_may_use():
+    assert csv_rows._FORMAT_THREADS == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_rows_are_the_same_bytes_however_many_chunks_they_are_formatted_in(monkeypatch, threads):
+    features = np.random.default_rng(5).standard_normal((61, 33)).astype(np.float32)
+    paths = ["image_%d.jpg" % row for row in range(len(features))]
+    expected = b"".join(csv_rows._format_floats(features[row:row + 1])[0] for row in range(len(features)))
+    monkeypatch.setattr(csv_rows, "_FORMAT_THREADS", threads)  # 61 rows: 1, 2 or 7 chunks
+    lines = format_rows(paths, features).split(b"\n")[:-1]
+    assert [line.split(b",", 1)[0].decode() for line in lines] == paths
+    assert b"".join(line.split(b",", 1)[1] for line in lines) == expected

@@ -57,7 +57,17 @@ def csv_line(fields):
     return ",".join(csv_field(field) for field in fields) + "\n"
 
 
-_FORMAT_THREADS = max(1, min(4, os.cpu_count() or 1))
+def _available_cores():
+    """The cores this process may run on (its CPU affinity, which taskset and cpusets narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+# One thread a core: polars formats a chunk without the GIL, so more threads than cores only
+# wait. No fixed cap: a 4-GPU host makes more rows a second than 4 threads format.
+_FORMAT_THREADS = max(1, _available_cores())
 _format_pool_instance = None
 _format_pool_lock = threading.Lock()
 
