@@ -68,11 +68,11 @@ class ParquetWriter(PartsWriter):
 
     def _merge_sorted(self, runs, part_count):
         schema = _parquet_schema(self.column_prefix, self.feature_size)
+        rows_per_group = self._chunk_rows()  # a chunk of the merge is a row group
         with self._merging_in_path_order(runs, part_count) as (temporary, chunks), \
                 _open_parquet(temporary, schema, _PARQUET_OPTIONS) as parquet:
             for paths, features in chunks:
-                parquet.write_table(_parquet_table(paths, features, self.column_prefix),
-                                    row_group_size=self._chunk_rows())
+                parquet.write_table(_parquet_table(paths, features, self.column_prefix), row_group_size=rows_per_group)
 
 
 def _parquet_schema(column_prefix, feature_size):
