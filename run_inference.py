@@ -20,7 +20,7 @@ from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
 from parallel.decode import RESIZE_MODES
 from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
-from parallel.writer import FORMATS
+from parallel.output import FORMATS
 
 DEFAULT_FORMAT = "csv"
 DEFAULT_FOLDER = "results"

@@ -216,7 +216,7 @@ def bench_keras(args, workdir):
 
 def bench_writer(args, workdir):
     import pandas as pd
-    from parallel.writer import FORMATS, open_writer
+    from parallel.output import FORMATS, open_writer
     rows = args.writer_rows
     features = np.random.default_rng(0).standard_normal((rows, 4096)).astype(np.float32)
     paths = ["folder/image_%06d.jpg" % index for index in range(rows)]

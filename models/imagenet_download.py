@@ -11,12 +11,12 @@ import http.client
 import logging
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from models.weight_files import WeightsError
+from parallel.output.durable import fsync, temporary_then_rename  # standard library only: no engine
 
 log = logging.getLogger("parallel")
 
@@ -90,42 +90,30 @@ def _download(response, target, url, md5):
     """Writes the body of `response` to `target`: temporary file, MD5 check, fsync, rename, fsync folder."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(prefix=IMAGENET_FILE + ".", suffix=".part", dir=target.parent)
+        # A temporary file of its own: two processes may fill the same cache at once.
+        renaming = temporary_then_rename(target, unique=True)
     except OSError as error:
         raise WeightsError("cannot write Keras's cache folder %s: %s; pass --weights PATH"
                            % (target.parent, error.strerror or error)) from None
     try:
-        digest = hashlib.md5()
-        with os.fdopen(descriptor, "wb") as handle:
-            with _download_progress(response.headers.get("Content-Length")) as progress:
-                while True:
-                    chunk = response.read(1 << 20)
-                    if not chunk:
-                        break
-                    handle.write(chunk)
-                    digest.update(chunk)
-                    progress(len(chunk))
-            handle.flush()
-            os.fsync(handle.fileno())
-        if digest.hexdigest() != md5:
-            raise WeightsError("the file downloaded from %s has MD5 %s, expected %s; nothing was kept"
-                               % (url, digest.hexdigest(), md5))
-        os.replace(temporary, target)
-        _fsync_folder(target.parent)  # the rename is durable only once the folder is
+        with renaming as temporary:  # synced and renamed on success; removed on any exception
+            digest = hashlib.md5()
+            with open(temporary, "wb") as handle:
+                with _download_progress(response.headers.get("Content-Length")) as progress:
+                    while True:
+                        chunk = response.read(1 << 20)
+                        if not chunk:
+                            break
+                        handle.write(chunk)
+                        digest.update(chunk)
+                        progress(len(chunk))
+            if digest.hexdigest() != md5:
+                raise WeightsError("the file downloaded from %s has MD5 %s, expected %s; nothing was kept"
+                                   % (url, digest.hexdigest(), md5))
+        fsync(target.parent)  # the rename is durable only once the folder is
     except (OSError, http.client.HTTPException) as error:
         raise WeightsError("downloading %s into %s failed: %s"
                            % (url, target.parent, getattr(error, "strerror", None) or error)) from None
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-
-
-def _fsync_folder(folder):
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class _download_progress:

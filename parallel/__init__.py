@@ -13,9 +13,10 @@ The names below are imported on first use (PEP 562): `import parallel` or `impor
 imports no TensorFlow, so that models, the output layer and tools that only read outputs load fast.
 """
 
-import importlib
 import sys
 import types
+
+from parallel.lazy import lazy_exports
 
 # Exported name -> the submodule that defines it.
 _EXPORTS = {
@@ -34,22 +35,11 @@ _EXPORTS = {
     "ImageError": "parallel.decode", "load_image": "parallel.decode",
     "ImageReader": "parallel.reader",
     "shard_features": "parallel.shard_features", "shard_sizes": "parallel.shard_features",
-    "ErrorLog": "parallel.writer", "OutputError": "parallel.writer", "open_writer": "parallel.writer",
+    "ErrorLog": "parallel.output", "OutputError": "parallel.output", "open_writer": "parallel.output",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value  # later lookups do not come here
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 class _Package(types.ModuleType):

@@ -21,7 +21,7 @@ from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
 from parallel.staging import open_runner
-from parallel.writer import ErrorLog, open_writer
+from parallel.output import ErrorLog, open_writer
 
 log = logging.getLogger("parallel")
 

@@ -33,8 +33,8 @@ from parallel.decode import RESIZE_MODES
 from parallel.reader import ImageReader
 from parallel.runner import DeviceRunner, build_graph
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
+from parallel.output import FORMATS, ErrorLog, OutputError, open_writer
 from parallel.staging import open_runner
-from parallel.writer import FORMATS, ErrorLog, OutputError, open_writer
 
 log = logging.getLogger("parallel")
 
@@ -179,7 +179,7 @@ def run(config):
 
     Raises:
       ValueError: bad inputs (missing or empty folder, bad weights, an output of another
-        job), raised before anything is logged or written; `parallel.writer.OutputError`
+        job), raised before anything is logged or written; `parallel.output.OutputError`
         (also a ValueError) when the output cannot be written.
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.

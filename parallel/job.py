@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from parallel.manifest import IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path, other_source_message
-from parallel.writer import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
+from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
 
 
 def check_job(images_root, output, settings, scan, overwrite=False):

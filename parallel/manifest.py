@@ -37,6 +37,8 @@ import os
 import stat
 from pathlib import Path
 
+from parallel.output.durable import fsync, temporary_then_rename
+
 log = logging.getLogger("parallel")
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
@@ -236,10 +238,9 @@ class Manifest:
                           "mtime_ns": pa.array(np.frombuffer(self.mtimes, np.int64))})
         record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {})}
         table = table.replace_schema_metadata({_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
-        from parallel.writer import _fsync, _temporary_then_rename  # the output layer's durable write
-        with _temporary_then_rename(Path(path)) as temporary:
+        with temporary_then_rename(Path(path)) as temporary:
             pq.write_table(table, temporary, row_group_size=shard_size)
-        _fsync(Path(path).parent)
+        fsync(Path(path).parent)
 
     @classmethod
     def load(cls, path):

@@ -35,7 +35,8 @@ import numpy as np
 
 from parallel import locks
 from parallel.manifest import Manifest, manifest_path, read_job
-from parallel.writer import ErrorLog, OutputError, _fsync, open_writer, read_record
+from parallel.output import ErrorLog, OutputError, open_writer, read_record
+from parallel.output.durable import fsync
 
 log = logging.getLogger("parallel")
 
@@ -195,8 +196,8 @@ class ShardedJob:
             os.rename(errors, ready / SHARD_ERRORS)
         else:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
-        _fsync(ready / SHARD_ERRORS)
-        _fsync(ready)
+        fsync(ready / SHARD_ERRORS)
+        fsync(ready)
         self.shards.mkdir(exist_ok=True)
         try:
             os.rename(ready, self.shard_folder(index))
@@ -205,7 +206,7 @@ class ShardedJob:
                 raise
             shutil.rmtree(attempt, ignore_errors=True)
             return False
-        _fsync(self.shards)
+        fsync(self.shards)
         shutil.rmtree(attempt, ignore_errors=True)
         return True
 

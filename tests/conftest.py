@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs."""
+"""Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs;
+from tests/faults.py, nodes that are not regular files and a disk that fills up."""
 
 import os
 
@@ -7,6 +8,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import pytest
 import tensorflow as tf
+from faults import make_node, small_disk  # noqa: F401 -- fixtures for every test file (fault injection)
 
 tf1 = tf.compat.v1
 

@@ -19,7 +19,7 @@ from PIL import Image
 import run_inference
 from parallel import engine
 from parallel.devices import available_gpus
-from parallel.writer import sidecar_path
+from parallel.output import sidecar_path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NAMES = ["a/one.jpg", "a/two, with comma.png", "b/日本.jpg", "b/c/=four.jpg", "five.JPG"]

@@ -1,0 +1,84 @@
+"""The commit record: `<output>.run.json`, the settings of an output and how much of it is committed.
+
+    {"version": 1, "settings": {...}, "state": "writing" | "complete",
+     "rows": committed rows, "bytes": committed CSV length, "parts": committed parts}
+
+It is replaced atomically after the data it describes is durable, so on open it is the truth:
+data beyond it was never committed. It is kept after close(), so that a rerun can tell a
+finished output of the same settings (nothing to do) from a different job (refused).
+"""
+
+import json
+from pathlib import Path
+
+from parallel.output.durable import OutputError, beside, replace_atomically
+
+SIDECAR_SUFFIX = ".run.json"
+PARTS_SUFFIX = ".parts"
+PATHS_SUFFIX = ".paths.csv"
+ERRORS_SUFFIX = ".errors.csv"
+_SIDECAR_VERSION = 1
+
+
+def sidecar_path(output):
+    """`<output>.run.json`: settings and commit record of `output` (str or Path)."""
+    return beside(Path(output), SIDECAR_SUFFIX)
+
+
+def new_record(settings):
+    """The record of an output with nothing committed yet, written with `settings` ({str: str})."""
+    return {"version": _SIDECAR_VERSION, "settings": settings, "state": "writing", "rows": 0, "bytes": 0, "parts": 0}
+
+
+def save_record(output, record):
+    """Replaces the sidecar of `output` (a Path) by `record`, atomically and durably."""
+    data = (json.dumps(record, indent=1, ensure_ascii=True) + "\n").encode("ascii")
+    replace_atomically(sidecar_path(output), data)
+
+
+def read_record(output):
+    """The commit record of `output` (its settings, "state", "rows"), or None for a new output.
+
+    Read-only: a caller can refuse a job before anything is written.
+
+    Raises:
+      OutputError: the sidecar is damaged or from another version.
+    """
+    path = sidecar_path(output)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a folder that cannot be created is reported when it is created
+    except OSError as error:
+        raise OutputError("cannot read %s: %s" % (path, error.strerror)) from error
+    try:
+        record = json.loads(text)
+        if record.get("version") != _SIDECAR_VERSION or not isinstance(record.get("settings"), dict):
+            raise ValueError(record.get("version"))
+        for key in ("state", "rows", "bytes", "parts"):
+            record[key]  # noqa: B018 -- a missing key is a damaged sidecar
+    except (ValueError, KeyError, AttributeError):
+        raise OutputError("%s is damaged or from another version: pass --overwrite to start afresh or choose "
+                          "another --output" % path) from None
+    return record
+
+
+def check_settings(output, recorded, expected, ignore=()):
+    """Refuses an output recorded with other settings than `expected`.
+
+    Args:
+      output: the output, for the message.
+      recorded: settings from `read_record(output)["settings"]`.
+      expected: the settings of the new run.
+      ignore: keys not known yet (e.g. "feature_size" before the graph is built).
+
+    Raises:
+      OutputError: a setting differs; the message names each difference.
+    """
+    old = {key: value for key, value in recorded.items() if key not in ignore}
+    new = {key: value for key, value in expected.items() if key not in ignore}
+    differences = ["%s=%r, not %r" % (key, old.get(key), new.get(key))
+                   for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    if differences:
+        raise OutputError("%s was written with other settings (%s): pass --overwrite to replace it or choose "
+                          "another --output" % (output, "; ".join(differences)))
