@@ -83,6 +83,18 @@ def test_ranks_one_after_another_give_the_single_host_output(images, single, tmp
     assert outputs(output) == single[output_format]
 
 
+def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(images, tmp_path, monkeypatch):
+    from parallel.output import parts_writer
+    monkeypatch.setattr(parts_writer, "_ROW_GROUP_BYTES", 4 * 4 * 6)  # row groups of 4 rows: 6 of them
+    single = tmp_path / "single.parquet"
+    engine.run(job_child.config(images, single, "parquet", per_device_batch=3))
+    sharded = tmp_path / "sharded.parquet"
+    for rank in range(2):
+        run_rank(images, sharded, "parquet", rank, 2)
+    assert __import__("pyarrow.parquet", fromlist=["ParquetFile"]).ParquetFile(sharded).num_row_groups == 6
+    assert sharded.read_bytes() == single.read_bytes()
+
+
 def test_three_processes_at_once_with_slurm_variables(images, single, tmp_path):
     output = tmp_path / "out.csv"
     children = [subprocess.Popen([sys.executable, CHILD, str(images), str(output), "csv", "--distributed", "static",

@@ -50,8 +50,9 @@ class ParquetWriter(PartsWriter):
         rows_per_group = self._chunk_rows()
         with temporary_then_rename(self.output) as temporary:
             with _open_parquet(temporary, schema, _PARQUET_OPTIONS) as parquet:
-                # Small parts are gathered into row groups of about _ROW_GROUP_BYTES; a big part
-                # (a finished output that new rows were added to) is read a row group at a time.
+                # Row groups of exactly rows_per_group rows (the last one fewer), whatever the parts'
+                # sizes: the file is the same whether its rows came in batches of 12 or shards of
+                # 10,000, in one run or after a kill. A big part is read a row group at a time.
                 pending, pending_rows = [], 0
                 for index in range(part_count):
                     # with: a failed write (disk full) closes the part now, not when its traceback goes.
@@ -60,10 +61,12 @@ class ParquetWriter(PartsWriter):
                             pending.append(batch)
                             pending_rows += batch.num_rows
                             if pending_rows >= rows_per_group:
-                                parquet.write_table(pa.Table.from_batches(pending, schema),
-                                                    row_group_size=rows_per_group)
-                                pending, pending_rows = [], 0
-                if pending:
+                                table = pa.Table.from_batches(pending, schema)
+                                whole = pending_rows - pending_rows % rows_per_group
+                                parquet.write_table(table.slice(0, whole), row_group_size=rows_per_group)
+                                rest = table.slice(whole)
+                                pending, pending_rows = rest.to_batches(), rest.num_rows
+                if pending_rows:
                     parquet.write_table(pa.Table.from_batches(pending, schema))
 
     def _merge_sorted(self, runs, part_count):
