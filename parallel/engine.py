@@ -213,9 +213,10 @@ def run(config):
         log.info("%d images under %s; devices: %s", len(job), images_root,
                  config.devices.describe(config.per_device_batch))
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
-        progress = stages.enter_context(Progress(config.progress, total=len(job), initial=len(job) - len(todo)))
-        stop = stages.enter_context(StopRequest())
-        summary = extract_into(config, runner, writer, todo, stop=stop, progress=progress)
+        # The stop request covers the loop only: a signal during start-up or the final merge stops at once.
+        with Progress(config.progress, total=len(job), initial=len(job) - len(todo)) as progress, \
+                StopRequest() as stop:
+            summary = extract_into(config, runner, writer, todo, stop=stop, progress=progress)
         log_stage_times(summary)
         if not summary.interrupted:
             with run_errors():

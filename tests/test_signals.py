@@ -174,3 +174,30 @@ def test_the_warning_starts_on_a_new_line_after_a_terminal_s_echoed_c(monkeypatc
     assert stop.signal_name == "SIGINT"
     [record] = [record for record in caplog.records if "SIGINT received" in record.getMessage()]
     assert record.getMessage().startswith("\n") == terminal
+
+
+def test_a_signal_during_the_final_merge_stops_cleanly_and_a_rerun_finishes(tmp_path, monkeypatch):
+    """SIGTERM while the parts are merged: KeyboardInterrupt (the CLI exits 130 and says to rerun),
+    nothing half-written, and the rerun merges again."""
+    import job_child
+    from parallel import engine
+    make_images(tmp_path / "images", 4)
+    reference, output = tmp_path / "reference.npy", tmp_path / "out.npy"
+    engine.run(job_child.config(tmp_path / "images", reference, "npy"))
+    real_replace = os.replace
+
+    def replace(source, target, *args, **kwargs):
+        if os.fspath(target) == str(output):  # the merged file going into place: the merge's last step
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)  # the handler raises here
+        return real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        with exit_on_second_signal("unused"):
+            engine.run(job_child.config(tmp_path / "images", output, "npy"))
+    monkeypatch.undo()
+    assert not output.exists() and not os.path.exists(str(output) + ".tmp")
+    summary = engine.run(job_child.config(tmp_path / "images", output, "npy"))
+    assert (summary.written, summary.already_done) == (0, 4)
+    assert output.read_bytes() == reference.read_bytes()

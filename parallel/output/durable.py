@@ -109,7 +109,7 @@ class temporary_then_rename:
                 fsync(self._temporary)
                 os.replace(self._temporary, self._path)
                 return
-        except OSError:
+        except BaseException:  # OSError, or a KeyboardInterrupt (a signal) during the rename
             self._discard()
             raise
         self._discard()
