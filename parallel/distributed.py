@@ -85,8 +85,7 @@ class ShardWorker:
         """
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
-            failed = self.job.failed_in(index, images.paths)
-            return Summary(discovered=len(images), already_done=len(images) - failed, failed=failed)
+            return committed_summary(self.job, index, images)
         with self.job.attempt(index) as attempt:
             with run_errors():
                 writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
@@ -113,6 +112,20 @@ class ShardWorker:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+def committed_summary(job, index, images=None):
+    """Summary of shard `index`, committed already: its images are done or failed.
+
+    Args:
+      job: a frozen ShardedJob.
+      index: a committed shard.
+      images: its Manifest, if read already.
+    """
+    if images is None:
+        images = job.shard_images(index)
+    failed = job.failed_in(index, images.paths)
+    return Summary(discovered=len(images), already_done=len(images) - failed, failed=failed)
 
 
 def add(total, part):
@@ -161,7 +174,18 @@ def run(config):
             summary = add(summary, worker.process(index, stop=stop, progress=progress))
             if summary.interrupted:
                 break
-    images = sum(_shard_length(job, index) for index in mine)
+    return conclude(config, job, summary, sum(_shard_length(job, index) for index in mine), started)
+
+
+def conclude(config, job, summary, images, started):
+    """The Summary of this process's part of the job, and the output written if it is the last part.
+
+    Args:
+      config, job: the Config and its frozen ShardedJob.
+      summary: Summary of the part's shards.
+      images: how many images the part holds (those not reached are skipped).
+      started: `time.perf_counter()` when the part began.
+    """
     summary = dataclasses.replace(summary, seconds=time.perf_counter() - started, discovered=images,
                                   skipped=images - summary.written - summary.failed - summary.already_done)
     log_stage_times(summary)

@@ -1,0 +1,152 @@
+"""A Ray driver for tests/test_ray_job.py: a 2-node local cluster, jobs through the real engine, results as JSON.
+
+    unshare -n sh -c 'ip link set lo up && python tests/ray_child.py IMAGES FOLDER FORMAT:GPUS[:FAULT] ...'
+
+Runs only inside a network namespace that has nothing but loopback (Ray binds the machine's
+own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each.
+Each job writes FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images, with GPUS
+GPUs per worker and job_child's colour model, and FAULT:
+    kill          the first worker to start a step is SIGKILLed there, mid-shard
+    interrupt     SIGINT to the driver once the first shard is committed, then a rerun
+    badweights    the weights cannot be loaded in the workers
+
+Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
+summary's counts, the workers the driver logged (and the interrupted run's status, counts and
+workers), [pid, graphs built] of each process that built a graph, and the pid killed.
+"""
+
+import argparse
+import collections
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import job_child
+
+CLUSTER = {"num_cpus": 1, "num_gpus": 2}
+COUNTS = ("discovered", "written", "failed", "already_done", "skipped", "interrupted", "pending_shards")
+
+
+class Workers(logging.Handler):
+    """Collects the `ray_worker` record of each "worker N on ..." line the driver logs."""
+
+    def __init__(self):
+        super().__init__()
+        self.infos = []
+
+    def emit(self, record):
+        if hasattr(record, "ray_worker"):
+            self.infos.append(record.ray_worker)
+
+
+def counting_builds(model, builds):
+    """`model` whose fn appends "build <pid>" to the file `builds` each time a replica is built."""
+    build = model.fn
+
+    def fn(images):
+        with open(builds, "a") as handle:
+            handle.write("build %d\n" % os.getpid())
+        return build(images)
+
+    return dataclasses.replace(model, fn=fn)
+
+
+def no_weights():
+    raise ValueError("no weights on this node")
+
+
+def when(condition, action, deadline_seconds=60):
+    """Calls `action()` once `condition()` holds (polling), unless the deadline comes first."""
+    deadline = time.monotonic() + deadline_seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return action()
+        time.sleep(0.02)
+
+
+def first_step(steps):
+    """The pid of the first process that wrote "step <pid>" to `steps`, or None."""
+    words = steps.read_text().split() if steps.exists() else []
+    return int(words[1]) if words else None
+
+
+def kill_first_stepper(steps, killed):
+    """SIGKILLs the first process to write a step to `steps`, and appends its pid to `killed`."""
+    killed.append(first_step(steps))
+    os.kill(killed[0], signal.SIGKILL)
+
+
+def run(config):
+    """(exit status, counts) of engine.run(config)."""
+    from parallel import engine
+    try:
+        summary = engine.run(config)
+    except engine.RunError as error:
+        return 1, {"error": str(error)}
+    return summary.exit_status, {name: getattr(summary, name) for name in COUNTS}
+
+
+def run_job(images, folder, job):
+    """The result of one job (see the module docstring), FORMAT:GPUS[:FAULT]."""
+    from parallel import engine
+    output_format, gpus_per_worker, fault = (job.split(":") + ["none"])[:3]
+    gpus_per_worker = int(gpus_per_worker)
+    output, builds, steps = folder / ("%s.%s" % (fault, output_format)), folder / (fault + ".builds"), None
+    if fault in ("kill", "interrupt"):  # slow steps: the fault lands mid-job
+        steps = folder / (fault + ".steps")
+    distribution = engine.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=5, wait_seconds=30)
+    config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
+                              marker=steps)
+    model = counting_builds(config.model, builds)
+    if fault == "badweights":
+        model = dataclasses.replace(model, load_weights=no_weights)
+    config = dataclasses.replace(config, model=model)
+    workers, killed, result = Workers(), [], {"job": job, "output": str(output)}
+    logging.getLogger("parallel").addHandler(workers)
+    if fault == "kill":
+        threading.Thread(target=when, args=(lambda: first_step(steps), lambda: kill_first_stepper(steps, killed)),
+                         daemon=True).start()
+    if fault == "interrupt":
+        shards = Path(str(output) + ".shards")
+        threading.Thread(target=when, args=(shards.exists, lambda: os.kill(os.getpid(), signal.SIGINT)),
+                         daemon=True).start()
+        result["first_status"], result["first_summary"] = run(config)
+        result["first_workers"], workers.infos = workers.infos, []
+    try:
+        result["status"], result["summary"] = run(config)
+    finally:
+        logging.getLogger("parallel").removeHandler(workers)
+    built = collections.Counter(builds.read_text().split()[1::2]) if builds.exists() else {}
+    return dict(result, workers=workers.infos, builds=[[int(pid), count] for pid, count in built.items()],
+                killed=killed)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("images", type=Path)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("jobs", nargs="+", metavar="FORMAT:GPUS[:FAULT]")
+    args = parser.parse_args()
+    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
+    import ray
+    import ray.cluster_utils
+    cluster = ray.cluster_utils.Cluster(initialize_head=True, head_node_args=CLUSTER)
+    cluster.add_node(**CLUSTER)
+    ray.init(address=cluster.address, logging_level=logging.WARNING)
+    try:
+        for job in args.jobs:
+            result = run_job(args.images, args.folder, job)
+            print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""--distributed ray: a 2-node local cluster with logical GPUs gives the single-host output, whatever a kill does.
+
+The driver's loop (free workers pull shards, a dead one is replaced, Ctrl-C) is also tested
+against a fake Ray in this process. Every real Ray cluster here runs in a child process inside a
+network namespace of its own that has only loopback (`unshare -n`; `unshare -r -n` when not root):
+Ray binds the machine's own address even when told 127.0.0.1, and a test must talk to nothing.
+Without such a namespace (unshare missing, not permitted) or without Ray, these tests are skipped
+with the reason; they never fall back to the host's network.
+"""
+
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import pytest
+
+import job_child
+from parallel import ray_job
+from parallel.engine import Distribution
+from parallel.loop import Summary
+from test_distributed import images, outputs, single  # noqa: F401 (fixtures: the same job and its reference)
+
+CHILD = str(Path(__file__).resolve().parent / "ray_child.py")
+REPOSITORY = str(Path(__file__).resolve().parent.parent)
+LOOPBACK_UP = "ip link set lo up"  # the namespace's only interface
+
+
+def isolated_network():
+    """The command prefix of a child in a network namespace with loopback only, or the reason there is none."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return None, "unshare or ip is not installed: no network namespace for Ray"
+    # Not root: a user namespace gives the child the right to set up its own network namespace.
+    prefix = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-r", "-n"]
+    probe = subprocess.run(prefix + ["sh", "-c", LOOPBACK_UP], capture_output=True, text=True)
+    if probe.returncode:
+        return None, "cannot create a network namespace (%s): %s" % (" ".join(prefix), probe.stderr.strip())
+    return prefix, None
+
+
+JOBS = ("csv:1:kill", "parquet:2:interrupt", "csv:2:badweights")  # FORMAT:GPUS per worker:FAULT (ray_child.py)
+
+
+@pytest.fixture(scope="module")
+def ray_runs(images, tmp_path_factory):  # noqa: F811 (the fixture imported above)
+    """{fault: result of tests/ray_child.py}, the JOBS run one after the other on one 2-node cluster."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed (pip install -e '.[ray]')")
+    prefix, reason = isolated_network()
+    if prefix is None:
+        pytest.skip(reason)
+    folder = tmp_path_factory.mktemp("ray")
+    # Ray's sockets and logs: a short path of their own (a socket path has at most 107 bytes), removed after.
+    ray_files = tempfile.mkdtemp(prefix="ray-test-")
+    command = "%s && exec %s" % (LOOPBACK_UP, shlex.join([sys.executable, CHILD, str(images), str(folder), *JOBS]))
+    try:
+        child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=240,
+                               cwd=REPOSITORY, env=dict(os.environ, RAY_TMPDIR=ray_files, TF_CPP_MIN_LOG_LEVEL="3"))
+    finally:
+        shutil.rmtree(ray_files, ignore_errors=True)
+    results = {result["job"].split(":")[2]: result for result in
+               (json.loads(line[len("RESULT "):]) for line in child.stdout.splitlines() if line.startswith("RESULT "))}
+    assert child.returncode == 0 and len(results) == len(JOBS), child.stderr[-5000:]
+    for result in results.values():
+        result["builds"] = dict(result["builds"])  # pid: graphs built
+        result["log"] = child.stderr
+    return results
+
+
+def done(result):
+    return {key: result["summary"][key] for key in ("discovered", "written", "failed", "already_done", "skipped")}
+
+
+def test_a_worker_killed_mid_shard_is_replaced_and_the_output_is_the_single_host_one(ray_runs, single):  # noqa: F811
+    result = ray_runs["kill"]
+    [killed] = result["killed"]
+    assert killed in result["builds"]  # one of the job's workers, killed at its first step
+    assert "a Ray worker died computing shard" in result["log"] and "a new one takes its place" in result["log"]
+    assert result["status"] == 3 and done(result) == {"discovered": 24, "written": 23, "failed": 1,
+                                                      "already_done": 0, "skipped": 0}  # the bad image
+    assert outputs(result["output"]) == single["csv"]
+    assert not Path(result["output"] + ".shards").exists() and not Path(result["output"] + ".attempts").exists()
+
+
+def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exactly(ray_runs, single):  # noqa: F811
+    result = ray_runs["interrupt"]
+    first = result["first_summary"]
+    assert result["first_status"] == 130 and first["interrupted"] and first["skipped"] > 0, first
+    assert first["written"] + first["failed"] + first["skipped"] == 24
+    assert result["status"] == 3 and done(result)["already_done"] == first["written"]
+    assert outputs(result["output"]) == single["parquet"]
+
+
+def test_a_worker_that_cannot_start_fails_the_run_with_its_reason(ray_runs):
+    result = ray_runs["badweights"]
+    assert result["status"] == 1
+    assert result["summary"]["error"] == "a Ray worker could not start: ValueError: no weights on this node"
+
+
+def test_each_worker_builds_its_graph_once_on_gpus_of_its_own(ray_runs):
+    for result in ray_runs.values():
+        assert result["builds"] and set(result["builds"].values()) == {1}, result["builds"]  # one device each
+    killed, interrupted = ray_runs["kill"], ray_runs["interrupt"]
+    # The workers of one run of the driver, less the one killed (its replacement may get its GPU).
+    for workers, gpus in ((killed["workers"], 1), (interrupted["first_workers"], 2), (interrupted["workers"], 2)):
+        alive = [worker for worker in workers if worker["pid"] not in killed["killed"]]
+        slots = [(worker["node"], tuple(worker["gpu_ids"])) for worker in alive]
+        assert len(slots) == len(set(slots)) and {len(gpu_ids) for _, gpu_ids in slots} == {gpus}, slots
+        assert all(worker["devices"] == "CPU:0" and "TensorFlow sees no GPU there" in worker["note"]
+                   for worker in alive)
+    assert len([worker for worker in killed["workers"] if worker["pid"] not in killed["killed"]]) >= 2
+
+
+def test_an_actor_s_devices_are_its_ray_gpus_as_tensorflow_numbers_them():
+    devices, note = ray_job.actor_devices(1, [3], visible_gpus=1)  # CUDA_VISIBLE_DEVICES=3: TensorFlow's GPU 0
+    assert (devices.names, devices.physical_gpus, note) == (("/device:GPU:0",), (0,), "")
+    devices, _ = ray_job.actor_devices(2, [5, 6], visible_gpus=8)  # Ray left CUDA_VISIBLE_DEVICES alone
+    assert (devices.names, devices.physical_gpus) == (("/device:GPU:0", "/device:GPU:1"), (5, 6))
+    devices, note = ray_job.actor_devices(1, [0], visible_gpus=0)  # a logical GPU: the CPU, and the log says so
+    assert devices.names == ("/device:CPU:0",) and "computing on cpu:0" in note
+    devices, note = ray_job.actor_devices(0, [], visible_gpus=2)  # a CPU worker leaves the node's GPUs alone
+    assert (devices.names, devices.physical_gpus, note) == (("/device:CPU:0",), (), "")
+
+
+def test_the_workers_are_as_many_as_the_alive_nodes_hold():
+    nodes = [{"Alive": True, "Resources": {"CPU": 8.0, "GPU": 4.0}}, {"Alive": True, "Resources": {"CPU": 2.0}},
+             {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 8.0}}, {"Alive": True, "Resources": {"GPU": 3.0}}]
+    assert [ray_job.worker_count(nodes, gpus) for gpus in (0, 1, 2, 4, 5)] == [10, 7, 3, 1, 0]
+
+
+class FakeRay:
+    """Just enough of Ray for a ShardPool, in this process: an actor's call runs when its result is asked for.
+
+    Args:
+      gpus: GPUs of the one node (gpus_per_worker is 1: as many workers).
+      deaths: {shard: how many times computing it kills the worker}; -1: every time.
+    """
+
+    class exceptions:
+        class RayActorError(Exception):
+            actor_init_failed = False
+
+        class RayTaskError(Exception):
+            cause = None
+
+    def __init__(self, gpus, deaths=None):
+        self.gpus, self.deaths, self.started, self.killed = gpus, dict(deaths or {}), 0, 0
+
+    def nodes(self):
+        return [{"Alive": True, "Resources": {"CPU": 1.0, "GPU": float(self.gpus)}}]
+
+    def remote(self, **options):
+        assert options == {"num_gpus": 1, "num_cpus": 0, "max_restarts": 0}
+        return lambda actor_class: types.SimpleNamespace(remote=self._actor)
+
+    def _actor(self, config, job):
+        self.started += 1
+        return FakeActor({"host": "fake", "pid": self.started, "node": "n", "gpu_ids": [self.started],
+                          "devices": "GPU:0", "note": ""}, self._process)
+
+    def _process(self, index):
+        if self.deaths.get(index):
+            self.deaths[index] -= 1
+            raise self.exceptions.RayActorError("The actor died unexpectedly.\nWorker exit detail: SIGKILL")
+        return Summary(discovered=5, written=4, failed=1, device_seconds=2.0)
+
+    def wait(self, refs, num_returns, timeout):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return ref()
+
+    def kill(self, actor):
+        self.killed += 1
+
+
+class FakeActor:
+    """An actor handle: `actor.method.remote(...)` returns a reference, here the call to make."""
+
+    def __init__(self, info, process):
+        self.ready = types.SimpleNamespace(remote=lambda: lambda: info)
+        self.process = types.SimpleNamespace(remote=lambda index: lambda: process(index))
+
+
+def pool_run(ray, todo, stop_after=None):
+    """ShardPool(ray).run(todo); Ctrl-C comes after `stop_after` shards. Returns (Summary, shards reported)."""
+    config = types.SimpleNamespace(distribution=Distribution(kind="ray", gpus_per_worker=1))
+    stop, reported = types.SimpleNamespace(signal_name=None), []
+
+    def update(images, failed):
+        reported.append(images)
+        if len(reported) == stop_after:
+            stop.signal_name = "SIGINT"
+
+    progress = types.SimpleNamespace(update=update)
+    return ray_job.ShardPool(ray, config, job=None).run(todo, Summary(), stop, progress), reported
+
+
+def test_free_workers_pull_shards_until_none_is_left():
+    ray = FakeRay(gpus=2)
+    summary, reported = pool_run(ray, [0, 1, 2, 3, 4])
+    assert (summary.written, summary.failed, summary.interrupted, reported) == (20, 5, False, [5] * 5)
+    assert summary.device_seconds == 5.0  # 5 shards of 2 s on 2 workers: a mean worker's 5 s
+    assert (ray.started, ray.killed) == (2, 2)  # every actor is killed once the queue is empty
+
+
+def test_a_dead_worker_is_replaced_and_its_shard_redone():
+    ray = FakeRay(gpus=2, deaths={3: 2})
+    summary, reported = pool_run(ray, [0, 1, 2, 3, 4])
+    assert (summary.written, reported) == (20, [5] * 5)
+    assert ray.started == 4  # two replacements
+
+
+def test_a_shard_that_kills_every_worker_stops_the_job():
+    with pytest.raises(ray_job.RunError, match="shard 1 took down 3 Ray workers \\(last: Worker exit detail"):
+        pool_run(FakeRay(gpus=2, deaths={1: -1}), [0, 1, 2])
+
+
+def test_ctrl_c_hands_out_no_more_shards():
+    summary, reported = pool_run(FakeRay(gpus=1), [0, 1, 2, 3], stop_after=1)
+    assert (summary.written, summary.interrupted, reported) == (4, True, [5])
+
+
+def test_a_cluster_without_room_for_one_worker_is_refused_before_any_actor():
+    config = job_child.config("images", "out.csv", "csv", Distribution(kind="ray", gpus_per_worker=2))
+    with pytest.raises(ValueError, match=r"no node of the Ray cluster has 2 GPUs for one worker \(gpus_per_worker=2\)"):
+        ray_job.ShardPool(FakeRay(gpus=1), config, job=None)
+
+
+def test_importing_the_package_and_the_engine_does_not_import_ray():
+    check = "import sys, parallel, parallel.engine, parallel.distributed; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPOSITORY,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip() == "False"
+
