@@ -17,6 +17,7 @@ from pathlib import Path
 from parallel.devices import set_float32_precision
 from parallel.engine import extract_into, run_errors
 from parallel.loop import Progress, Summary, log_stage_times
+from parallel.manifest import DEFAULT_SHARD_SIZE
 from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
@@ -48,7 +49,14 @@ def freeze(config, check_folder):
     """
     job = ShardedJob(config.output)
     existed = job.manifest.exists()
-    job.freeze(job_record(config), config.scan, config.distribution.shard_size, config.distribution.wait_seconds)
+    # Shards that start where a single process's steps start give the rows a single process computes,
+    # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
+    host_batch = config.host_batch
+    job.freeze(job_record(config), config.scan, config.distribution.shard_size, config.distribution.wait_seconds,
+               default_shard_size=max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
+    if job.shard_size % host_batch:
+        log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
+                    "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
         from parallel.manifest import Manifest, describe_changes
         changes = Manifest.load(job.manifest).changes(config.scan())

@@ -69,7 +69,7 @@ class ShardedJob:
 
     # -- the manifest ------------------------------------------------------------------------
 
-    def freeze(self, job, scan, shard_size=None, wait_seconds=600.0):
+    def freeze(self, job, scan, shard_size=None, wait_seconds=600.0, default_shard_size=None):
         """The job's manifest: written by the first process, read (and checked) by the others.
 
         Args:
@@ -77,7 +77,9 @@ class ShardedJob:
             job is refused.
           scan: callable returning the Manifest of the images now (called by the process that
             writes the manifest).
-          shard_size: images per shard; None: the recorded one, else DEFAULT_SHARD_SIZE.
+          shard_size: images per shard; None: the recorded one, else `default_shard_size`.
+          default_shard_size: the size of a new job's shards when `shard_size` is None
+            (None: DEFAULT_SHARD_SIZE).
           wait_seconds: how long to wait for another process writing the manifest.
 
         Returns:
@@ -96,7 +98,7 @@ class ShardedJob:
                     current = scan()
                     if not len(current):
                         raise ValueError("the job has no images")
-                    current.save(self.manifest, shard_size or DEFAULT_SHARD_SIZE, job=job)
+                    current.save(self.manifest, shard_size or default_shard_size or DEFAULT_SHARD_SIZE, job=job)
                     recorded = read_job(self.manifest)
         except locks.Busy:
             raise ValueError("another process has been writing %s for %.0f s; if none is running, remove %s.lock"

@@ -21,8 +21,12 @@ SIZE = (8, 8)
 WEIGHTS = {"colour/scale": np.array([1.0, 0.5, 0.25], np.float32)}
 
 
-def colour_model(step_seconds=0.0, marker=None):
-    """A ModelSpec: uint8 [N, 8, 8, 3] -> float32 [N, 6], the mean colour times a weight, and its square."""
+def colour_model(step_seconds=0.0, marker=None, batch_dependent=False):
+    """A ModelSpec: uint8 [N, 8, 8, 3] -> float32 [N, 6], the mean colour times a weight, and its square.
+
+    batch_dependent: add N / 1024 to every feature, as a real model's arithmetic may depend (in its
+    last bits) on how many images a device computes at once.
+    """
     import tensorflow as tf
     from parallel.model import ModelSpec
     tf1 = tf.compat.v1
@@ -40,17 +44,20 @@ def colour_model(step_seconds=0.0, marker=None):
         if step_seconds or marker:
             mean = tf.numpy_function(slow, [mean], tf.float32)
             mean.set_shape([None, 3])
-        return tf.concat([mean, mean * mean], axis=1)
+        features = tf.concat([mean, mean * mean], axis=1)
+        if batch_dependent:
+            features += tf.cast(tf.shape(images)[0], tf.float32) / 1024
+        return features
 
     return ModelSpec(name="colour", fn=model, image_size=SIZE, load_weights=lambda: WEIGHTS, output_name="colour",
                      settings={"model": "colour"})
 
 
 def config(images, output, output_format, distribution=None, images_from=None, step_seconds=0.0, marker=None,
-           devices="cpu:0", per_device_batch=2):
+           devices="cpu:0", per_device_batch=2, batch_dependent=False):
     from parallel import engine
     from parallel.devices import resolve_devices
-    return engine.Config(model=colour_model(step_seconds, marker), images=Path(images), output=Path(output),
+    return engine.Config(model=colour_model(step_seconds, marker, batch_dependent), images=Path(images), output=Path(output),
                          output_format=output_format, devices=resolve_devices(devices=devices, gpu_count=0),
                          per_device_batch=per_device_batch, workers=1, images_from=images_from,
                          distribution=distribution)

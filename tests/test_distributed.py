@@ -95,6 +95,28 @@ def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(images, tmp_
     assert sharded.read_bytes() == single.read_bytes()
 
 
+def test_the_default_shards_start_where_a_single_process_s_steps_start(images, tmp_path, caplog, monkeypatch):
+    """A model whose rows depend on how many images share a step (as oneDNN's and cuDNN's may, in their
+    last bits) still gives the single-process bytes: the default shard size is a multiple of the step."""
+    from parallel import distributed
+    from parallel.manifest import read_job
+    monkeypatch.setattr(distributed, "DEFAULT_SHARD_SIZE", 10)  # several shards of 24 images
+
+    def run(output, distribution=None):
+        return engine.run(job_child.config(images, output, "csv", distribution, devices="cpu:0,cpu:1",
+                                           per_device_batch=3, batch_dependent=True))  # 6 images a step
+    run(tmp_path / "single.csv")
+    for rank in range(2):
+        run(tmp_path / "sharded.csv", engine.Distribution(kind="static", rank=rank, world_size=2))
+    assert read_job(str(tmp_path / "sharded.csv") + ".manifest.parquet")["shard_size"] == 6
+    assert (tmp_path / "sharded.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
+    with caplog.at_level("WARNING", logger="parallel"):  # shards of 5: steps cut elsewhere, and said so
+        for rank in range(2):
+            run(tmp_path / "unaligned.csv", static(rank, 2, shard_size=5))
+    assert "shards of 5 images are not a multiple of the 6 images of a step" in caplog.text
+    assert (tmp_path / "unaligned.csv").read_bytes() != (tmp_path / "single.csv").read_bytes()
+
+
 def test_three_processes_at_once_with_slurm_variables(images, single, tmp_path):
     output = tmp_path / "out.csv"
     children = [subprocess.Popen([sys.executable, CHILD, str(images), str(output), "csv", "--distributed", "static",
