@@ -18,6 +18,7 @@ from pathlib import Path
 # which takes seconds: a mistyped flag is reported at once.
 from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
+from parallel.messages import first_line
 from parallel.decode import RESIZE_MODES
 from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
 from parallel.output import FORMATS
@@ -237,9 +238,9 @@ def main(argv=None):
             raise
         from parallel.engine import RunError
         if isinstance(error, RunError):  # an expected failure: its message is the whole story
-            _say("failed: %s" % _first_line(error))
+            _say("failed: %s" % first_line(error))
         else:  # a bug or the unforeseen: one line, the traceback only on request
-            what = ": ".join(filter(None, (type(error).__name__, _first_line(error))))
+            what = ": ".join(filter(None, (type(error).__name__, first_line(error))))
             _say("failed: %s (--verbose shows the traceback)" % what)
         return EXIT_FAILED
     if summary.interrupted:
@@ -299,9 +300,6 @@ def _silence_native_logs():
                       errors="backslashreplace")
 
 
-def _first_line(error):
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 if __name__ == "__main__":

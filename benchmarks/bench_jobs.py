@@ -1,7 +1,7 @@
 """Benchmarks of a job over many processes: the manifest's memory, and what sharding costs.
 
     python benchmarks/bench_jobs.py manifest [--paths 1000000]       # ~3 minutes, most of it making files
-    python benchmarks/bench_jobs.py sharding [--images 240 --shard-size 80 --rounds 3]   # ~15 minutes on 2 cores
+    python benchmarks/bench_jobs.py sharding [--images 240 --shard-size 96 --rounds 3]   # ~15 minutes on 2 cores
 
 manifest  peak RSS (VmHWM) of a fresh process that scans a folder of --paths empty image files (1,000
           folders) and writes the job's manifest, and of one that reads a list file of as many
@@ -14,7 +14,6 @@ sharding  run_inference.py end to end (VGG16, seeded random weights, one CPU dev
 """
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -94,7 +93,7 @@ def timed_run(images, output, weights, extra):
 def bench_sharding(args, workdir):
     images = workdir / "jpegs"
     make_jpegs(images, args.images, (640, 480))
-    weights = weights_files(workdir)["npy"]
+    weights, _ = weights_files(workdir)
     ratios = []
     for round_index in range(args.rounds):
         for output in workdir.glob("sharded.*"):
@@ -122,7 +121,7 @@ def main():
     parser.add_argument("which", choices=("manifest", "sharding"))
     parser.add_argument("--paths", type=int, default=1_000_000)
     parser.add_argument("--images", type=int, default=240)
-    parser.add_argument("--shard-size", type=int, default=80)
+    parser.add_argument("--shard-size", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from models.weight_files import WeightsError
+from parallel.messages import Progress  # standard library only (tqdm on first use): no engine
 from parallel.output.durable import fsync, temporary_then_rename  # standard library only: no engine
 
 log = logging.getLogger("parallel")
@@ -99,14 +100,16 @@ def _download(response, target, url, md5):
         with renaming as temporary:  # synced and renamed on success; removed on any exception
             digest = hashlib.md5()
             with open(temporary, "wb") as handle:
-                with _download_progress(response.headers.get("Content-Length")) as progress:
+                total = response.headers.get("Content-Length")
+                with Progress(sys.stderr.isatty(), total=int(total) if total else None, unit="B", unit_scale=True,
+                              desc="VGG16 weights") as progress:
                     while True:
                         chunk = response.read(1 << 20)
                         if not chunk:
                             break
                         handle.write(chunk)
                         digest.update(chunk)
-                        progress(len(chunk))
+                        progress.update(len(chunk))
             if digest.hexdigest() != md5:
                 raise WeightsError("the file downloaded from %s has MD5 %s, expected %s; nothing was kept"
                                    % (url, digest.hexdigest(), md5))
@@ -114,20 +117,3 @@ def _download(response, target, url, md5):
     except (OSError, http.client.HTTPException) as error:
         raise WeightsError("downloading %s into %s failed: %s"
                            % (url, target.parent, getattr(error, "strerror", None) or error)) from None
-
-
-class _download_progress:
-    """A tqdm bar on stderr when it is a terminal; nothing otherwise."""
-
-    def __init__(self, total):
-        self._bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-            self._bar = tqdm(total=int(total) if total else None, unit="B", unit_scale=True, desc="VGG16 weights")
-
-    def __enter__(self):
-        return self._bar.update if self._bar is not None else (lambda count: None)
-
-    def __exit__(self, *exc_info):
-        if self._bar is not None:
-            self._bar.close()

@@ -157,8 +157,8 @@ def resolve_devices(gpus=None, devices=None, gpu_count=None, nvidia_gpus=None):
     missing = [index for kind, index in requested if kind == "GPU" and index >= gpu_count]
     if missing:
         present = ["CPU:0"] + ["GPU:%d" % index for index in range(gpu_count)]
-        raise DeviceError("GPU %s not found; this machine has %s (use --devices cpu:0,cpu:1 for data-parallel on the CPU)"
-                          % (",".join(map(str, missing)), ", ".join(present)))
+        raise DeviceError("GPU %s not found; this machine has %s (use --devices cpu:0,cpu:1 for data-parallel on "
+                          "the CPU)" % (",".join(map(str, missing)), ", ".join(present)))
 
     physical_gpus = tuple(index for kind, index in requested if kind == "GPU")
     names = []

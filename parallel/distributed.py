@@ -16,7 +16,8 @@ from pathlib import Path
 
 from parallel.devices import set_float32_precision
 from parallel.engine import extract_into, run_errors
-from parallel.loop import Progress, Summary, log_stage_times
+from parallel.loop import Summary, log_stage_times
+from parallel.messages import Progress
 from parallel.manifest import DEFAULT_SHARD_SIZE
 from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob

@@ -25,21 +25,23 @@ import tensorflow as tf
 from parallel import locks
 from parallel.devices import Devices, resolve_devices, set_float32_precision
 from parallel.job import check_job, freeze_job, own_files
-from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Progress, StrictError, Summary,
-                           WriterThread, log_stage_times, run_loop)
+from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, log_stage_times,
+                           run_loop)
 from parallel.manifest import Manifest, discover_images, read_list
+from parallel.messages import Progress, first_line
 from parallel.model import ModelSpec
 from parallel.decode import RESIZE_MODES
 from parallel.reader import ImageReader
 from parallel.runner import DeviceRunner, build_graph
+from parallel.shards import ShardedJob
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
 from parallel.output import FORMATS, ErrorLog, OutputError, open_writer
 from parallel.staging import open_runner
 
 log = logging.getLogger("parallel")
 
-__all__ = ["Config", "DeviceRunner", "Distribution", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE",
-           "ModelSpec", "RunError", "Summary", "build_graph", "extract", "run"]
+__all__ = ["Config", "DeviceRunner", "Distribution", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED",
+           "EXIT_USAGE", "ModelSpec", "RunError", "Summary", "build_graph", "extract", "run"]
 
 
 class RunError(RuntimeError):
@@ -204,6 +206,8 @@ def run(config):
         del weights  # the devices hold their copies now
         output.parent.mkdir(parents=True, exist_ok=True)
         stages.enter_context(output_lock(output))
+        if config.overwrite:
+            ShardedJob(output).remove_parts()  # of a job over several processes, written here before
         writer = open_writer(output, format=config.output_format, column_prefix=config.model.output_name,
                              feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
                              sort_paths=True)
@@ -260,7 +264,7 @@ def run_errors():
         if isinstance(error, RunError):
             raise
         raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
-                       % _first_line(error)) from error
+                       % (first_line(error) or type(error).__name__)) from error
 
 
 @contextlib.contextmanager
@@ -355,8 +359,3 @@ class _Failures:
 
     def add(self, path, kind, message):
         self.rows.append((path, kind, message))
-
-
-def _first_line(error):
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__

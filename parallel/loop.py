@@ -270,29 +270,6 @@ class WriterThread:
             self._thread.join()
 
 
-class Progress:
-    """A tqdm bar on stderr (images done, images/s, time left, failures), or nothing."""
-
-    def __init__(self, enabled, total, initial):
-        self._bar = None
-        if enabled:
-            from tqdm import tqdm
-            self._bar = tqdm(total=total, initial=initial, unit="img", dynamic_ncols=True, smoothing=0.1)
-
-    def update(self, count, failed):
-        if self._bar is not None:
-            self._bar.update(count)
-            if failed:
-                self._bar.set_postfix(failed=failed, refresh=False)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._bar is not None:
-            self._bar.close()
-
-
 class _StageClock:
     """Wall time of the loop, and how much of it went to each stage."""
 

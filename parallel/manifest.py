@@ -37,6 +37,7 @@ import os
 import stat
 from pathlib import Path
 
+from parallel.messages import first_line
 from parallel.output.durable import fsync, temporary_then_rename
 
 log = logging.getLogger("parallel")
@@ -297,14 +298,11 @@ def _damaged(path):
     except ValueError as error:
         if str(error).startswith("shard "):
             raise
-        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh" % (path, _first_line(error))) from None
+        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh"
+                         % (path, first_line(error) or type(error).__name__)) from None
     except (OSError, KeyError, TypeError) as error:  # pyarrow raises several kinds for a damaged file
-        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh" % (path, _first_line(error))) from None
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh"
+                         % (path, first_line(error) or type(error).__name__)) from None
 
 
 def read_list(list_file, root):
@@ -339,7 +337,8 @@ def read_list(list_file, root):
                 paths = [line.rstrip("\r\n") for line in file]
                 paths = [path for path in paths if path.strip() and not path.startswith("#")]
     except (OSError, ValueError, KeyError) as error:
-        raise ValueError("--images-from %s cannot be read: %s" % (list_file, _first_line(error))) from None
+        raise ValueError("--images-from %s cannot be read: %s"
+                         % (list_file, first_line(error) or type(error).__name__)) from None
     if not paths:
         raise ValueError("--images-from %s lists no images" % list_file)
     paths.sort()

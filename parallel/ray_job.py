@@ -26,8 +26,10 @@ import time
 
 from parallel.devices import available_gpus, resolve_devices
 from parallel.distributed import ShardWorker, add, committed_summary, conclude, freeze
-from parallel.engine import RunError, _first_line
-from parallel.loop import Progress, Summary
+from parallel.engine import RunError
+from parallel.messages import first_line
+from parallel.loop import Summary
+from parallel.messages import Progress
 from parallel.signals import StopRequest
 
 log = logging.getLogger("parallel")
@@ -184,8 +186,9 @@ class ShardPool:
                     self._replace(actor, index, error, deaths, queue, stopping=bool(stop.signal_name))
                     continue
                 except self.ray.exceptions.RayTaskError as error:
-                    raise RunError("a Ray worker failed%s: %s" % (
-                        "" if index is None else " on shard %d" % index, _first_line(error.cause))) from error
+                    where = "" if index is None else " on shard %d" % index
+                    cause = first_line(error.cause) or type(error.cause).__name__
+                    raise RunError("a Ray worker failed%s: %s" % (where, cause)) from error
                 if index is None:
                     self.workers += 1
                     log.info("worker %d on %s (pid %d): Ray GPUs %s -> %s%s", self.workers, result["host"],

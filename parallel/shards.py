@@ -212,6 +212,12 @@ class ShardedJob:
         shutil.rmtree(attempt, ignore_errors=True)
         return True
 
+    def remove_parts(self):
+        """Removes the shards and the attempts (for --overwrite on one host: another job starts)."""
+        for folder in (self.shards, self.attempts):
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder)
+
     # -- the final output ----------------------------------------------------------------------
 
     def assemble(self, output_format, column_prefix, settings, keep_shards=False):

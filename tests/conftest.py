@@ -73,3 +73,36 @@ def bombs(tmp_path_factory):
     from image_files import write_bombs
 
     return write_bombs(tmp_path_factory.mktemp("bombs"))
+
+
+# --- a small job and what a single process writes for it (tests of jobs over several processes) ---------
+
+
+@pytest.fixture(scope="session")
+def job_images(tmp_path_factory):
+    """23 small PNGs in two folders and one bad file: 24 images, 5 shards of 5."""
+    from PIL import Image
+    root = tmp_path_factory.mktemp("job") / "images"
+    rng = np.random.default_rng(0)
+    for index in range(23):
+        path = root / "ab"[index % 2] / ("%02d.png" % index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (10, 12, 3), dtype=np.uint8)).save(path)
+    (root / "a" / "bad.png").write_text("not an image")
+    return root
+
+
+@pytest.fixture(scope="session")
+def single_outputs(job_images, tmp_path_factory):
+    """{format: {file suffix: bytes}} of a single-host run, the reference every distributed run must equal."""
+    import job_child
+    from outputs import job_outputs
+    from parallel import engine
+    folder = tmp_path_factory.mktemp("single")
+    result = {}
+    for output_format in ("csv", "parquet", "npy"):
+        output = folder / ("out." + output_format)
+        summary = engine.run(job_child.config(job_images, output, output_format))
+        assert (summary.written, summary.failed) == (23, 1)
+        result[output_format] = job_outputs(output)
+    return result

@@ -57,8 +57,9 @@ def config(images, output, output_format, distribution=None, images_from=None, s
            devices="cpu:0", per_device_batch=2, batch_dependent=False):
     from parallel import engine
     from parallel.devices import resolve_devices
-    return engine.Config(model=colour_model(step_seconds, marker, batch_dependent), images=Path(images), output=Path(output),
-                         output_format=output_format, devices=resolve_devices(devices=devices, gpu_count=0),
+    return engine.Config(model=colour_model(step_seconds, marker, batch_dependent), images=Path(images),
+                         output=Path(output), output_format=output_format,
+                         devices=resolve_devices(devices=devices, gpu_count=0),
                          per_device_batch=per_device_batch, workers=1, images_from=images_from,
                          distribution=distribution)
 

@@ -92,3 +92,13 @@ def entries_under(folder):
                        else os.readlink(path) if stat.S_ISLNK(status.st_mode) else None)
             entries[path.relative_to(folder).as_posix()] = (stat.S_IFMT(status.st_mode), status.st_rdev, content)
     return entries
+
+
+def job_outputs(output):
+    """The files a user reads: the output, its paths file (npy) and its errors file."""
+    files = {}
+    for suffix in ("", ".paths.csv", ".errors.csv"):
+        path = Path(str(output) + suffix)
+        if path.exists():
+            files[suffix] = path.read_bytes()
+    return files

@@ -1,6 +1,7 @@
 """One job over several processes (static ranks): the output is byte-identical to a single-host run's,
 whatever the kills, the reruns and the number of processes."""
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -9,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
 import job_child
+from outputs import job_outputs as outputs
 from parallel import engine, locks
 from parallel.distributed import job_record
 from parallel.shards import ShardedJob
@@ -22,80 +23,44 @@ CHILD = str(Path(job_child.__file__))
 FORMATS = ("csv", "parquet", "npy")
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    """23 small PNGs in two folders and one bad file: 24 images, 5 shards of 5."""
-    root = tmp_path_factory.mktemp("job") / "images"
-    rng = np.random.default_rng(0)
-    for index in range(23):
-        path = root / "ab"[index % 2] / ("%02d.png" % index)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 255, (10, 12, 3), dtype=np.uint8)).save(path)
-    (root / "a" / "bad.png").write_text("not an image")
-    return root
-
-
-@pytest.fixture(scope="module")
-def single(images, tmp_path_factory):
-    """{format: {file suffix: bytes}} of a single-host run, the reference every distributed run must equal."""
-    folder = tmp_path_factory.mktemp("single")
-    result = {}
-    for output_format in FORMATS:
-        output = folder / ("out." + output_format)
-        summary = engine.run(job_child.config(images, output, output_format))
-        assert (summary.written, summary.failed) == (23, 1)
-        result[output_format] = outputs(output)
-    return result
-
-
-def outputs(output):
-    """The files a user reads: the output, its paths file (npy) and its errors file."""
-    files = {}
-    for suffix in ("", ".paths.csv", ".errors.csv"):
-        path = Path(str(output) + suffix)
-        if path.exists():
-            files[suffix] = path.read_bytes()
-    return files
-
-
 def static(rank, world_size, shard_size=5, keep_shards=False):
     return engine.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=shard_size,
                                keep_shards=keep_shards, wait_seconds=5)
 
 
-def run_rank(images, output, output_format, rank, world_size, **options):
-    return engine.run(job_child.config(images, output, output_format, static(rank, world_size, **options)))
+def run_rank(job_images, output, output_format, rank, world_size, **options):
+    return engine.run(job_child.config(job_images, output, output_format, static(rank, world_size, **options)))
 
 
 @pytest.mark.parametrize("output_format", FORMATS)
-def test_ranks_one_after_another_give_the_single_host_output(images, single, tmp_path, output_format):
+def test_ranks_one_after_another_give_the_single_host_output(job_images, single_outputs, tmp_path, output_format):
     output = tmp_path / ("out." + output_format)
-    first = run_rank(images, output, output_format, 0, 3)
+    first = run_rank(job_images, output, output_format, 0, 3)
     assert first.pending_shards == (1, 2, 4) and not output.exists()  # shards 0 and 3 are rank 0's
     assert "3 shards to come from other processes (1, 2, 4)" in first.line()
-    run_rank(images, output, output_format, 1, 3)
-    last = run_rank(images, output, output_format, 2, 3)
+    run_rank(job_images, output, output_format, 1, 3)
+    last = run_rank(job_images, output, output_format, 2, 3)
     assert last.pending_shards == () and (last.discovered, last.written, last.failed) == (5, 4, 1)
-    assert outputs(output) == single[output_format]
+    assert outputs(output) == single_outputs[output_format]
     assert not ShardedJob(output).shards.exists() and not ShardedJob(output).attempts.exists()
-    again = run_rank(images, output, output_format, 1, 3)  # a rerun of a finished job computes nothing
+    again = run_rank(job_images, output, output_format, 1, 3)  # a rerun of a finished job computes nothing
     assert (again.written, again.already_done, again.failed) == (0, 9, 0)  # shards 1 and 4: 5 + 4 images
-    assert outputs(output) == single[output_format]
+    assert outputs(output) == single_outputs[output_format]
 
 
-def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(images, tmp_path, monkeypatch):
+def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(job_images, tmp_path, monkeypatch):
     from parallel.output import parts_writer
     monkeypatch.setattr(parts_writer, "_ROW_GROUP_BYTES", 4 * 4 * 6)  # row groups of 4 rows: 6 of them
     single = tmp_path / "single.parquet"
-    engine.run(job_child.config(images, single, "parquet", per_device_batch=3))
+    engine.run(job_child.config(job_images, single, "parquet", per_device_batch=3))
     sharded = tmp_path / "sharded.parquet"
     for rank in range(2):
-        run_rank(images, sharded, "parquet", rank, 2)
+        run_rank(job_images, sharded, "parquet", rank, 2)
     assert __import__("pyarrow.parquet", fromlist=["ParquetFile"]).ParquetFile(sharded).num_row_groups == 6
     assert sharded.read_bytes() == single.read_bytes()
 
 
-def test_the_default_shards_start_where_a_single_process_s_steps_start(images, tmp_path, caplog, monkeypatch):
+def test_the_default_shards_start_where_a_single_process_s_steps_start(job_images, tmp_path, caplog, monkeypatch):
     """A model whose rows depend on how many images share a step (as oneDNN's and cuDNN's may, in their
     last bits) still gives the single-process bytes: the default shard size is a multiple of the step."""
     from parallel import distributed
@@ -103,7 +68,7 @@ def test_the_default_shards_start_where_a_single_process_s_steps_start(images, t
     monkeypatch.setattr(distributed, "DEFAULT_SHARD_SIZE", 10)  # several shards of 24 images
 
     def run(output, distribution=None):
-        return engine.run(job_child.config(images, output, "csv", distribution, devices="cpu:0,cpu:1",
+        return engine.run(job_child.config(job_images, output, "csv", distribution, devices="cpu:0,cpu:1",
                                            per_device_batch=3, batch_dependent=True))  # 6 images a step
     run(tmp_path / "single.csv")
     for rank in range(2):
@@ -117,22 +82,22 @@ def test_the_default_shards_start_where_a_single_process_s_steps_start(images, t
     assert (tmp_path / "unaligned.csv").read_bytes() != (tmp_path / "single.csv").read_bytes()
 
 
-def test_three_processes_at_once_with_slurm_variables(images, single, tmp_path):
+def test_three_processes_at_once_with_slurm_variables(job_images, single_outputs, tmp_path):
     output = tmp_path / "out.csv"
-    children = [subprocess.Popen([sys.executable, CHILD, str(images), str(output), "csv", "--distributed", "static",
+    children = [subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
                                   "--shard-size", "5"], stderr=subprocess.PIPE, text=True,
                                  env=dict(os.environ, SLURM_PROCID=str(rank), SLURM_NTASKS="3"))
                 for rank in range(3)]
     logs = [child.communicate(timeout=120)[1] for child in children]
     assert [child.returncode for child in children] == [0, 0, 3], logs  # rank 2's shard holds the bad image
     assert all("(from Slurm (SLURM_PROCID, SLURM_NTASKS))" in text for text in logs)
-    assert outputs(output) == single["csv"]
+    assert outputs(output) == single_outputs["csv"]
 
 
-def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(images, single, tmp_path):
+def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(job_images, single_outputs, tmp_path):
     output, marker = tmp_path / "out.parquet", tmp_path / "steps"
     marker.write_text("")
-    slow = subprocess.Popen([sys.executable, CHILD, str(images), str(output), "parquet", "--distributed", "static",
+    slow = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "parquet", "--distributed", "static",
                              "--rank", "1", "--world-size", "2", "--shard-size", "5", "--step-seconds", "0.5",
                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -143,33 +108,33 @@ def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(images, single, tmp_pa
     slow.wait()
     job = ShardedJob(output)
     assert job.is_committed(1) and not job.is_committed(3) and job.attempts.exists()
-    run_rank(images, output, "parquet", 0, 2)
+    run_rank(job_images, output, "parquet", 0, 2)
     assert not output.exists()  # shard 3 is missing
-    rerun = run_rank(images, output, "parquet", 1, 2)
+    rerun = run_rank(job_images, output, "parquet", 1, 2)
     assert (rerun.already_done, rerun.written) == (5, 5)  # shard 1 kept, shard 3 redone
-    assert outputs(output) == single["parquet"]
+    assert outputs(output) == single_outputs["parquet"]
 
 
-def test_a_job_resumes_on_another_number_of_processes(images, single, tmp_path):
+def test_a_job_resumes_on_another_number_of_processes(job_images, single_outputs, tmp_path):
     output = tmp_path / "out.npy"
-    run_rank(images, output, "npy", 0, 3)  # shards 0 and 3; then the job moves to 2 processes
-    first = run_rank(images, output, "npy", 0, 2)  # shards 0, 2, 4: 0 is done
+    run_rank(job_images, output, "npy", 0, 3)  # shards 0 and 3; then the job moves to 2 processes
+    first = run_rank(job_images, output, "npy", 0, 2)  # shards 0, 2, 4: 0 is done
     assert (first.already_done, first.pending_shards) == (5, (1,))
-    run_rank(images, output, "npy", 1, 2)  # shards 1, 3: 3 is done
-    assert outputs(output) == single["npy"]
+    run_rank(job_images, output, "npy", 1, 2)  # shards 1, 3: 3 is done
+    assert outputs(output) == single_outputs["npy"]
 
 
-def test_the_same_shard_given_twice_gives_one_correct_part(images, single, tmp_path):
+def test_the_same_shard_given_twice_gives_one_correct_part(job_images, single_outputs, tmp_path):
     """Two ranks with the same number at once, then a late duplicate attempt: one correct part each time."""
     output = tmp_path / "out.csv"
-    children = [subprocess.Popen([sys.executable, CHILD, str(images), str(output), "csv", "--distributed", "static",
+    children = [subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
                                   "--rank", "0", "--world-size", "1", "--shard-size", "5", "--keep-shards"],
                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
     logs = [child.communicate(timeout=120)[1] for child in children]
     assert [child.returncode for child in children] == [3, 3], logs
-    assert outputs(output) == single["csv"]
+    assert outputs(output) == single_outputs["csv"]
     job = ShardedJob(output)
-    job.freeze(job_record(job_child.config(images, output, "csv", static(0, 1))), None)
+    job.freeze(job_record(job_child.config(job_images, output, "csv", static(0, 1))), None)
     attempt = job.new_attempt(2)  # a retried task, late: shard 2 is committed already
     (attempt / "features.parquet").write_bytes(b"a duplicate")
     before = (job.shard_folder(2) / "features.parquet").read_bytes()
@@ -177,60 +142,62 @@ def test_the_same_shard_given_twice_gives_one_correct_part(images, single, tmp_p
     assert (job.shard_folder(2) / "features.parquet").read_bytes() == before and not attempt.exists()
 
 
-def test_a_stray_tf_config_without_distributed_changes_nothing(images, single, tmp_path, monkeypatch):
+def test_a_stray_tf_config_without_distributed_changes_nothing(job_images, single_outputs, tmp_path, monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}')
     monkeypatch.setenv("SLURM_PROCID", "1")
     monkeypatch.setenv("SLURM_NTASKS", "2")
     output = tmp_path / "out.csv"
     started = time.monotonic()
-    summary = engine.run(job_child.config(images, output, "csv"))
+    summary = engine.run(job_child.config(job_images, output, "csv"))
     assert (summary.written, summary.pending_shards) == (23, ())
     assert time.monotonic() - started < 30  # never waited for workers
-    assert outputs(output) == single["csv"]
+    assert outputs(output) == single_outputs["csv"]
     assert not ShardedJob(output).shards.exists()
 
 
-def test_ranks_never_disagree_about_the_job(images, tmp_path):
+def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
     output = tmp_path / "out.csv"
-    run_rank(images, output, "csv", 0, 2)
+    run_rank(job_images, output, "csv", 0, 2)
     with pytest.raises(ValueError, match="belongs to another job \\(format='csv', not 'parquet'"):
-        run_rank(images, output, "parquet", 1, 2)
-    with pytest.raises(ValueError, match="cut into shards of 5 images, not 7"):
-        run_rank(images, output, "csv", 1, 2, shard_size=7)
+        run_rank(job_images, output, "parquet", 1, 2)
+    with pytest.raises(ValueError, match="cut into shards of 5 job_images, not 7"):
+        run_rank(job_images, output, "csv", 1, 2, shard_size=7)
     with pytest.raises(ValueError, match="being written by a job spread over several processes"):
-        engine.run(job_child.config(images, output, "csv"))  # a single-host run on a sharded job
+        engine.run(job_child.config(job_images, output, "csv"))  # a single-host run on a sharded job
+    summary = engine.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
+    assert summary.written == 23 and not ShardedJob(output).shards.exists()  # --overwrite: a job of its own
 
 
-def test_a_rank_waits_for_the_manifest_then_fails_clearly(images, tmp_path):
+def test_a_rank_waits_for_the_manifest_then_fails_clearly(job_images, tmp_path):
     output = tmp_path / "out.csv"
     distribution = engine.Distribution(kind="static", rank=0, world_size=1, wait_seconds=0.5)
     with locks.exclusive(Path(str(output) + ".manifest.parquet.lock")):
         with pytest.raises(ValueError, match="another process has been writing .*manifest.parquet for 0 s"):
-            engine.run(job_child.config(images, output, "csv", distribution))
+            engine.run(job_child.config(job_images, output, "csv", distribution))
 
 
-def test_a_second_single_host_run_on_the_same_output_is_refused(images, tmp_path):
+def test_a_second_single_host_run_on_the_same_output_is_refused(job_images, tmp_path):
     output = tmp_path / "out.csv"
     with locks.exclusive(Path(str(output) + ".lock")):
         with pytest.raises(ValueError, match="another run is writing .*out.csv now"):
-            engine.run(job_child.config(images, output, "csv"))
+            engine.run(job_child.config(job_images, output, "csv"))
 
 
-def test_an_image_list_file_gives_the_folder_s_output(images, single, tmp_path):
+def test_an_image_list_file_gives_the_folder_s_output(job_images, single_outputs, tmp_path):
     listing = tmp_path / "list.txt"
-    names = sorted(str(path.relative_to(images)) for path in images.rglob("*.png"))
+    names = sorted(str(path.relative_to(job_images)) for path in job_images.rglob("*.png"))
     listing.write_text("# my images\n" + "\n".join(reversed(names)) + "\n\n")
     output = tmp_path / "out.csv"
-    summary = engine.run(job_child.config(images, output, "csv", images_from=listing))
+    summary = engine.run(job_child.config(job_images, output, "csv", images_from=listing))
     assert (summary.written, summary.failed) == (23, 1)
-    assert outputs(output) == single["csv"]
+    assert outputs(output) == single_outputs["csv"]
 
 
-def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_failures(images, tmp_path):
+def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_failures(job_images, tmp_path):
     import pandas as pd
     import polars as pl
     root = tmp_path / "images"
-    shutil.copytree(images, root)
+    shutil.copytree(job_images, root)
     output = tmp_path / "out.csv"
     for rank in range(2):
         run_rank(root, output, "csv", rank, 2, keep_shards=True)

@@ -14,7 +14,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 HEAVY = ("tensorflow", "keras", "PIL", "polars", "pyarrow", "h5py")
 
 
-@pytest.mark.parametrize("module", ["parallel", "parallel.model", "parallel.output.durable"])
+@pytest.mark.parametrize("module", ["parallel", "parallel.model", "parallel.output.durable", "parallel.messages"])
 def test_importing_the_package_or_the_model_interface_imports_nothing_heavy(module):
     code = "import sys, %s; print(sorted(set(%r) & set(sys.modules)))" % (module, HEAVY)
     done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
@@ -47,7 +47,7 @@ def _imported_modules(path):
 
 # What models may import from parallel: the model interface, and the durable file operations
 # (standard library only) that the weights download writes its file with.
-MODEL_IMPORTS = {"parallel.model", "parallel.output.durable"}
+MODEL_IMPORTS = {"parallel.model", "parallel.output.durable", "parallel.messages"}  # none imports the engine
 
 
 def test_models_import_only_the_model_interface_and_durable_writes_from_parallel():
@@ -55,5 +55,5 @@ def test_models_import_only_the_model_interface_and_durable_writes_from_parallel
     from_parallel = {name: sorted(module for module in modules if module.split(".")[0] == "parallel")
                      for name, modules in imports.items()}
     assert from_parallel["vgg16.py"] == ["parallel.model"]  # the scan sees the imports there are
-    assert from_parallel["imagenet_download.py"] == ["parallel.output.durable"]
+    assert from_parallel["imagenet_download.py"] == ["parallel.messages", "parallel.output.durable"]
     assert {name: modules for name, modules in from_parallel.items() if set(modules) - MODEL_IMPORTS} == {}

@@ -25,7 +25,7 @@ import job_child
 from parallel import ray_job
 from parallel.engine import Distribution
 from parallel.loop import Summary
-from test_distributed import images, outputs, single  # noqa: F401 (fixtures: the same job and its reference)
+from outputs import job_outputs as outputs
 
 CHILD = str(Path(__file__).resolve().parent / "ray_child.py")
 REPOSITORY = str(Path(__file__).resolve().parent.parent)
@@ -48,7 +48,7 @@ JOBS = ("csv:1:kill", "parquet:2:interrupt", "csv:2:badweights")  # FORMAT:GPUS 
 
 
 @pytest.fixture(scope="module")
-def ray_runs(images, tmp_path_factory):  # noqa: F811 (the fixture imported above)
+def ray_runs(job_images, tmp_path_factory):
     """{fault: result of tests/ray_child.py}, the JOBS run one after the other on one 2-node cluster."""
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed (pip install -e '.[ray]')")
@@ -58,7 +58,7 @@ def ray_runs(images, tmp_path_factory):  # noqa: F811 (the fixture imported abov
     folder = tmp_path_factory.mktemp("ray")
     # Ray's sockets and logs: a short path of their own (a socket path has at most 107 bytes), removed after.
     ray_files = tempfile.mkdtemp(prefix="ray-test-")
-    command = "%s && exec %s" % (LOOPBACK_UP, shlex.join([sys.executable, CHILD, str(images), str(folder), *JOBS]))
+    command = "%s && exec %s" % (LOOPBACK_UP, shlex.join([sys.executable, CHILD, str(job_images), str(folder), *JOBS]))
     try:
         child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=240,
                                cwd=REPOSITORY, env=dict(os.environ, RAY_TMPDIR=ray_files, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -77,24 +77,24 @@ def done(result):
     return {key: result["summary"][key] for key in ("discovered", "written", "failed", "already_done", "skipped")}
 
 
-def test_a_worker_killed_mid_shard_is_replaced_and_the_output_is_the_single_host_one(ray_runs, single):  # noqa: F811
+def test_a_worker_killed_mid_shard_is_replaced_and_the_output_is_the_single_host_one(ray_runs, single_outputs):
     result = ray_runs["kill"]
     [killed] = result["killed"]
     assert killed in result["builds"]  # one of the job's workers, killed at its first step
     assert "a Ray worker died computing shard" in result["log"] and "a new one takes its place" in result["log"]
     assert result["status"] == 3 and done(result) == {"discovered": 24, "written": 23, "failed": 1,
                                                       "already_done": 0, "skipped": 0}  # the bad image
-    assert outputs(result["output"]) == single["csv"]
+    assert outputs(result["output"]) == single_outputs["csv"]
     assert not Path(result["output"] + ".shards").exists() and not Path(result["output"] + ".attempts").exists()
 
 
-def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exactly(ray_runs, single):  # noqa: F811
+def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exactly(ray_runs, single_outputs):
     result = ray_runs["interrupt"]
     first = result["first_summary"]
     assert result["first_status"] == 130 and first["interrupted"] and first["skipped"] > 0, first
     assert first["written"] + first["failed"] + first["skipped"] == 24
     assert result["status"] == 3 and done(result)["already_done"] == first["written"]
-    assert outputs(result["output"]) == single["parquet"]
+    assert outputs(result["output"]) == single_outputs["parquet"]
 
 
 def test_a_worker_that_cannot_start_fails_the_run_with_its_reason(ray_runs):

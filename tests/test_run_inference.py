@@ -484,8 +484,10 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
 @pytest.mark.parametrize("flags, message", [
     (["--images", "x", "--rank", "1"], "--rank only with --distributed"),
     (["--images", "x", "--shard-size", "5", "--keep-shards"], "--shard-size, --keep-shards only with --distributed"),
-    (["--images", "x", "--distributed", "static", "--ray-address", "auto"], "--ray-address only with --distributed ray"),
-    (["--images", "x", "--distributed", "ray", "--rank", "0"], "--rank and --world-size only with --distributed static"),
+    (["--images", "x", "--distributed", "static", "--ray-address", "auto"],
+     "--ray-address only with --distributed ray"),
+    (["--images", "x", "--distributed", "ray", "--rank", "0"],
+     "--rank and --world-size only with --distributed static"),
     ([], "--images or --images-from is required"),
 ])
 def test_job_flags_out_of_place_are_one_line(capsys, flags, message):

@@ -1,0 +1,42 @@
+"""What a user reads of an error, and how a long job shows its progress: one line, one bar.
+
+Standard library only (tqdm on first use), so that the command line, the output layer and the
+models can use them without importing the engine.
+"""
+
+
+def first_line(error):
+    """The first line of `error`'s message (an exception or a str), stripped; "" when it has none."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+class Progress:
+    """A tqdm bar on stderr, or nothing when `enabled` is false (a log file, --quiet).
+
+        with Progress(stderr_is_terminal, total=len(images)) as bar:      # images done, images/s, time left
+            bar.update(len(batch), failed=failures_so_far)
+        with Progress(stderr_is_terminal, total=size, unit="B", unit_scale=True, desc="weights") as bar:
+            bar.update(len(chunk))
+    """
+
+    def __init__(self, enabled, total, initial=0, unit="img", unit_scale=False, desc=None):
+        self._bar = None
+        if enabled:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, initial=initial, unit=unit, unit_scale=unit_scale, desc=desc,
+                             dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, count, failed=0):
+        """`count` more done; `failed`: how many failed so far (shown when not 0)."""
+        if self._bar is not None:
+            self._bar.update(count)
+            if failed:
+                self._bar.set_postfix(failed=failed, refresh=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._bar is not None:
+            self._bar.close()
