@@ -85,7 +85,7 @@ def bench_manifest(args, workdir):
 def timed_run(images, output, weights, extra):
     started = time.perf_counter()
     subprocess.run([sys.executable, str(ROOT / "run_inference.py"), "--images", str(images), "--output", str(output),
-                    "--weights", str(weights), "--devices", "cpu:0", "--quiet", "--overwrite", *extra],
+                    "--weights", str(weights), "--devices", "cpu:0", "--quiet", *extra],
                    check=True, cwd=ROOT)
     return time.perf_counter() - started
 
@@ -102,7 +102,7 @@ def bench_sharding(args, workdir):
                 shutil.rmtree(output)
             else:
                 output.unlink()
-        plain = timed_run(images, workdir / "plain.csv", weights, [])
+        plain = timed_run(images, workdir / "plain.csv", weights, ["--overwrite"])
         sharded = timed_run(images, workdir / "sharded.csv", weights,
                             ["--distributed", "static", "--rank", "0", "--world-size", "1",
                              "--shard-size", str(args.shard_size)])
