@@ -279,7 +279,7 @@ def output_lock(output):
                           "--output" % (output, path.name)) from None
 
 
-def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", workers=None, prefetch_batches=2):
+def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop", workers=None, prefetch_batches=2):
     """Features of a folder of images, or of a list of image files, in memory.
 
     For notebooks and pipelines, and small jobs: nothing is written. For a large job, or one
@@ -295,7 +295,8 @@ def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", 
         image file paths (str or Path, absolute or relative to the working directory).
       devices: `Devices`, or device names as for the CLI's --devices ("cpu:0,cpu:1",
         "gpu:0,gpu:1").
-      per_device_batch: images per device per step.
+      per_device_batch: images per device per step; None: by device kind (12 on CPU devices,
+        64 on GPUs), as for `run`.
       resize: "crop" or "stretch" (see `parallel.decode`).
       workers: decode threads; None: one per core.
       prefetch_batches: host batches decoded ahead of the devices.
@@ -308,11 +309,13 @@ def extract(model, images, devices="cpu:0", per_device_batch=12, resize="crop", 
     Raises:
       ValueError: a bad argument (named with the value received), a folder with no image.
     """
-    _check_batching(per_device_batch, resize, workers, prefetch_batches)
     if isinstance(devices, str):
         devices = resolve_devices(devices=devices)
     if not isinstance(devices, Devices):
         raise ValueError("devices must be a Devices or device names such as 'cpu:0'; got %r" % (devices,))
+    if per_device_batch is None:
+        per_device_batch = devices.default_batch()
+    _check_batching(per_device_batch, resize, workers, prefetch_batches)
     if isinstance(images, (str, os.PathLike)):
         root = Path(images)
         paths = discover_images(root)

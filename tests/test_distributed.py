@@ -160,7 +160,7 @@ def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
     run_rank(job_images, output, "csv", 0, 2)
     with pytest.raises(ValueError, match="belongs to another job \\(format='csv', not 'parquet'"):
         run_rank(job_images, output, "parquet", 1, 2)
-    with pytest.raises(ValueError, match="cut into shards of 5 job_images, not 7"):
+    with pytest.raises(ValueError, match="cut into shards of 5 images, not 7"):
         run_rank(job_images, output, "csv", 1, 2, shard_size=7)
     with pytest.raises(ValueError, match="being written by a job spread over several processes"):
         engine.run(job_child.config(job_images, output, "csv"))  # a single-host run on a sharded job
