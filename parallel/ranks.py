@@ -1,7 +1,7 @@
 """This process's rank in a job of several: from --rank/--world-size, or from the scheduler's environment.
 
     source                 rank                     world size
-    --rank/--world-size    --rank                   --world-size          (flags win over the environment)
+    --rank/--world-size    --rank                   --world-size          (both flags win over the environment)
     Slurm                  SLURM_PROCID             SLURM_NTASKS
     torchrun               RANK                     WORLD_SIZE
     Kubernetes Indexed Job JOB_COMPLETION_INDEX     --world-size (the Job's completions)
@@ -9,7 +9,8 @@
 
 Only `--distributed static` reads these: without it a variable left in the environment (a
 TF_CONFIG of another job, say) changes nothing. Two sources that disagree are an error naming
-both, never a guess.
+both, never a guess; so is a --world-size alone that disagrees with the environment (--rank alone
+wins over the environment's rank, which a launcher may number otherwise).
 """
 
 import dataclasses
@@ -51,6 +52,12 @@ def resolve_rank(rank=None, world_size=None, environ=None):
     if rank is not None and world_size is not None:
         return _checked(rank, world_size, "--rank/--world-size")
     found = [source for source in _environment_sources(environ, world_size) if source is not None]
+    if world_size is not None:  # --world-size without --rank: it must agree with the rank's source
+        for source in found:
+            if source.world_size != world_size:
+                raise ValueError("--world-size %d but %s says %d ranks; pass the world size the scheduler "
+                                 "started, or both --rank and --world-size" % (world_size, source.source,
+                                                                              source.world_size))
     if rank is not None:  # --rank without --world-size: the world size from the environment
         found = [Rank(rank, source.world_size, "--rank with " + source.source) for source in found[:1]]
     for first, second in zip(found, found[1:]):

@@ -61,3 +61,15 @@ def test_bad_ranks_are_one_clear_error(rank, world_size, environ, message):
 def test_shard_i_goes_to_rank_i_mod_w():
     assert list(Rank(1, 3, "x").shards(8)) == [1, 4, 7]
     assert sorted(i for r in range(3) for i in Rank(r, 3, "x").shards(8)) == list(range(8))
+
+
+@pytest.mark.parametrize("environ, source, world_size", [
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "4"}, "Slurm (SLURM_PROCID, SLURM_NTASKS)", 4),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, "torchrun (RANK, WORLD_SIZE)", 2),
+    ({"TF_CONFIG": tf_config("worker", 0)}, "TF_CONFIG (task worker:0)", 4),
+])
+def test_a_world_size_flag_that_disagrees_with_the_environment_is_an_error_naming_both(environ, source, world_size):
+    with pytest.raises(ValueError) as refused:
+        resolve_rank(world_size=8, environ=environ)
+    assert str(refused.value).startswith("--world-size 8 but %s says %d ranks" % (source, world_size))
+    assert resolve_rank(world_size=world_size, environ=environ) == Rank(1, world_size, source)  # agreeing: no error
