@@ -11,6 +11,7 @@ those are imported, since importing TensorFlow takes seconds.
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -75,6 +76,17 @@ def _at_least_one(text):
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError("must be a whole number of at least 1; got %r" % text)
+    return value
+
+
+def _seconds(text):
+    """argparse type: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more; got %r" % text)
     return value
 
 
@@ -145,7 +157,12 @@ def parse_args(argv=None):
     jobs.add_argument("--rank", type=int, metavar="N", help="this process's rank, 0 .. world size - 1 (static)")
     jobs.add_argument("--world-size", type=_at_least_one, metavar="N", help="how many ranks (static)")
     jobs.add_argument("--shard-size", type=_at_least_one, metavar="N",
-                      help="images per shard (default: 10000, or the size the job was started with)")
+                      help="images per shard (default: the size the job was started with, else the largest "
+                           "multiple of the images per step up to 10000: 9996 with 12 images per step, 9984 "
+                           "with 64 or 4 x 64)")
+    jobs.add_argument("--manifest-wait", type=_seconds, metavar="SECONDS",
+                      help="how long a process waits for the one writing the job's manifest before giving up "
+                           "(default: 600)")
     jobs.add_argument("--keep-shards", action="store_true",
                       help="keep <output>.shards/ (a Parquet dataset) after the output is written")
     jobs.add_argument("--ray-address", metavar="ADDRESS",
@@ -159,7 +176,8 @@ def parse_args(argv=None):
         parser.error("--images or --images-from is required")
     if args.distributed is None:
         given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
-                                          ("--shard-size", args.shard_size), ("--ray-address", args.ray_address))
+                                          ("--shard-size", args.shard_size), ("--ray-address", args.ray_address),
+                                          ("--manifest-wait", args.manifest_wait))
                  if value is not None] + (["--keep-shards"] if args.keep_shards else [])
         if given:
             parser.error("%s only with --distributed" % ", ".join(given))
@@ -270,13 +288,28 @@ def _distribution(args, engine):
     """--distributed and its flags as an engine Distribution, or None."""
     if args.distributed is None:
         return None
+    waiting = {} if args.manifest_wait is None else {"wait_seconds": args.manifest_wait}
     return engine.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
                                shard_size=args.shard_size, keep_shards=args.keep_shards,
-                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker)
+                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker, **waiting)
+
+
+# The library's messages name its parameters as `name=value` ("weights=vgg.npy is not a file", "pass
+# overwrite=True"), for whoever calls it from Python; on the command line the same line names the
+# flag ("--weights vgg.npy", "pass --overwrite").
+_FLAGS = {"images_from": "--images-from", "images": "--images", "weights": "--weights", "output": "--output",
+          "shard_size": "--shard-size", "overwrite": "--overwrite"}
+_PARAMETER = re.compile(r"(^|[\s(])(%s)=(True\b)?" % "|".join(_FLAGS))
+
+
+def as_flags(message):
+    """`message` with each `parameter=` of the library written as the command line's flag."""
+    return _PARAMETER.sub(lambda match: match.group(1) + _FLAGS[match.group(2)] + ("" if match.group(3) else " "),
+                          message)
 
 
 def _say(message):
-    print("run_inference: %s" % message, file=sys.stderr)
+    print("run_inference: %s" % as_flags(message), file=sys.stderr)
 
 
 def _silence_native_logs():

@@ -59,8 +59,9 @@ def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
         response = urllib.request.urlopen(url, timeout=60)
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", None) or error
-        raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? "
-                           "pass --weights PATH to a vgg16.npy or %s" % (url, reason, IMAGENET_FILE)) from None
+        raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? pass weights=PATH (a "
+                           "vgg16.npy or %s), or write random weights to try the installation: python -m "
+                           "models.weight_files random vgg16-random.npy" % (url, reason, IMAGENET_FILE)) from None
     # Said once the server answers, so that offline the error above is the only line.
     log.info("downloading VGG16 ImageNet weights (553 MB) from %s", url)
     with response:
@@ -94,7 +95,7 @@ def _download(response, target, url, md5):
         # A temporary file of its own: two processes may fill the same cache at once.
         renaming = temporary_then_rename(target, unique=True)
     except OSError as error:
-        raise WeightsError("cannot write Keras's cache folder %s: %s; pass --weights PATH"
+        raise WeightsError("cannot write Keras's cache folder %s: %s; pass weights=PATH"
                            % (target.parent, error.strerror or error)) from None
     try:
         with renaming as temporary:  # synced and renamed on success; removed on any exception

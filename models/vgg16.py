@@ -168,7 +168,7 @@ def feature_model(endpoint="fc7", weights="imagenet", precision="fp32", cache_di
     else:
         path = Path(weights)
         if not path.is_file():
-            raise WeightsError("--weights %s is not a file (pass a vgg16.npy or %s, or 'imagenet')"
+            raise WeightsError("weights=%s is not a file (pass a vgg16.npy or %s, or 'imagenet')"
                                % (weights, IMAGENET_FILE))
         identity = fingerprint(path)
     dtype = PRECISIONS[precision]

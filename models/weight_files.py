@@ -57,13 +57,13 @@ def load_weights(path):
         with open(path, "rb") as handle:
             magic = handle.read(8)
     except OSError as error:
-        raise WeightsError("--weights %s: %s" % (path, error.strerror or error)) from None
+        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
     if magic.startswith(_NPY_MAGIC):
         raw = _read_npy(path)
     elif magic == _HDF5_MAGIC:
         raw = _read_h5(path)
     else:
-        raise WeightsError("--weights %s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
+        raise WeightsError("weights=%s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
     return _checked(raw, path)
 
 
@@ -71,19 +71,19 @@ def _checked(raw, path):
     weights = {}
     for layer in LAYERS:
         if layer.name not in raw:
-            raise WeightsError("--weights %s has no layer %s (Keras: %s); it has: %s"
+            raise WeightsError("weights=%s has no layer %s (Keras: %s); it has: %s"
                                % (path, layer.name, layer.keras_name, ", ".join(sorted(raw)) or "nothing"))
         arrays = raw[layer.name]
         if len(arrays) != 2:
-            raise WeightsError("--weights %s: layer %s has %d arrays; expected 2 (weights, biases)"
+            raise WeightsError("weights=%s: layer %s has %d arrays; expected 2 (weights, biases)"
                                % (path, layer.name, len(arrays)))
         pair = []
         for array, expected, what in zip(arrays, (layer.shape, layer.shape[-1:]), ("weights", "biases")):
             if not isinstance(array, np.ndarray) or not np.issubdtype(array.dtype, np.floating):
-                raise WeightsError("--weights %s: layer %s %s are %s, not a float array"
+                raise WeightsError("weights=%s: layer %s %s are %s, not a float array"
                                    % (path, layer.name, what, getattr(array, "dtype", type(array).__name__)))
             if tuple(array.shape) != expected:
-                raise WeightsError("--weights %s: layer %s (Keras: %s) %s have shape %s; VGG16 needs %s"
+                raise WeightsError("weights=%s: layer %s (Keras: %s) %s have shape %s; VGG16 needs %s"
                                    % (path, layer.name, layer.keras_name, what, tuple(array.shape), expected))
             pair.append(np.ascontiguousarray(array, dtype=np.float32))
         weights[layer.name] = tuple(pair)
@@ -130,30 +130,30 @@ def _read_npy(path):
             elif version == (2, 0):
                 shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
             else:
-                raise WeightsError("--weights %s is an .npy file of format %d.%d; tensorflow-vgg's is 1.0"
+                raise WeightsError("weights=%s is an .npy file of format %d.%d; tensorflow-vgg's is 1.0"
                                    % ((path,) + tuple(version)))
             if not dtype.hasobject:
-                raise WeightsError("--weights %s is a plain %s array of shape %s, not tensorflow-vgg's "
+                raise WeightsError("weights=%s is a plain %s array of shape %s, not tensorflow-vgg's "
                                    "{layer: [weights, biases]} dict" % (path, dtype, shape))
             # encoding="latin1": vgg16.npy was pickled by Python 2 (as tensorflow-vgg's own loader assumes).
             content = _ArraysOnlyUnpickler(handle, encoding="latin1").load()
     except WeightsError:
         raise
     except _Refused as error:
-        raise WeightsError("--weights %s refused: %s" % (path, error)) from None
+        raise WeightsError("weights=%s refused: %s" % (path, error)) from None
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError,
             KeyError) as error:
-        raise WeightsError("--weights %s cannot be read as vgg16.npy (truncated or damaged?): %s"
+        raise WeightsError("weights=%s cannot be read as vgg16.npy (truncated or damaged?): %s"
                            % (path, str(error) or type(error).__name__)) from None
     if isinstance(content, np.ndarray) and content.dtype == object and content.shape == ():
         content = content.item()
     if not isinstance(content, dict):
-        raise WeightsError("--weights %s holds a %s, not tensorflow-vgg's {layer: [weights, biases]} dict"
+        raise WeightsError("weights=%s holds a %s, not tensorflow-vgg's {layer: [weights, biases]} dict"
                            % (path, type(content).__name__))
     raw = {}
     for name, arrays in content.items():
         if not isinstance(name, str) or not isinstance(arrays, (list, tuple)):
-            raise WeightsError("--weights %s: entry %r is not layer name -> [weights, biases]" % (path, name))
+            raise WeightsError("weights=%s: entry %r is not layer name -> [weights, biases]" % (path, name))
         raw[name] = list(arrays)
     return raw
 
@@ -174,7 +174,7 @@ def _read_h5(path):
             root = file["model_weights"] if "model_weights" in file else file  # a whole saved model
             layer_names = _attribute_strings(root, "layer_names")
             if layer_names is None:
-                raise WeightsError("--weights %s is an HDF5 file without Keras's 'layer_names' attribute; "
+                raise WeightsError("weights=%s is an HDF5 file without Keras's 'layer_names' attribute; "
                                    "expected vgg16_weights_tf_dim_ordering_tf_kernels.h5" % path)
             raw = {}
             for layer in LAYERS:
@@ -188,13 +188,13 @@ def _read_h5(path):
                 # Kernel first, then bias, whatever the datasets are called (kernel:0, W_1:0, ...).
                 raw[layer.name] = sorted(arrays, key=lambda array: -array.ndim)
             if not raw:
-                raise WeightsError("--weights %s has none of VGG16's layers (it has: %s)"
+                raise WeightsError("weights=%s has none of VGG16's layers (it has: %s)"
                                    % (path, ", ".join(layer_names) or "nothing"))
             return raw
     except WeightsError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as error:
-        raise WeightsError("--weights %s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
+        raise WeightsError("weights=%s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
                            % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
 
 
@@ -208,7 +208,7 @@ def fingerprint(path):
             handle.seek(max(0, size - (1 << 20)))
             digest.update(handle.read(1 << 20))
     except OSError as error:
-        raise WeightsError("--weights %s: %s" % (path, error.strerror or error)) from None
+        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
     return "%s (%d bytes, sha256 of ends %s)" % (path.name, size, digest.hexdigest()[:16])
 
 

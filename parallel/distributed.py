@@ -11,14 +11,15 @@ Whoever commits the last shard writes the output; rerunning any rank finishes it
 
 import dataclasses
 import logging
+import re
 import time
 from pathlib import Path
 
 from parallel.devices import set_float32_precision
-from parallel.engine import extract_into, run_errors
+from parallel.engine import RunError, extract_into, run_errors
 from parallel.loop import Summary, log_stage_times
-from parallel.messages import Progress
-from parallel.manifest import DEFAULT_SHARD_SIZE
+from parallel.messages import Progress, counted, first_line
+from parallel.manifest import DEFAULT_SHARD_SIZE, manifest_path
 from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
@@ -152,13 +153,22 @@ def finish(config, job, summary):
         with run_errors():
             written = job.assemble(config.output_format, config.model.output_name, config.settings,
                                    keep_shards=config.distribution.keep_shards)
-        log.info("all %d shards are committed: %s %s", job.shard_count, config.output,
+        log.info("%s committed: %s %s", "the only shard is" if job.shard_count == 1
+                 else "all %d shards are" % job.shard_count, config.output,
                  "is written" if written else "is being written by another process")
     else:
-        log.info("%d of %d shards are not committed yet (%s): the output is written by the process that commits "
-                 "the last one, or by rerunning any rank", len(missing), job.shard_count, _some(missing))
+        log.info("%d of %s %s not committed yet (%s): the output is written by the process that commits the "
+                 "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
+                 "is" if len(missing) == 1 else "are", _some(missing))
     return dataclasses.replace(summary, output=Path(config.output), errors_file=ErrorLog.path_for(config.output),
                                pending_shards=tuple(missing))
+
+
+def _which_shards(indexes):
+    """"no shard", "shard 3", "shards 0, 4, 8"."""
+    if not indexes:
+        return "no shard"
+    return "shard%s %s" % ("" if len(indexes) == 1 else "s", _some(indexes))
 
 
 def _some(indexes, shown=10):
@@ -166,24 +176,71 @@ def _some(indexes, shown=10):
 
 
 def run(config):
-    """This process's part of a distributed job (see the module docstring)."""
-    if config.distribution.kind == "ray":
-        from parallel import ray_job
-        return ray_job.run(config)
+    """This process's part of a distributed job (see the module docstring).
+
+    Raises:
+      ValueError: a usage error (the rank, the weights, another job's manifest, ...), found
+        before this process wrote anything.
+      RunError: the part could not be finished (a full disk, a device error); the same
+        command resumes it.
+    """
+    try:
+        if config.distribution.kind == "ray":
+            from parallel import ray_job
+            return ray_job.run(config)
+        return _run_static(config)
+    except (ValueError, RunError) as error:
+        error.args = (distributed_advice(str(error), config.output),) + error.args[1:]
+        raise
+
+
+def distributed_advice(message, output):
+    """`message` with its advice to pass --overwrite, which a distributed job refuses, turned into what works.
+
+    The shared layers (the manifest, the output writers) advise --overwrite, the way out on one
+    host; a job over several processes starts afresh once its files are removed by hand (no
+    process may erase the others' shards while they run).
+    """
+    files = "%s and every %s.* beside it" % (output, Path(output).name)
+    message = re.sub(r"(pass|Pass) (?:--overwrite|overwrite=True)( to replace it)?",
+                     lambda match: ("remove " if match.group(1) == "pass" else "Remove ") + files
+                     + (" to start afresh" if match.group(2) else ""), message)
+    # A phrasing the pattern above does not know still never advises what is refused.
+    return re.sub(r"--overwrite|overwrite=True", "removing %s" % files, message)
+
+
+def _run_static(config):
+    """--distributed static: this process is one rank (see `run`).
+
+    What can be wrong with the flags or the inputs (the rank, the weights, the devices, another
+    job's manifest) is found before this process writes anything: a refused run leaves nothing
+    that would make its corrected rerun "another job". Once the manifest is frozen, every failure
+    is a RunError: something was written, and the same command resumes.
+    """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
-    job = freeze(config, check_folder=rank.rank == 0)
-    mine = list(rank.shards(job.shard_count))
-    log.info("rank %d of %d (from %s): shards %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
-             _some(mine), job.shard_count, config.devices.describe(config.per_device_batch))
-    summary = Summary()
-    started = time.perf_counter()
-    with ShardWorker(config, job) as worker, StopRequest() as stop, \
-            Progress(config.progress, total=sum(_shard_length(job, index) for index in mine), initial=0) as progress:
-        for index in mine:
-            summary = add(summary, worker.process(index, stop=stop, progress=progress))
-            if summary.interrupted:
-                break
-    return conclude(config, job, summary, sum(_shard_length(job, index) for index in mine), started)
+    # The weights are read and the graph built before the manifest: a bad --weights writes nothing.
+    with ShardWorker(config, job=None) as worker:
+        try:
+            job = freeze(config, check_folder=rank.rank == 0)
+        except PermissionError as error:  # nothing written: the output's folder is the wrong one
+            raise ValueError("cannot write the manifest %s: %s: choose another --output"
+                             % (manifest_path(config.output), error.strerror or first_line(error))) from None
+        except OSError as error:  # a full disk: it struck while the manifest was written
+            raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"
+                           % (manifest_path(config.output), error.strerror or first_line(error))) from error
+        worker.job = job
+        mine = list(rank.shards(job.shard_count))
+        log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
+                 _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
+        summary = Summary()
+        started = time.perf_counter()
+        images = sum(_shard_length(job, index) for index in mine)
+        with run_errors(), StopRequest() as stop, Progress(config.progress, total=images, initial=0) as progress:
+            for index in mine:
+                summary = add(summary, worker.process(index, stop=stop, progress=progress))
+                if summary.interrupted:
+                    break
+    return conclude(config, job, summary, images, started)
 
 
 def conclude(config, job, summary, images, started):

@@ -28,7 +28,7 @@ from parallel.job import check_job, freeze_job, own_files
 from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, log_stage_times,
                            run_loop)
 from parallel.manifest import Manifest, discover_images, read_list
-from parallel.messages import Progress, first_line
+from parallel.messages import Progress, counted, first_line
 from parallel.model import ModelSpec
 from parallel.decode import RESIZE_MODES
 from parallel.reader import ImageReader
@@ -36,6 +36,7 @@ from parallel.runner import DeviceRunner, build_graph
 from parallel.shards import ShardedJob
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
 from parallel.output import FORMATS, ErrorLog, OutputError, open_writer
+from parallel.output.durable import is_disk_full
 from parallel.staging import open_runner
 
 log = logging.getLogger("parallel")
@@ -188,7 +189,7 @@ def run(config):
     """
     images_root = Path(config.images)
     if not images_root.is_dir():
-        raise ValueError("--images %s is not a folder" % images_root)
+        raise ValueError("images=%s is not a folder" % images_root)
     if config.distribution is not None:
         from parallel import distributed
         return distributed.run(config)
@@ -208,13 +209,14 @@ def run(config):
         stages.enter_context(output_lock(output))
         if config.overwrite:
             ShardedJob(output).remove_parts()  # of a job over several processes, written here before
-        writer = open_writer(output, format=config.output_format, column_prefix=config.model.output_name,
-                             feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
-                             sort_paths=True)
+        with disk_full_errors():
+            writer = open_writer(output, format=config.output_format, column_prefix=config.model.output_name,
+                                 feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
+                                 sort_paths=True)
         stages.callback(writer.abort)  # committed rows stay committed and resumable; no-op after close()
         job = freeze_job(frozen, current, writer, images_root, output)
         todo = [path for path in job.paths if path not in writer.completed]
-        log.info("%d images under %s; devices: %s", len(job), images_root,
+        log.info("%s under %s; devices: %s", counted(len(job), "image"), images_root,
                  config.devices.describe(config.per_device_batch))
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
         # The stop request covers the loop only: a signal during start-up or the final merge stops at once.
@@ -263,8 +265,25 @@ def run_errors():
     except (OSError, ValueError, RuntimeError, tf.errors.OpError) as error:
         if isinstance(error, RunError):
             raise
+        if isinstance(error, OutputError):  # the output layer's message already says what is kept and what to do
+            raise RunError(first_line(error)) from error
         raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
                        % (first_line(error) or type(error).__name__)) from error
+
+
+@contextlib.contextmanager
+def disk_full_errors():
+    """A full disk is a RunError (exit status 1), even at the first write.
+
+    It is no usage error, and something was written when it struck (a sidecar, a header). The
+    output's other refusals (another job's output, a foreign file) stay ValueErrors: nothing written.
+    """
+    try:
+        yield
+    except OutputError as error:
+        if not is_disk_full(error.__cause__):
+            raise
+        raise RunError(first_line(error)) from error
 
 
 @contextlib.contextmanager
@@ -276,7 +295,7 @@ def output_lock(output):
             yield
     except locks.Busy:
         raise OutputError("another run is writing %s now (it holds %s): wait for it to end, or choose another "
-                          "--output" % (output, path.name)) from None
+                          "output" % (output, path.name)) from None
 
 
 def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop", workers=None, prefetch_batches=2):
@@ -333,7 +352,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
             prefetch_batches=prefetch_batches) as reader:
         run_loop(reader, runner, sink, failures, images=len(paths))
         if failures.rows:
-            log.warning("%d images could not be read: %s", len(failures.rows),
+            log.warning("%s could not be read: %s", counted(len(failures.rows), "image"),
                         "; ".join("%s (%s: %s)" % row for row in failures.rows[:5]))
         features = (np.concatenate(sink.features) if sink.features
                     else np.zeros((0, runner.feature_size), np.float32))

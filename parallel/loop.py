@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from parallel.messages import counted
 from parallel.signals import EXIT_INTERRUPTED
 
 log = logging.getLogger("parallel")
@@ -87,20 +88,30 @@ class Summary:
         return EXIT_SOME_FAILED if self.failed else EXIT_OK
 
     def line(self):
-        """The one-line summary printed at the end of a run."""
-        rate = self.written / self.seconds if self.seconds > 0 else 0.0
-        text = ("%d images: %d written, %d failed, %d already done, %d skipped in %.1f s (%.1f images/s) -> %s"
-                % (self.discovered, self.written, self.failed, self.already_done, self.skipped,
-                   self.seconds, rate, self.output))
+        """The one-line summary printed at the end of a run.
+
+        A rerun with nothing to compute says so ("240 images: all already done -> out.csv"),
+        without a rate or a device load that would only measure its start-up.
+        """
+        nothing_computed = not (self.written or self.skipped or self.interrupted)
+        if nothing_computed and self.already_done:
+            done = ("all already done" if self.already_done == self.discovered
+                    else "%d already done, %d failed" % (self.already_done, self.failed))
+            text = "%s: %s -> %s" % (counted(self.discovered, "image"), done, self.output)
+        else:
+            rate = self.written / self.seconds if self.seconds > 0 else 0.0
+            text = ("%s: %d written, %d failed, %d already done, %d skipped in %.1f s (%.1f images/s) -> %s"
+                    % (counted(self.discovered, "image"), self.written, self.failed, self.already_done, self.skipped,
+                       self.seconds, rate, self.output))
         if self.failed and self.errors_file is not None:
             text += " (failures: %s)" % self.errors_file
-        if self.seconds > 0 and self.device_seconds > 0:
+        if not nothing_computed and self.seconds > 0 and self.device_seconds > 0:
             text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
         if self.pending_shards:
-            text += ("; %d shards to come from other processes (%s): the output is written when the last is "
-                     "committed" % (len(self.pending_shards),
-                                    ", ".join(str(index) for index in self.pending_shards[:10])
-                                    + (", ..." if len(self.pending_shards) > 10 else "")))
+            count = len(self.pending_shards)
+            text += ("; %s to come from other processes (%s): the output is written when the last is committed"
+                     % (counted(count, "shard"), ", ".join(str(index) for index in self.pending_shards[:10])
+                        + (", ..." if count > 10 else "")))
         return text
 
 

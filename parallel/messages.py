@@ -11,6 +11,12 @@ def first_line(error):
     return lines[0] if lines else ""
 
 
+def counted(count, noun):
+    """`count` and `noun`, plural unless count is 1: counted(1, "shard") -> "1 shard", counted(0, "image")
+    -> "0 images". For nouns whose plural takes an s."""
+    return "%d %s%s" % (count, noun, "" if count == 1 else "s")
+
+
 class Progress:
     """A tqdm bar on stderr, or nothing when `enabled` is false (a log file, --quiet).
 

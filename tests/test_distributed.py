@@ -158,10 +158,14 @@ def test_a_stray_tf_config_without_distributed_changes_nothing(job_images, singl
 def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
     output = tmp_path / "out.csv"
     run_rank(job_images, output, "csv", 0, 2)
-    with pytest.raises(ValueError, match="belongs to another job \\(format='csv', not 'parquet'"):
+    # --distributed refuses --overwrite: the refusals name what works instead.
+    remove = "remove %s and every out.csv.* beside it" % output
+    with pytest.raises(ValueError, match="belongs to another job \\(format='csv', not 'parquet'") as refused:
         run_rank(job_images, output, "parquet", 1, 2)
-    with pytest.raises(ValueError, match="cut into shards of 5 images, not 7"):
+    assert str(refused.value).endswith(": %s to start afresh, or choose another --output" % remove)
+    with pytest.raises(ValueError, match="cut into shards of 5 images, not 7") as refused:
         run_rank(job_images, output, "csv", 1, 2, shard_size=7)
+    assert str(refused.value).endswith(": leave --shard-size out, or %s" % remove)
     with pytest.raises(ValueError, match="being written by a job spread over several processes"):
         engine.run(job_child.config(job_images, output, "csv"))  # a single-host run on a sharded job
     summary = engine.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
@@ -210,3 +214,18 @@ def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_fa
     assert (summary.written, summary.failed, summary.already_done) == (1, 0, 23)
     paths = [line.split(",")[0] for line in output.read_text().splitlines()[1:]]
     assert len(paths) == 24 and paths == sorted(paths)
+
+
+@pytest.mark.parametrize("message, advice", [
+    ("x changed since the job writing o started: 1 image added (a.png). Pass --overwrite to start afresh, or "
+     "choose another --output", "Remove o and every o.* beside it to start afresh, or choose another --output"),
+    ("o was written with other settings (layer): pass --overwrite to replace it or choose another --output",
+     "remove o and every o.* beside it to start afresh or choose another --output"),
+    ("o.parts holds x, which this program did not write: move it away or pass --overwrite",
+     "move it away or remove o and every o.* beside it"),
+    ("o: another phrasing of --overwrite", "another phrasing of removing o and every o.* beside it"),
+    ("o is damaged: pass overwrite=True to start afresh", "remove o and every o.* beside it to start afresh"),
+])
+def test_distributed_advice_never_advises_overwrite(message, advice):
+    from parallel.distributed import distributed_advice
+    assert distributed_advice(message, Path("o")).endswith(advice)

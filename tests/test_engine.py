@@ -394,3 +394,49 @@ def test_a_full_disk_during_the_final_merge_is_a_run_error_and_a_rerun_finishes(
     summary = engine.run(config_for(tmp_path, images, model=WIDE, output=output, output_format=output_format))
     assert (summary.written, summary.already_done) == (0, 6)
     assert output.read_bytes() == reference.read_bytes()
+
+
+# --- exit statuses: a full disk is never a usage error (2 means nothing was written) -------------------
+
+
+@pytest.mark.parametrize("free", [0, 4096])  # the sidecar cannot be written; the data file's header cannot
+def test_a_full_disk_at_the_first_write_is_a_run_error(tmp_path, small_disk, free):
+    images = tmp_path / "images"
+    make_images(images, 4)
+    small_disk.leave_free(free)
+    with pytest.raises(engine.RunError, match="^disk full while writing .*out.csv: 0 rows committed, rerun to "
+                                              "resume$"):
+        engine.run(config_for(tmp_path, images, output=small_disk.folder / "out.csv"))
+    small_disk.free_space()
+    assert engine.run(config_for(tmp_path, images, output=small_disk.folder / "out.csv")).written == 4
+
+
+def test_a_rerun_with_nothing_to_compute_says_so(tmp_path):
+    images = tmp_path / "images"
+    make_images(images, 4)
+    output = engine.run(config_for(tmp_path, images)).output
+    assert engine.run(config_for(tmp_path, images)).line() == "4 images: all already done -> %s" % output
+    distribution = engine.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
+    sharded = tmp_path / "sharded.csv"
+    engine.run(config_for(tmp_path, images, output=sharded, distribution=distribution))
+    again = engine.run(config_for(tmp_path, images, output=sharded, distribution=distribution))
+    assert again.line() == "4 images: all already done -> %s" % sharded
+
+
+def test_a_full_disk_inside_a_shard_is_a_run_error_and_a_rerun_finishes(tmp_path, monkeypatch):
+    import errno
+    from parallel.output.parquet_writer import ParquetWriter
+    images = tmp_path / "images"
+    make_images(images, 4)
+    distribution = engine.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
+    config = config_for(tmp_path, images, distribution=distribution)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with monkeypatch.context() as patch:
+        patch.setattr(ParquetWriter, "_finish", full)  # a shard's merge of its parts fills the disk
+        with pytest.raises(engine.RunError, match="^disk full while writing .*shard-000000.*features.parquet: "
+                                                  "[0-9]+ rows committed, rerun to resume$"):
+            engine.run(config)
+    summary = engine.run(config)
+    assert (summary.written, summary.pending_shards) == (4, ())

@@ -75,12 +75,15 @@ def _closed_port_url():
         return "http://127.0.0.1:%d/%s" % (closed.getsockname()[1], imagenet_download.IMAGENET_FILE)
 
 
-def test_offline_is_one_line_pointing_to_weights_path_and_leaves_no_folder(tmp_path, caplog):
+def test_offline_is_one_line_pointing_to_weights_and_the_random_weights_command_and_leaves_no_folder(tmp_path,
+                                                                                                    caplog):
     url = _closed_port_url()
     keras_home = tmp_path / "keras"  # like a first run: not even ~/.keras exists
-    with caplog.at_level(logging.DEBUG), pytest.raises(WeightsError, match=r"offline\? pass --weights PATH") as error:
+    with caplog.at_level(logging.DEBUG), pytest.raises(WeightsError, match=r"offline\? pass weights=PATH") as error:
         imagenet_download.imagenet_weights(keras_home, url=url)
     assert url in str(error.value) and "\n" not in str(error.value)
+    # The parameter, for the Python API; and the command that makes weights with no download at all.
+    assert str(error.value).endswith("python -m models.weight_files random vgg16-random.npy")
     assert caplog.records == []  # the error is the only line the user sees
     assert list(tmp_path.iterdir()) == []
 

@@ -117,6 +117,24 @@ def test_summary_line_and_exit_status():
     assert Summary(written=1).exit_status == EXIT_OK
 
 
+@pytest.mark.parametrize("summary, line", [
+    # A rerun with nothing to compute: no rate, no device load that would only measure its start-up.
+    (Summary(discovered=240, already_done=240, seconds=0.3, device_seconds=0.003, output="out.csv"),
+     "240 images: all already done -> out.csv"),
+    (Summary(discovered=1, already_done=1, seconds=0.3, output="out.csv"), "1 image: all already done -> out.csv"),
+    (Summary(discovered=5, already_done=4, failed=1, seconds=0.3, output="o.csv", errors_file="o.csv.errors.csv"),
+     "5 images: 4 already done, 1 failed -> o.csv (failures: o.csv.errors.csv)"),
+    (Summary(discovered=1, written=1, seconds=1.0, device_seconds=0.5, output="o.csv", pending_shards=(3,)),
+     "1 image: 1 written, 0 failed, 0 already done, 0 skipped in 1.0 s (1.0 images/s) -> o.csv; devices busy 50%; "
+     "1 shard to come from other processes (3): the output is written when the last is committed"),
+    (Summary(discovered=3, already_done=3, output="o.csv", pending_shards=(1, 2)),
+     "3 images: all already done -> o.csv; 2 shards to come from other processes (1, 2): the output is written "
+     "when the last is committed"),
+])
+def test_summary_lines_count_in_the_right_number_and_say_when_there_was_nothing_to_do(summary, line):
+    assert summary.line() == line
+
+
 class Lagging:
     """A compute stage whose features come back `depth` submits late, as a staged runner's do."""
 

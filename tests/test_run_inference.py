@@ -187,7 +187,9 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
     blocks = re.split(r"\n(?=  -)", options)
     assert len(blocks) == 18, blocks  # --help and the 17 flags of one process
     jobs = re.split(r"\n(?=  -)", text.split("\none job over many processes")[1].split("\n\n")[1])
-    assert len(jobs) == 7, jobs  # --distributed and its 6 flags
+    assert len(jobs) == 8, jobs  # --distributed and its 7 flags
+    shard_size, = [block for block in jobs if block.lstrip().startswith("--shard-size")]
+    assert "10000" not in shard_size.replace("up to 10000", "") and "9996 with 12" in shard_size  # what jobs record
     for block in blocks + jobs:
         assert block.count("default") <= 1, block
     images, = [block for block in blocks if block.lstrip().startswith("--images FOLDER")]
@@ -488,6 +490,9 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
      "--ray-address only with --distributed ray"),
     (["--images", "x", "--distributed", "ray", "--rank", "0"],
      "--rank and --world-size only with --distributed static"),
+    (["--images", "x", "--manifest-wait", "30"], "--manifest-wait only with --distributed"),
+    (["--images", "x", "--distributed", "static", "--manifest-wait", "-1"], "--manifest-wait: must be a number of "
+                                                                             "seconds, 0 or more; got '-1'"),
     ([], "--images or --images-from is required"),
 ])
 def test_job_flags_out_of_place_are_one_line(capsys, flags, message):
@@ -499,9 +504,38 @@ def test_job_flags_out_of_place_are_one_line(capsys, flags, message):
 
 def test_distributed_flags_reach_the_config(fake_run):
     assert main("--images", ".", "--devices", "cpu:0", "--quiet", "--distributed", "static", "--rank", "1",
-                "--world-size", "3", "--shard-size", "100", "--keep-shards") == 0
+                "--world-size", "3", "--shard-size", "100", "--keep-shards", "--manifest-wait", "30") == 0
     distribution = fake_run.configs[-1].distribution
     assert (distribution.kind, distribution.rank, distribution.world_size, distribution.shard_size,
-            distribution.keep_shards) == ("static", 1, 3, 100, True)
+            distribution.keep_shards, distribution.wait_seconds) == ("static", 1, 3, 100, True, 30.0)
+    assert main("--images", ".", "--devices", "cpu:0", "--quiet", "--distributed", "static") == 0
+    assert fake_run.configs[-1].distribution.wait_seconds == engine.Distribution("static").wait_seconds
     assert main("--images-from", "list.txt", "--devices", "cpu:0", "--quiet") == 0
     assert (str(fake_run.configs[-1].images_from), str(fake_run.configs[-1].images)) == ("list.txt", ".")
+
+
+def test_a_distributed_usage_error_writes_nothing_and_the_corrected_rerun_works(tmp_path, capsys, weights_file):
+    images = make_images(tmp_path / "images", NAMES[:2])
+    output = tmp_path / "out" / "features.csv"
+    flags = ["--images", images, "--output", output, "--devices", "cpu:0", "--quiet", "--distributed", "static",
+             "--rank", "0", "--world-size", "1"]
+    assert main(*flags, "--weights", tmp_path / "missing.npy") == 2
+    error = capsys.readouterr().err
+    assert error.startswith("run_inference: error: --weights ") and error.count("\n") == 1, error
+    assert not output.parent.exists()  # no manifest, no lock: the rerun below is not "another job"
+    (tmp_path / "notes.npy").write_text("not weights")
+    assert main(*flags, "--weights", tmp_path / "notes.npy") == 2  # a file that is not weights: the same
+    assert "is neither a tensorflow-vgg vgg16.npy nor a Keras .h5" in capsys.readouterr().err
+    assert not output.parent.exists()
+    assert main(*flags, "--weights", weights_file) == 0, capsys.readouterr().err
+    assert len(read(output)) == 2
+
+
+def test_library_messages_name_parameters_and_the_command_line_names_flags(tmp_path, capsys):
+    with pytest.raises(ValueError, match="^images=.*nowhere is not a folder$"):
+        engine.run(engine.Config(model=None, images=tmp_path / "nowhere", output=tmp_path / "o.csv",
+                                 devices=__import__("parallel.devices").devices.resolve_devices(devices="cpu:0")))
+    assert run_inference.as_flags("weights=a b.npy is not a file; pass weights=PATH (or images_from=x)") == (
+        "--weights a b.npy is not a file; pass --weights PATH (or --images-from x)")
+    assert run_inference.as_flags("photos/output=1.jpg: images=photos") == "photos/output=1.jpg: --images photos"
+    assert run_inference.as_flags("pass overwrite=True to start afresh") == "pass --overwrite to start afresh"
