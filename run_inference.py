@@ -295,17 +295,17 @@ def _distribution(args, engine):
 
 
 # The library's messages name its parameters as `name=value` ("weights=vgg.npy is not a file", "pass
-# overwrite=True"), for whoever calls it from Python; on the command line the same line names the
-# flag ("--weights vgg.npy", "pass --overwrite").
+# overwrite=True", "needs world_size="), for whoever calls it from Python; on the command line the same
+# line names the flag ("--weights vgg.npy", "pass --overwrite", "needs --world-size").
 _FLAGS = {"images_from": "--images-from", "images": "--images", "weights": "--weights", "output": "--output",
-          "shard_size": "--shard-size", "overwrite": "--overwrite"}
-_PARAMETER = re.compile(r"(^|[\s(])(%s)=(True\b)?" % "|".join(_FLAGS))
+          "shard_size": "--shard-size", "overwrite": "--overwrite", "rank": "--rank", "world_size": "--world-size"}
+_PARAMETER = re.compile(r"(^|[\s(])(%s)=(True\b|(?=[\s,;:)]|$))?" % "|".join(_FLAGS))
 
 
 def as_flags(message):
     """`message` with each `parameter=` of the library written as the command line's flag."""
-    return _PARAMETER.sub(lambda match: match.group(1) + _FLAGS[match.group(2)] + ("" if match.group(3) else " "),
-                          message)
+    return _PARAMETER.sub(lambda match: match.group(1) + _FLAGS[match.group(2)]
+                          + ("" if match.group(3) is not None else " "), message)
 
 
 def _say(message):

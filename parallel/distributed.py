@@ -223,7 +223,7 @@ def _run_static(config):
         try:
             job = freeze(config, check_folder=rank.rank == 0)
         except PermissionError as error:  # nothing written: the output's folder is the wrong one
-            raise ValueError("cannot write the manifest %s: %s: choose another --output"
+            raise ValueError("cannot write the manifest %s: %s: choose another output"
                              % (manifest_path(config.output), error.strerror or first_line(error))) from None
         except OSError as error:  # a full disk: it struck while the manifest was written
             raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"

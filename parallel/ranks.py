@@ -2,6 +2,8 @@
 
     source                 rank                     world size
     --rank/--world-size    --rank                   --world-size          (both flags win over the environment)
+
+Messages name the parameters (`rank=`, `world_size=`); the command line writes them as its flags.
     Slurm                  SLURM_PROCID             SLURM_NTASKS
     torchrun               RANK                     WORLD_SIZE
     Kubernetes Indexed Job JOB_COMPLETION_INDEX     --world-size (the Job's completions)
@@ -50,25 +52,25 @@ def resolve_rank(rank=None, world_size=None, environ=None):
     """
     environ = os.environ if environ is None else environ
     if rank is not None and world_size is not None:
-        return _checked(rank, world_size, "--rank/--world-size")
+        return _checked(rank, world_size, "rank and world size given")
     found = [source for source in _environment_sources(environ, world_size) if source is not None]
     if world_size is not None:  # --world-size without --rank: it must agree with the rank's source
         for source in found:
             if source.world_size != world_size:
-                raise ValueError("--world-size %d but %s says %d ranks; pass the world size the scheduler "
-                                 "started, or both --rank and --world-size" % (world_size, source.source,
-                                                                              source.world_size))
+                raise ValueError("world_size=%d but %s says %d ranks; pass the world size the scheduler "
+                                 "started, or both rank= and world_size=" % (world_size, source.source,
+                                                                            source.world_size))
     if rank is not None:  # --rank without --world-size: the world size from the environment
-        found = [Rank(rank, source.world_size, "--rank with " + source.source) for source in found[:1]]
+        found = [Rank(rank, source.world_size, "rank given, world size from " + source.source) for source in found[:1]]
     for first, second in zip(found, found[1:]):
         if (first.rank, first.world_size) != (second.rank, second.world_size):
             raise ValueError("the environment gives two different ranks: %s says rank %d of %d, %s says rank %d "
-                             "of %d; pass --rank and --world-size" % (first.source, first.rank, first.world_size,
+                             "of %d; pass rank= and world_size=" % (first.source, first.rank, first.world_size,
                                                                      second.source, second.rank, second.world_size))
     if not found:
-        raise ValueError("--distributed static needs --rank and --world-size, or the environment of a scheduler: "
+        raise ValueError("distributed static needs rank= and world_size=, or the environment of a scheduler: "
                          "SLURM_PROCID/SLURM_NTASKS (Slurm), RANK/WORLD_SIZE (torchrun), JOB_COMPLETION_INDEX with "
-                         "--world-size (Kubernetes), or TF_CONFIG")
+                         "world_size= (Kubernetes), or TF_CONFIG")
     return _checked(found[0].rank, found[0].world_size, found[0].source)
 
 
@@ -78,10 +80,10 @@ def _environment_sources(environ, world_size):
     yield _pair(environ, "RANK", "WORLD_SIZE", "torchrun (RANK, WORLD_SIZE)")
     if "JOB_COMPLETION_INDEX" in environ:
         if world_size is None:
-            raise ValueError("JOB_COMPLETION_INDEX=%s (a Kubernetes Indexed Job) needs --world-size: the Job's "
+            raise ValueError("JOB_COMPLETION_INDEX=%s (a Kubernetes Indexed Job) needs world_size=: the Job's "
                              "completions" % environ["JOB_COMPLETION_INDEX"])
         yield Rank(_integer(environ, "JOB_COMPLETION_INDEX"), world_size,
-                   "Kubernetes (JOB_COMPLETION_INDEX, --world-size)")
+                   "Kubernetes (JOB_COMPLETION_INDEX, world size given)")
     if "TF_CONFIG" in environ:
         yield _from_tf_config(environ["TF_CONFIG"])
 

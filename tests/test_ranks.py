@@ -30,7 +30,7 @@ def test_each_scheduler_environment_gives_the_rank_and_says_so(environ, world_si
 
 def test_flags_win_over_the_environment():
     environ = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "TF_CONFIG": "not even json"}
-    assert resolve_rank(1, 2, environ) == Rank(1, 2, "--rank/--world-size")
+    assert resolve_rank(1, 2, environ) == Rank(1, 2, "rank and world size given")
 
 
 def test_disagreeing_sources_are_an_error_naming_both():
@@ -38,18 +38,18 @@ def test_disagreeing_sources_are_an_error_naming_both():
         resolve_rank(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "RANK": "1", "WORLD_SIZE": "2"})
     message = str(refused.value)
     assert "Slurm (SLURM_PROCID, SLURM_NTASKS) says rank 0 of 2" in message
-    assert "torchrun (RANK, WORLD_SIZE) says rank 1 of 2" in message and "--rank" in message
+    assert "torchrun (RANK, WORLD_SIZE) says rank 1 of 2" in message and "pass rank= and world_size=" in message
 
 
 @pytest.mark.parametrize("rank, world_size, environ, message", [
-    (None, None, {}, "needs --rank and --world-size, or the environment of a scheduler"),
+    (None, None, {}, "needs rank= and world_size=, or the environment of a scheduler"),
     (None, None, {"SLURM_PROCID": "0"}, "SLURM_PROCID is set but SLURM_NTASKS is not"),
     (None, None, {"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not a whole number"),
-    (None, None, {"JOB_COMPLETION_INDEX": "1"}, "JOB_COMPLETION_INDEX=1 .* needs --world-size"),
+    (None, None, {"JOB_COMPLETION_INDEX": "1"}, "JOB_COMPLETION_INDEX=1 .* needs world_size="),
     (None, None, {"TF_CONFIG": "{"}, "TF_CONFIG is not a TensorFlow cluster description"),
     (None, None, {"TF_CONFIG": tf_config("ps", 0)}, "TF_CONFIG names task type 'ps'"),
     (None, None, {"TF_CONFIG": tf_config("worker", 7)}, "task worker:7 is not in its cluster"),
-    (3, 3, {}, "rank must be in 0 .. 2; got 3 \\(from --rank/--world-size\\)"),
+    (3, 3, {}, "rank must be in 0 .. 2; got 3 \\(from rank and world size given\\)"),
     (0, 0, {}, "world size must be at least 1; got 0"),
     (None, None, {"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, "rank must be in 0 .. 3; got 4 \\(from Slurm"),
 ])
@@ -71,5 +71,5 @@ def test_shard_i_goes_to_rank_i_mod_w():
 def test_a_world_size_flag_that_disagrees_with_the_environment_is_an_error_naming_both(environ, source, world_size):
     with pytest.raises(ValueError) as refused:
         resolve_rank(world_size=8, environ=environ)
-    assert str(refused.value).startswith("--world-size 8 but %s says %d ranks" % (source, world_size))
+    assert str(refused.value).startswith("world_size=8 but %s says %d ranks" % (source, world_size))
     assert resolve_rank(world_size=world_size, environ=environ) == Rank(1, world_size, source)  # agreeing: no error

@@ -539,3 +539,19 @@ def test_library_messages_name_parameters_and_the_command_line_names_flags(tmp_p
         "--weights a b.npy is not a file; pass --weights PATH (or --images-from x)")
     assert run_inference.as_flags("photos/output=1.jpg: images=photos") == "photos/output=1.jpg: --images photos"
     assert run_inference.as_flags("pass overwrite=True to start afresh") == "pass --overwrite to start afresh"
+    assert run_inference.as_flags("needs rank= and world_size=: the Job's") == "needs --rank and --world-size: the Job's"
+    assert run_inference.as_flags("weights=/abs/w.npy: x") == "--weights /abs/w.npy: x"
+
+
+def test_a_world_size_that_disagrees_with_slurm_is_one_line_naming_both_flags(tmp_path, capsys, monkeypatch,
+                                                                              weights_file):
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    images = make_images(tmp_path / "images", NAMES[:1])
+    output = tmp_path / "out" / "features.csv"
+    assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
+                "--distributed", "static", "--world-size", "8") == 2
+    assert capsys.readouterr().err == ("run_inference: error: --world-size 8 but Slurm (SLURM_PROCID, SLURM_NTASKS) "
+                                       "says 4 ranks; pass the world size the scheduler started, or both --rank and "
+                                       "--world-size\n")
+    assert not output.parent.exists()
