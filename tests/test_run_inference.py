@@ -539,7 +539,7 @@ def test_library_messages_name_parameters_and_the_command_line_names_flags(tmp_p
         "--weights a b.npy is not a file; pass --weights PATH (or --images-from x)")
     assert run_inference.as_flags("photos/output=1.jpg: images=photos") == "photos/output=1.jpg: --images photos"
     assert run_inference.as_flags("pass overwrite=True to start afresh") == "pass --overwrite to start afresh"
-    assert run_inference.as_flags("needs rank= and world_size=: the Job's") == "needs --rank and --world-size: the Job's"
+    assert run_inference.as_flags("needs rank= and world_size=: the") == "needs --rank and --world-size: the"
     assert run_inference.as_flags("weights=/abs/w.npy: x") == "--weights /abs/w.npy: x"
 
 
