@@ -11,6 +11,7 @@ Whoever commits the last shard writes the output; rerunning any rank finishes it
 
 import dataclasses
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
 from parallel.staging import open_runner
-from parallel.output import ErrorLog, open_writer
+from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
 
 log = logging.getLogger("parallel")
 
@@ -218,6 +219,7 @@ def _run_static(config):
     is a RunError: something was written, and the same command resumes.
     """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
+    _check_output(Path(config.output))
     # The weights are read and the graph built before the manifest: a bad --weights writes nothing.
     with ShardWorker(config, job=None) as worker:
         try:
@@ -241,6 +243,15 @@ def _run_static(config):
                 if summary.interrupted:
                     break
     return conclude(config, job, summary, images, started)
+
+
+def _check_output(output):
+    """Refuses, before anything is written, an output the job's last process could never write."""
+    if output.is_dir():
+        raise OutputError("output=%s is a folder; give a file name" % output)
+    if os.path.lexists(output) and read_record(output) is None:
+        raise OutputError("%s exists and was not written by this program (no %s): choose another output"
+                          % (output, sidecar_path(output).name))
 
 
 def conclude(config, job, summary, images, started):

@@ -229,3 +229,16 @@ def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_fa
 def test_distributed_advice_never_advises_overwrite(message, advice):
     from parallel.distributed import distributed_advice
     assert distributed_advice(message, Path("o")).endswith(advice)
+
+
+@pytest.mark.parametrize("kind", ["folder", "foreign file"])
+def test_an_output_the_job_could_never_write_is_refused_before_anything_is_written(job_images, tmp_path, kind):
+    output = tmp_path / "out.csv"
+    if kind == "folder":
+        output.mkdir()
+    else:
+        output.write_text("someone's notes")
+    with pytest.raises(ValueError, match="is a folder; give a file name" if kind == "folder"
+                       else "exists and was not written by this program .*: choose another output$"):
+        run_rank(job_images, output, "csv", 0, 1)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.csv"]
