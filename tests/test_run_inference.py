@@ -375,7 +375,7 @@ def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_ou
         assert tf.config.experimental.tensor_float_32_execution_enabled() is False  # fp32 is IEEE float32
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(allowed)
-    assert "1 images under %s; devices: CPU:0; 12 images per device per step" % images in caplog.messages
+    assert "1 image under %s; devices: CPU:0; 12 images per device per step" % images in caplog.messages
     capsys.readouterr()
     before = output.read_bytes()
     assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
