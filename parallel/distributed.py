@@ -102,7 +102,9 @@ class ShardWorker:
                                      feature_size=self.runner.feature_size,
                                      settings=dict(self.settings, shard=str(index)))
             with writer:
-                summary = extract_into(self.config, self.runner, writer, images.paths, stop=stop, progress=progress)
+                first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
+                summary = extract_into(self.config, self.runner, writer, images.paths,
+                                       range(first, first + len(images)), stop=stop, progress=progress)
                 if summary.interrupted:
                     writer.abort()
                     return dataclasses.replace(summary, discovered=len(images))

@@ -31,7 +31,7 @@ from parallel.manifest import Manifest, discover_images, read_list
 from parallel.messages import Progress, first_line
 from parallel.model import ModelSpec
 from parallel.decode import RESIZE_MODES
-from parallel.reader import ImageReader
+from parallel.reader import ImageReader, step_lengths
 from parallel.runner import DeviceRunner, build_graph
 from parallel.shards import ShardedJob
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
@@ -213,14 +213,15 @@ def run(config):
                              sort_paths=True)
         stages.callback(writer.abort)  # committed rows stay committed and resumable; no-op after close()
         job = freeze_job(frozen, current, writer, images_root, output)
-        todo = [path for path in job.paths if path not in writer.completed]
+        positions = [index for index, path in enumerate(job.paths) if path not in writer.completed]
+        todo = [job.paths[index] for index in positions]
         log.info("%d images under %s; devices: %s", len(job), images_root,
                  config.devices.describe(config.per_device_batch))
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
         # The stop request covers the loop only: a signal during start-up or the final merge stops at once.
         with Progress(config.progress, total=len(job), initial=len(job) - len(todo)) as progress, \
                 StopRequest() as stop:
-            summary = extract_into(config, runner, writer, todo, stop=stop, progress=progress)
+            summary = extract_into(config, runner, writer, todo, positions, stop=stop, progress=progress)
         log_stage_times(summary)
         if not summary.interrupted:
             with run_errors():
@@ -229,7 +230,7 @@ def run(config):
                                errors_file=ErrorLog.path_for(output))
 
 
-def extract_into(config, runner, writer, paths, stop=None, progress=None):
+def extract_into(config, runner, writer, paths, positions, stop=None, progress=None):
     """The loop over `paths` (relative to config.images) into an open writer; its errors file beside it.
 
     Args:
@@ -237,6 +238,10 @@ def extract_into(config, runner, writer, paths, stop=None, progress=None):
       runner: DeviceRunner.
       writer: an open FeatureWriter; left open (the caller closes or aborts it).
       paths: the images to compute, in order.
+      positions: increasing ints, the place of each of `paths` in the job's image list. Step k
+        computes those of the job's images k * host_batch .. (k + 1) * host_batch - 1 that are
+        in `paths` (`parallel.reader.step_lengths`), so the rows are the bits of one
+        uninterrupted run however the job was resumed or cut into shards.
       stop, progress: as for `run_loop`.
 
     Returns:
@@ -249,7 +254,8 @@ def extract_into(config, runner, writer, paths, stop=None, progress=None):
         errors = stages.enter_context(ErrorLog(writer.output))
         reader = stages.enter_context(ImageReader(
             config.images, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-            workers=config.workers, prefetch_batches=config.prefetch_batches))
+            workers=config.workers, prefetch_batches=config.prefetch_batches,
+            chunks=step_lengths(positions, config.host_batch)))
         sink = stages.enter_context(WriterThread(writer))
         return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)
