@@ -264,6 +264,40 @@ def test_overwrite_never_replaces_an_input_image(tmp_path):
     assert not os.path.exists(str(photo) + ".run.json")
 
 
+@pytest.mark.parametrize("name_it", ["absolute", "through_dots", "hard_link"])
+def test_an_output_is_never_an_image_of_a_list_however_the_list_names_it(tmp_path, name_it):
+    """--images-from listing images outside --images: --output set to one of them, even with --overwrite, is
+    refused before anything is written, and the photo is intact."""
+    elsewhere, images = tmp_path / "elsewhere", tmp_path / "images"
+    names = make_images(elsewhere, 3)
+    images.mkdir()
+    photo = elsewhere / names[0]
+    listed = {"absolute": str(photo), "through_dots": "../elsewhere/" + names[0],
+              "hard_link": str(tmp_path / "linked.png")}[name_it]
+    if name_it == "hard_link":
+        os.link(photo, listed)
+    listing = tmp_path / "list.txt"
+    listing.write_text("\n".join([listed] + [str(elsewhere / name) for name in names[1:]]) + "\n")
+    before = photo.read_bytes()
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="--output .* is one of the job's images"):
+            engine.run(config_for(tmp_path, images, output=photo, overwrite=overwrite, images_from=listing))
+    assert photo.read_bytes() == before
+    assert not os.path.exists(str(photo) + ".run.json") and not os.path.exists(str(photo) + ".lock")
+
+
+def test_a_job_resumed_with_another_step_geometry_is_warned_about(job_images, tmp_path, caplog, monkeypatch):
+    import job_child
+    output = tmp_path / "out.csv"
+    monkeypatch.setattr(engine, "StopRequest", lambda: _StopAfter(2))
+    engine.run(job_child.config(job_images, output, "csv", per_device_batch=2))
+    monkeypatch.undo()
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = engine.run(job_child.config(job_images, output, "csv", per_device_batch=3))
+    assert summary.already_done == 4
+    assert "was started with another step geometry (per_device_batch=2, this process 3 (--batch-size))" in caplog.text
+
+
 def test_an_image_whose_path_is_too_long_to_open_is_a_failure_not_a_silence(tmp_path):
     images = tmp_path / "images"
     make_images(images, 2)
