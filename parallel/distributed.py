@@ -16,9 +16,10 @@ from pathlib import Path
 
 from parallel.devices import set_float32_precision
 from parallel.engine import extract_into, run_errors
+from parallel.job import geometry_change, job_record, refuse_output_among_images
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress
-from parallel.manifest import DEFAULT_SHARD_SIZE
+from parallel.manifest import DEFAULT_SHARD_SIZE, read_job
 from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
@@ -26,11 +27,6 @@ from parallel.staging import open_runner
 from parallel.output import ErrorLog, open_writer
 
 log = logging.getLogger("parallel")
-
-
-def job_record(config):
-    """What a sharded job's manifest records and every process must agree on: {str: str}."""
-    return dict(config.settings, format=config.output_format, column_prefix=config.model.output_name)
 
 
 def freeze(config, check_folder):
@@ -50,17 +46,24 @@ def freeze(config, check_folder):
     """
     job = ShardedJob(config.output)
     existed = job.manifest.exists()
+    if existed:  # before the generic comparison: a rank started with other flags is told which
+        change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
+        if change:
+            raise ValueError("%s is computed with another step geometry than this process's (%s): its rows would "
+                             "differ in float rounding; start every process with the same flags"
+                             % (config.output, change))
     # Shards that start where a single process's steps start give the rows a single process computes,
     # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
-    host_batch = config.host_batch
-    job.freeze(job_record(config), config.scan, config.distribution.shard_size, config.distribution.wait_seconds,
+    host_batch = int(config.step_geometry["per_device_batch"]) * int(config.step_geometry["devices"])
+    job.freeze(job_record(config), lambda: _scan(config), config.distribution.shard_size,
+               config.distribution.wait_seconds,
                default_shard_size=max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
     if job.shard_size % host_batch:
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
         from parallel.manifest import Manifest, describe_changes
-        changes = Manifest.load(job.manifest).changes(config.scan())
+        changes = Manifest.load(job.manifest).changes(_scan(config))
         refusal = describe_changes(changes, config.images, config.output, committed=job.committed_images())
         if refusal:
             raise ValueError(refusal)
@@ -68,6 +71,13 @@ def freeze(config, check_folder):
             log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
                         "computed as they are now", len(changes.removed) + len(changes.changed))
     return job
+
+
+def _scan(config):
+    """The job's images now (`Config.scan`), of which the output is never one."""
+    current = config.scan()
+    refuse_output_among_images(Path(config.output), Path(config.images), current)
+    return current
 
 
 class ShardWorker:
@@ -81,6 +91,11 @@ class ShardWorker:
         self.config = config
         self.job = job
         self.devices = devices or config.devices
+        change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
+                                                                 "devices": str(len(self.devices.names))})
+        if change:  # a Ray actor that sees other devices than the job's
+            raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
+                             "differ in float rounding" % (config.output, change))
         set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
         self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         self.settings = config.settings
@@ -102,7 +117,9 @@ class ShardWorker:
                                      feature_size=self.runner.feature_size,
                                      settings=dict(self.settings, shard=str(index)))
             with writer:
-                summary = extract_into(self.config, self.runner, writer, images.paths, stop=stop, progress=progress)
+                first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
+                summary = extract_into(self.config, self.runner, writer, images.paths,
+                                       range(first, first + len(images)), stop=stop, progress=progress)
                 if summary.interrupted:
                     writer.abort()
                     return dataclasses.replace(summary, discovered=len(images))

@@ -168,6 +168,31 @@ def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
     assert summary.written == 23 and not ShardedJob(output).shards.exists()  # --overwrite: a job of its own
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(per_device_batch=3), "per_device_batch=2, this process 3 \\(--batch-size\\)"),
+    (dict(devices="cpu:0,cpu:1"), "devices=1, this process 2"),
+])
+def test_a_rank_with_another_step_geometry_is_refused_naming_it(job_images, tmp_path, options, message):
+    """Ranks computing other numbers of images per device per step would give rows that differ in float
+    rounding: refused with one line naming the setting and both values, before anything is written."""
+    output = tmp_path / "out.csv"
+    run_rank(job_images, output, "csv", 0, 2)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(ValueError, match="is computed with another step geometry than this process's \\(" + message):
+        engine.run(job_child.config(job_images, output, "csv", static(1, 2), **options))
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_worker_that_sees_other_devices_than_the_job_s_is_refused(job_images, tmp_path):
+    """A Ray actor whose devices differ from the job's (it fell back to another count) computes nothing."""
+    from parallel.devices import resolve_devices
+    from parallel.distributed import ShardWorker, freeze
+    config = job_child.config(job_images, tmp_path / "out.csv", "csv", static(0, 1))
+    job = freeze(config, check_folder=False)
+    with pytest.raises(ValueError, match="another step geometry than this worker's \\(devices=1, this process 2"):
+        ShardWorker(config, job, devices=resolve_devices(devices="cpu:0,cpu:1", gpu_count=0))
+
+
 def test_a_rank_waits_for_the_manifest_then_fails_clearly(job_images, tmp_path):
     output = tmp_path / "out.csv"
     distribution = engine.Distribution(kind="static", rank=0, world_size=1, wait_seconds=0.5)
