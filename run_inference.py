@@ -272,7 +272,8 @@ def _distribution(args, engine):
         return None
     return engine.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
                                shard_size=args.shard_size, keep_shards=args.keep_shards,
-                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker)
+                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker,
+                               verbose=args.verbose)
 
 
 def _say(message):

@@ -105,7 +105,8 @@ class ShardWorker:
 
         Returns:
           Summary of the shard: discovered (its images), written, failed, already_done (all of
-          them when another process had committed it), skipped and interrupted.
+          them when another process had committed it), skipped and interrupted. An interrupted
+          attempt is discarded: nothing of it counts as written or failed, all of it as skipped.
         """
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
@@ -120,9 +121,10 @@ class ShardWorker:
                 first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
                 summary = extract_into(self.config, self.runner, writer, images.paths,
                                        range(first, first + len(images)), stop=stop, progress=progress)
-                if summary.interrupted:
+                if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
                     writer.abort()
-                    return dataclasses.replace(summary, discovered=len(images))
+                    return dataclasses.replace(summary, discovered=len(images), written=0, failed=0,
+                                               skipped=len(images))
             if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
                 return self.process(index)
             with run_errors():

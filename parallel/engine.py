@@ -150,6 +150,8 @@ class Distribution:
       wait_seconds: how long a process waits for another that is writing the manifest.
       ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None: start one here.
       gpus_per_worker: GPUs each Ray actor is given (0: actors compute on the CPU).
+      verbose: Ray actors show TensorFlow's log and Ray its own (--verbose); else they are as
+        quiet as one process.
     """
 
     kind: str
@@ -160,6 +162,7 @@ class Distribution:
     wait_seconds: float = 600.0
     ray_address: Optional[str] = None
     gpus_per_worker: int = 1
+    verbose: bool = False
 
     def __post_init__(self):
         if self.kind not in ("static", "ray"):

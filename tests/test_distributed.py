@@ -235,3 +235,26 @@ def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_fa
     assert (summary.written, summary.failed, summary.already_done) == (1, 0, 23)
     paths = [line.split(",")[0] for line in output.read_text().splitlines()[1:]]
     assert len(paths) == 24 and paths == sorted(paths)
+
+
+def test_a_sigtermed_rank_counts_only_the_rows_it_committed(job_images, single_outputs, tmp_path):
+    """The shard under way when SIGTERM comes is discarded: its rows are not "written", its images are skipped."""
+    output, marker = tmp_path / "out.csv", tmp_path / "steps"
+    marker.write_text("")
+    child = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
+                              "--rank", "0", "--world-size", "1", "--shard-size", "5", "--step-seconds", "0.5",
+                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while marker.read_text().count("step") < 4:  # shard 0 (3 steps) committed, shard 1 under way
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    log = child.communicate(timeout=60)[1]
+    job = ShardedJob(output)
+    committed = [index for index in range(5) if job.is_committed(index)]
+    assert child.returncode == 130 and committed and len(committed) < 5, log
+    written = 5 * len(committed)  # shard 2, with the bad image, is not among the first ones
+    assert "24 images: %d written, 0 failed, 0 already done, %d skipped" % (written, 24 - written) in log, log
+    rerun = run_rank(job_images, output, "csv", 0, 1)
+    assert (rerun.already_done, rerun.written + rerun.failed) == (written, 24 - written)
+    assert outputs(output) == single_outputs["csv"]
