@@ -291,7 +291,8 @@ def _distribution(args, engine):
     waiting = {} if args.manifest_wait is None else {"wait_seconds": args.manifest_wait}
     return engine.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
                                shard_size=args.shard_size, keep_shards=args.keep_shards,
-                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker, **waiting)
+                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker,
+                               verbose=args.verbose, **waiting)
 
 
 # The library's messages name its parameters as `name=value` ("weights=vgg.npy is not a file", "pass

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from parallel.devices import set_float32_precision
 from parallel.engine import RunError, extract_into, run_errors
+from parallel.job import geometry_change, job_record, refuse_output_among_images
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
-from parallel.manifest import DEFAULT_SHARD_SIZE, manifest_path
+from parallel.manifest import DEFAULT_SHARD_SIZE, manifest_path, read_job
 from parallel.ranks import resolve_rank
 from parallel.shards import SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
@@ -28,11 +29,6 @@ from parallel.staging import open_runner
 from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
 
 log = logging.getLogger("parallel")
-
-
-def job_record(config):
-    """What a sharded job's manifest records and every process must agree on: {str: str}."""
-    return dict(config.settings, format=config.output_format, column_prefix=config.model.output_name)
 
 
 def freeze(config, check_folder):
@@ -52,17 +48,24 @@ def freeze(config, check_folder):
     """
     job = ShardedJob(config.output)
     existed = job.manifest.exists()
+    if existed:  # before the generic comparison: a rank started with other flags is told which
+        change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
+        if change:
+            raise ValueError("%s is computed with another step geometry than this process's (%s): its rows would "
+                             "differ in float rounding; start every process with the same flags"
+                             % (config.output, change))
     # Shards that start where a single process's steps start give the rows a single process computes,
     # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
-    host_batch = config.host_batch
-    job.freeze(job_record(config), config.scan, config.distribution.shard_size, config.distribution.wait_seconds,
+    host_batch = int(config.step_geometry["per_device_batch"]) * int(config.step_geometry["devices"])
+    job.freeze(job_record(config), lambda: _scan(config), config.distribution.shard_size,
+               config.distribution.wait_seconds,
                default_shard_size=max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
     if job.shard_size % host_batch:
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
         from parallel.manifest import Manifest, describe_changes
-        changes = Manifest.load(job.manifest).changes(config.scan())
+        changes = Manifest.load(job.manifest).changes(_scan(config))
         refusal = describe_changes(changes, config.images, config.output, committed=job.committed_images())
         if refusal:
             raise ValueError(refusal)
@@ -70,6 +73,13 @@ def freeze(config, check_folder):
             log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
                         "computed as they are now", len(changes.removed) + len(changes.changed))
     return job
+
+
+def _scan(config):
+    """The job's images now (`Config.scan`), of which the output is never one."""
+    current = config.scan()
+    refuse_output_among_images(Path(config.output), Path(config.images), current)
+    return current
 
 
 class ShardWorker:
@@ -83,6 +93,11 @@ class ShardWorker:
         self.config = config
         self.job = job
         self.devices = devices or config.devices
+        change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
+                                                                 "devices": str(len(self.devices.names))})
+        if change:  # a Ray actor that sees other devices than the job's
+            raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
+                             "differ in float rounding" % (config.output, change))
         set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
         self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         self.settings = config.settings
@@ -92,7 +107,8 @@ class ShardWorker:
 
         Returns:
           Summary of the shard: discovered (its images), written, failed, already_done (all of
-          them when another process had committed it), skipped and interrupted.
+          them when another process had committed it), skipped and interrupted. An interrupted
+          attempt is discarded: nothing of it counts as written or failed, all of it as skipped.
         """
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
@@ -104,10 +120,13 @@ class ShardWorker:
                                      feature_size=self.runner.feature_size,
                                      settings=dict(self.settings, shard=str(index)))
             with writer:
-                summary = extract_into(self.config, self.runner, writer, images.paths, stop=stop, progress=progress)
-                if summary.interrupted:
+                first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
+                summary = extract_into(self.config, self.runner, writer, images.paths,
+                                       range(first, first + len(images)), stop=stop, progress=progress)
+                if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
                     writer.abort()
-                    return dataclasses.replace(summary, discovered=len(images))
+                    return dataclasses.replace(summary, discovered=len(images), written=0, failed=0,
+                                               skipped=len(images))
             if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
                 return self.process(index)
             with run_errors():
@@ -213,35 +232,35 @@ def distributed_advice(message, output):
 def _run_static(config):
     """--distributed static: this process is one rank (see `run`).
 
-    What can be wrong with the flags or the inputs (the rank, the weights, the devices, another
+    What can be wrong with the flags or the inputs (the rank, the output, the weights, another
     job's manifest) is found before this process writes anything: a refused run leaves nothing
-    that would make its corrected rerun "another job". Once the manifest is frozen, every failure
-    is a RunError: something was written, and the same command resumes.
+    that would make its corrected rerun "another job". Once the shards run, every failure is a
+    RunError: something was written, and the same command resumes.
     """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
     _check_output(Path(config.output))
-    # The weights are read and the graph built before the manifest: a bad --weights writes nothing.
-    with ShardWorker(config, job=None) as worker:
-        try:
-            job = freeze(config, check_folder=rank.rank == 0)
-        except PermissionError as error:  # nothing written: the output's folder is the wrong one
-            raise ValueError("cannot write the manifest %s: %s: choose another output"
-                             % (manifest_path(config.output), error.strerror or first_line(error))) from None
-        except OSError as error:  # a full disk: it struck while the manifest was written
-            raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"
-                           % (manifest_path(config.output), error.strerror or first_line(error))) from error
-        worker.job = job
-        mine = list(rank.shards(job.shard_count))
-        log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
-                 _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
-        summary = Summary()
-        started = time.perf_counter()
-        images = sum(_shard_length(job, index) for index in mine)
-        with run_errors(), StopRequest() as stop, Progress(config.progress, total=images, initial=0) as progress:
-            for index in mine:
-                summary = add(summary, worker.process(index, stop=stop, progress=progress))
-                if summary.interrupted:
-                    break
+    if not ShardedJob(config.output).manifest.exists():  # checks first: freezing writes the manifest
+        config.model.load_weights()  # a bad weights= fails here, before anything is written (as Ray's driver)
+    try:
+        job = freeze(config, check_folder=rank.rank == 0)
+    except PermissionError as error:  # nothing written: the output's folder is the wrong one
+        raise ValueError("cannot write the manifest %s: %s: choose another output"
+                         % (manifest_path(config.output), error.strerror or first_line(error))) from None
+    except OSError as error:  # a full disk: it struck while the manifest was written
+        raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"
+                       % (manifest_path(config.output), error.strerror or first_line(error))) from error
+    mine = list(rank.shards(job.shard_count))
+    log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
+             _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
+    summary = Summary()
+    started = time.perf_counter()
+    images = sum(_shard_length(job, index) for index in mine)
+    with ShardWorker(config, job) as worker, run_errors(), StopRequest() as stop, \
+            Progress(config.progress, total=images, initial=0) as progress:
+        for index in mine:
+            summary = add(summary, worker.process(index, stop=stop, progress=progress))
+            if summary.interrupted:
+                break
     return conclude(config, job, summary, images, started)
 
 

@@ -23,15 +23,15 @@ import numpy as np
 import tensorflow as tf
 
 from parallel import locks
-from parallel.devices import Devices, resolve_devices, set_float32_precision
-from parallel.job import check_job, freeze_job, own_files
+from parallel.devices import CPU_BATCH, GPU_BATCH, Devices, resolve_devices, set_float32_precision
+from parallel.job import check_job, freeze_job, job_record, own_files
 from parallel.loop import (EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, log_stage_times,
                            run_loop)
 from parallel.manifest import Manifest, discover_images, read_list
 from parallel.messages import Progress, counted, first_line
 from parallel.model import ModelSpec
 from parallel.decode import RESIZE_MODES
-from parallel.reader import ImageReader
+from parallel.reader import ImageReader, step_lengths
 from parallel.runner import DeviceRunner, build_graph
 from parallel.shards import ShardedJob
 from parallel.signals import EXIT_INTERRUPTED, StopRequest
@@ -88,8 +88,12 @@ class Config:
     distribution: Optional["Distribution"] = None
 
     def __post_init__(self):
-        if self.per_device_batch is None:
-            object.__setattr__(self, "per_device_batch", self.devices.default_batch())  # frozen
+        if self.per_device_batch is None:  # by the kind of the devices that compute (frozen: object.__setattr__)
+            if self.distribution is not None and self.distribution.kind == "ray":  # the actors', not this host's
+                object.__setattr__(self, "per_device_batch",
+                                   GPU_BATCH if self.distribution.gpus_per_worker else CPU_BATCH)
+            else:
+                object.__setattr__(self, "per_device_batch", self.devices.default_batch())
         _check_batching(self.per_device_batch, self.resize, self.workers, self.prefetch_batches)
         if self.output_format not in FORMATS:
             raise ValueError("output_format must be one of %s; got %r" % (", ".join(FORMATS), self.output_format))
@@ -119,6 +123,20 @@ class Config:
         """Images per `sess.run`: per_device_batch on each device."""
         return self.per_device_batch * len(self.devices.names)
 
+    @property
+    def step_geometry(self):
+        """What decides which images share a step and how many each device computes at once: {str: str}.
+
+        A model's rounding may depend on it (oneDNN, cuDNN), so it is part of the job's record: every
+        process of a job computes with the same. Under Ray it is that of each actor (gpus_per_worker
+        GPUs, or one CPU device), not of the driver's host.
+        """
+        if self.distribution is not None and self.distribution.kind == "ray":
+            devices = self.distribution.gpus_per_worker or 1
+        else:
+            devices = len(self.devices.names)
+        return {"per_device_batch": str(self.per_device_batch), "devices": str(devices)}
+
 
 @dataclasses.dataclass(frozen=True)
 class Distribution:
@@ -133,6 +151,8 @@ class Distribution:
       wait_seconds: how long a process waits for another that is writing the manifest.
       ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None: start one here.
       gpus_per_worker: GPUs each Ray actor is given (0: actors compute on the CPU).
+      verbose: Ray actors show TensorFlow's log and Ray its own (--verbose); else they are as
+        quiet as one process.
     """
 
     kind: str
@@ -143,6 +163,7 @@ class Distribution:
     wait_seconds: float = 600.0
     ray_address: Optional[str] = None
     gpus_per_worker: int = 1
+    verbose: bool = False
 
     def __post_init__(self):
         if self.kind not in ("static", "ray"):
@@ -197,7 +218,7 @@ def run(config):
     settings = config.settings
     _, current, frozen = check_job(images_root, output, dict(settings, format=config.output_format,
                                                              column_prefix=config.model.output_name),
-                                   scan=config.scan, overwrite=config.overwrite)
+                                   scan=config.scan, overwrite=config.overwrite, geometry=config.step_geometry)
     weights = config.model.load_weights()  # a bad weights file fails before any output exists
     set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
     started = time.perf_counter()
@@ -214,15 +235,16 @@ def run(config):
                                  feature_size=runner.feature_size, settings=settings, overwrite=config.overwrite,
                                  sort_paths=True)
         stages.callback(writer.abort)  # committed rows stay committed and resumable; no-op after close()
-        job = freeze_job(frozen, current, writer, images_root, output)
-        todo = [path for path in job.paths if path not in writer.completed]
+        job = freeze_job(frozen, current, writer, images_root, output, job=job_record(config))
+        positions = [index for index, path in enumerate(job.paths) if path not in writer.completed]
+        todo = [job.paths[index] for index in positions]
         log.info("%s under %s; devices: %s", counted(len(job), "image"), images_root,
                  config.devices.describe(config.per_device_batch))
         log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
         # The stop request covers the loop only: a signal during start-up or the final merge stops at once.
         with Progress(config.progress, total=len(job), initial=len(job) - len(todo)) as progress, \
                 StopRequest() as stop:
-            summary = extract_into(config, runner, writer, todo, stop=stop, progress=progress)
+            summary = extract_into(config, runner, writer, todo, positions, stop=stop, progress=progress)
         log_stage_times(summary)
         if not summary.interrupted:
             with run_errors():
@@ -231,7 +253,7 @@ def run(config):
                                errors_file=ErrorLog.path_for(output))
 
 
-def extract_into(config, runner, writer, paths, stop=None, progress=None):
+def extract_into(config, runner, writer, paths, positions, stop=None, progress=None):
     """The loop over `paths` (relative to config.images) into an open writer; its errors file beside it.
 
     Args:
@@ -239,6 +261,10 @@ def extract_into(config, runner, writer, paths, stop=None, progress=None):
       runner: DeviceRunner.
       writer: an open FeatureWriter; left open (the caller closes or aborts it).
       paths: the images to compute, in order.
+      positions: increasing ints, the place of each of `paths` in the job's image list. Step k
+        computes those of the job's images k * host_batch .. (k + 1) * host_batch - 1 that are
+        in `paths` (`parallel.reader.step_lengths`), so the rows are the bits of one
+        uninterrupted run however the job was resumed or cut into shards.
       stop, progress: as for `run_loop`.
 
     Returns:
@@ -251,7 +277,8 @@ def extract_into(config, runner, writer, paths, stop=None, progress=None):
         errors = stages.enter_context(ErrorLog(writer.output))
         reader = stages.enter_context(ImageReader(
             config.images, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-            workers=config.workers, prefetch_batches=config.prefetch_batches))
+            workers=config.workers, prefetch_batches=config.prefetch_batches,
+            chunks=step_lengths(positions, config.host_batch)))
         sink = stages.enter_context(WriterThread(writer))
         return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)

@@ -8,14 +8,34 @@
                                               folder for a new job (see parallel.manifest)
 """
 
+import logging
 import os
 from pathlib import Path
 
-from parallel.manifest import IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path, other_source_message
+from parallel.manifest import (IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path, other_source_message,
+                               read_job)
 from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
 
+log = logging.getLogger("parallel")
 
-def check_job(images_root, output, settings, scan, overwrite=False):
+# The step geometry (engine.Config.step_geometry): the job's record keys, and the flags that set them.
+GEOMETRY_FLAGS = {"per_device_batch": "--batch-size", "devices": "--gpus/--devices (--gpus-per-worker under Ray)"}
+
+
+def job_record(config):
+    """What a job's manifest records and every process of it must agree on: {str: str}.
+
+    The output's settings, and the step geometry (images per device per step, devices): two
+    processes computing with other geometries would give rows that differ in float rounding.
+
+    Args:
+      config: the engine's Config.
+    """
+    return dict(config.settings, format=config.output_format, column_prefix=config.model.output_name,
+                **config.step_geometry)
+
+
+def check_job(images_root, output, settings, scan, overwrite=False, geometry=None):
     """Refuses, before anything is loaded or written, an output that this job must not touch.
 
     Args:
@@ -25,6 +45,8 @@ def check_job(images_root, output, settings, scan, overwrite=False):
         folder), "format" and "column_prefix"; "feature_size" may be missing (not known yet).
       scan: callable returning the Manifest of the job's images now.
       overwrite: the run starts afresh (the output of another job may be replaced).
+      geometry: this run's step geometry (`Config.step_geometry`); a resumed job recorded with
+        another is warned about: its rows from now on may differ in float rounding.
 
     Returns:
       (record, current, frozen): the output's commit record or None (a new output, or
@@ -41,6 +63,11 @@ def check_job(images_root, output, settings, scan, overwrite=False):
     if os.path.lexists(output) and _is_inside(output, images_root) and read_record(output) is None:
         raise OutputError("--output %s is a file under --images %s, not an output of this program: choose "
                           "another --output" % (output, images_root))
+    current = scan()
+    if not len(current):
+        raise ValueError("--images %s contains no images (looked for %s, recursively)"
+                         % (images_root, " ".join(sorted(IMAGE_EXTENSIONS))))
+    refuse_output_among_images(output, images_root, current)
     record = None if overwrite else read_record(output)
     if record is None and not overwrite and os.path.lexists(output):
         raise OutputError("%s exists and was not written by this program (no %s): pass --overwrite to "
@@ -55,10 +82,6 @@ def check_job(images_root, output, settings, scan, overwrite=False):
     if not overwrite and not finished and (sharded.exists() or Path(str(output) + ".attempts").exists()):
         raise OutputError("%s is being written by a job spread over several processes (%s exists): rerun it with "
                           "the same --distributed, or pass --overwrite" % (output, sharded.name))
-    current = scan()
-    if not len(current):
-        raise ValueError("--images %s contains no images (looked for %s, recursively)"
-                         % (images_root, " ".join(sorted(IMAGE_EXTENSIONS))))
     frozen = None
     if record is not None and record["rows"]:  # the job's input is frozen once a row is committed
         frozen = Manifest.load(manifest_path(output))
@@ -66,10 +89,14 @@ def check_job(images_root, output, settings, scan, overwrite=False):
             refusal = describe_changes(frozen.changes(current), images_root, output)
             if refusal:
                 raise ValueError(refusal)
+            change = geometry and geometry_change(read_job(manifest_path(output))["job"], geometry)
+            if change:
+                log.warning("%s was started with another step geometry (%s): the rows computed from now on may "
+                            "differ in float rounding from those of one uninterrupted run", output, change)
     return record, current, frozen
 
 
-def freeze_job(frozen, current, writer, images_root, output):
+def freeze_job(frozen, current, writer, images_root, output, job=None):
     """The job's manifest: frozen by its first run, and checked against the rows committed since.
 
     Args:
@@ -77,6 +104,7 @@ def freeze_job(frozen, current, writer, images_root, output):
       current: Manifest of the folder now.
       writer: the open FeatureWriter (its `completed` rows decide what is stale).
       images_root, output: for the messages.
+      job: {str: str}, what a new job's manifest records (`job_record`).
 
     Returns:
       Manifest: the job's images (the frozen list; repaired images with their new size and time).
@@ -90,7 +118,7 @@ def freeze_job(frozen, current, writer, images_root, output):
         if writer.rows_committed:
             raise OutputError("%s is missing, so the images of %s cannot be checked: pass --overwrite to "
                               "start afresh" % (path, output))
-        current.save(path)
+        current.save(path, job=job)
         return current
     changes = frozen.changes(current)
     refusal = describe_changes(changes, images_root, output, committed=writer.completed)
@@ -98,7 +126,8 @@ def freeze_job(frozen, current, writer, images_root, output):
         raise ValueError(refusal)
     if changes.changed:  # images without a row that were repaired: record their new size and time
         frozen = frozen.updated(current, changes.changed)
-        frozen.save(path)
+        recorded = read_job(path)  # kept as they are: the shard size and the job of a sharded job too
+        frozen.save(path, recorded["shard_size"], job=recorded["job"])
     return frozen
 
 
@@ -119,3 +148,54 @@ def own_files(images_root, output):
     # The sidecars end in .json, .csv, .parquet or .tmp, never an image extension: only the
     # output itself and its parts folder could be taken for images.
     return (relative, relative + PARTS_SUFFIX)
+
+
+def geometry_change(recorded_job, geometry):
+    """How this process's step geometry differs from the one the job recorded, or None.
+
+    Args:
+      recorded_job: the "job" a manifest records (`read_job(...)["job"]`); a job of an earlier
+        version records no geometry, and then nothing differs.
+      geometry: this process's `Config.step_geometry`.
+
+    Returns:
+      str, e.g. "per_device_batch=12, this process 8 (--batch-size)", or None.
+    """
+    differences = ["%s=%s, this process %s (%s)" % (key, recorded_job[key], value, GEOMETRY_FLAGS[key])
+                   for key, value in geometry.items() if key in recorded_job and recorded_job[key] != value]
+    return "; ".join(differences) or None
+
+
+def refuse_output_among_images(output, images_root, manifest):
+    """OutputError when `output` is one of the job's images, however the job names them.
+
+    An image listed by an absolute path outside --images (--images-from), through `..`, a
+    symbolic link or a hard link: the output is compared by name and, when it exists, by
+    identity (device and inode) with every image of its size.
+
+    Args:
+      output: Path of the output.
+      images_root: the folder relative image paths start from.
+      manifest: Manifest of the job's images.
+    """
+    root = os.path.abspath(images_root)
+    names = {os.path.basename(os.path.abspath(output)), os.path.basename(os.path.realpath(output))}
+    targets = {os.path.abspath(output), os.path.realpath(output)}
+    try:
+        status = os.stat(output)
+    except OSError:
+        status = None
+    for path, size in zip(manifest.paths, manifest.sizes):
+        same = False
+        if os.path.basename(path) in names:
+            full = os.path.join(root, path)
+            same = os.path.abspath(full) in targets or os.path.realpath(full) in targets
+        if not same and status is not None and size == status.st_size:
+            try:
+                image = os.stat(os.path.join(root, path))
+                same = (image.st_dev, image.st_ino) == (status.st_dev, status.st_ino)
+            except OSError:
+                pass
+        if same:
+            raise OutputError("--output %s is one of the job's images (%s): choose another --output"
+                              % (output, path))

@@ -13,6 +13,11 @@ dead attempt's folder is abandoned, and the commit-by-rename protocol (parallel.
 redo, or a late commit of the dead one, to one correct part. Ray itself restarts nothing
 (max_restarts=0): the driver decides, so a shard that kills every worker it meets stops the job.
 
+What the driver can check (room for one actor, the weights) fails before a new job's manifest is
+written; an actor's ValueError or RunError reaches the caller as it was raised there, so one line
+and one exit status whichever process found it. Unless --verbose, what the actors print stays in
+Ray's log files: the driver shows one progress bar, as one process does.
+
 Ray is imported here only, when a job runs: `pip install -e '.[ray]'`.
 """
 
@@ -27,9 +32,9 @@ import time
 from parallel.devices import available_gpus, resolve_devices
 from parallel.distributed import ShardWorker, add, committed_summary, conclude, freeze
 from parallel.engine import RunError
-from parallel.messages import first_line
 from parallel.loop import Summary
-from parallel.messages import Progress
+from parallel.messages import Progress, first_line
+from parallel.shards import ShardedJob
 from parallel.signals import StopRequest
 
 log = logging.getLogger("parallel")
@@ -64,23 +69,43 @@ def actor_devices(gpus_per_worker, ray_gpu_ids, visible_gpus):
 
 
 class ShardActor:
-    """A Ray actor's state: one ShardWorker on the actor's own devices (see the module docstring)."""
+    """A Ray actor's state: one ShardWorker on the actor's own devices (see the module docstring).
+
+    What fails while it starts (bad weights on its node) is raised by `ready()`, not by
+    `__init__`: the driver then receives the exception itself, whose first line is the one a
+    single process prints, rather than Ray's account of a dead actor.
+    """
 
     def __init__(self, config, job):
-        import ray
-        gpu_ids = [int(index) for index in ray.get_gpu_ids()]
-        devices, note = actor_devices(config.distribution.gpus_per_worker, gpu_ids, available_gpus())
-        self.worker = ShardWorker(dataclasses.replace(config, devices=devices), job)
-        self.info = {"host": socket.gethostname(), "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                     "gpu_ids": gpu_ids, "devices": devices.describe(), "note": note}
+        started = time.perf_counter()
+        logging.getLogger("parallel").setLevel(logging.INFO if config.distribution.verbose else logging.WARNING)
+        self.error = None
+        try:
+            import ray
+            gpu_ids = [int(index) for index in ray.get_gpu_ids()]
+            devices, note = actor_devices(config.distribution.gpus_per_worker, gpu_ids, available_gpus())
+            self.worker = ShardWorker(dataclasses.replace(config, devices=devices), job)
+            self.info = {"host": socket.gethostname(), "pid": os.getpid(),
+                         "node": ray.get_runtime_context().get_node_id(), "gpu_ids": gpu_ids,
+                         "devices": devices.describe(), "note": note, "build_seconds": time.perf_counter() - started}
+        except Exception as error:  # noqa: BLE001 -- given to the driver whole, by ready()
+            self.error = error
 
     def ready(self):
-        """{host, pid, node, gpu_ids, devices, note}, once the graph and the Session are built."""
+        """{host, pid, node, gpu_ids, devices, note, build_seconds}, once the graph and the Session are built.
+
+        Raises:
+          what building them raised (ValueError: bad weights on this node).
+        """
+        if self.error is not None:
+            raise self.error
         return self.info
 
     def process(self, index):
-        """Summary of shard `index`, computed and committed (ShardWorker.process)."""
-        return self.worker.process(index)
+        """Summary of shard `index`, computed and committed (ShardWorker.process); `seconds`: the whole call."""
+        started = time.perf_counter()
+        summary = self.worker.process(index)
+        return dataclasses.replace(summary, seconds=time.perf_counter() - started)
 
 
 def worker_count(nodes, gpus_per_worker):
@@ -97,36 +122,60 @@ def worker_count(nodes, gpus_per_worker):
 def run(config):
     """The whole job on a Ray cluster, from this driver (see the module docstring).
 
+    A new job's cluster and weights are checked before its manifest is written: a usage error
+    leaves nothing behind.
+
     Returns:
       Summary of the job; `interrupted` after Ctrl-C (the shards running then are finished and
       kept, the others are left to a rerun).
 
     Raises:
-      ValueError: no node can hold an actor of `gpus_per_worker` GPUs, or as `freeze`.
-      RunError: an actor failed (disk full, bad weights on a node), or a shard took down
+      ValueError: no node can hold an actor of `gpus_per_worker` GPUs, the weights cannot be
+        loaded (here, or on a node: its message as one process gives it), or as `freeze`.
+      RunError: an actor failed after it started (disk full), or a shard took down
         MAX_ATTEMPTS workers; committed shards are kept.
     """
-    job = freeze(config, check_folder=True)
-    todo = job.missing()
-    summary = Summary()
-    for index in sorted(set(range(job.shard_count)) - set(todo)):
-        summary = add(summary, committed_summary(job, index))
     started = time.perf_counter()
-    if todo:  # a job whose shards are all committed needs no cluster to be written
-        with _connected(config.distribution.ray_address) as ray, StopRequest() as stop, \
-                Progress(config.progress, total=job.images, initial=summary.already_done + summary.failed) as progress:
-            summary = ShardPool(ray, config, job).run(todo, summary, stop, progress)
+    with contextlib.ExitStack() as cluster:
+        pool = None
+        if not ShardedJob(config.output).manifest.exists():  # checks first: freezing writes the manifest
+            pool = _checked_pool(cluster, config)
+        job = freeze(config, check_folder=True)
+        todo = job.missing()
+        summary = Summary()
+        for index in sorted(set(range(job.shard_count)) - set(todo)):
+            summary = add(summary, committed_summary(job, index))
+        if todo:  # a job whose shards are all committed needs no cluster to be written
+            pool = pool or _checked_pool(cluster, config)
+            with StopRequest() as stop, Progress(config.progress, total=job.images,
+                                                 initial=summary.already_done + summary.failed) as progress:
+                summary = pool.run(job, todo, summary, stop, progress)
     return conclude(config, job, summary, job.images, started)
 
 
+def _checked_pool(cluster, config):
+    """A ShardPool on the cluster (entered into the ExitStack `cluster`), once the driver has checked
+    what it can: room for one actor, and the weights, read here as one process reads them."""
+    started = time.perf_counter()
+    ray = cluster.enter_context(_connected(config.distribution.ray_address, config.distribution.verbose))
+    pool = ShardPool(ray, config)
+    pool.connect_seconds = time.perf_counter() - started
+    config.model.load_weights()  # ValueError: bad weights (an actor would load them again on its node)
+    return pool
+
+
 @contextlib.contextmanager
-def _connected(address):
-    """The `ray` module, connected to the cluster at `address` (None: one started here, and stopped after)."""
+def _connected(address, verbose):
+    """The `ray` module, connected to the cluster at `address` (None: one started here, and stopped after).
+
+    Unless `verbose`, the actors' output stays in Ray's log files and Ray logs errors only: one
+    progress bar on the driver, as with one process.
+    """
     import ray
     if ray.is_initialized():  # a caller (a notebook, a test) chose the cluster
         yield ray
         return
-    ray.init(address=address)
+    ray.init(address=address, log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.ERROR)
     try:
         yield ray
     finally:
@@ -139,26 +188,34 @@ class ShardPool:
     Args:
       ray: the `ray` module, connected (a test passes a fake).
       config: Config of the job.
-      job: its frozen ShardedJob.
+
+    Raises:
+      ValueError: no node of the cluster can hold one actor.
     """
 
-    def __init__(self, ray, config, job):
+    def __init__(self, ray, config):
         gpus = config.distribution.gpus_per_worker
         self.size = worker_count(ray.nodes(), gpus)
         if not self.size:
             raise ValueError("no node of the Ray cluster has %s for one worker (gpus_per_worker=%d): lower "
                              "--gpus-per-worker, or 0 for CPU workers" % ("%d GPUs" % gpus if gpus else "a CPU", gpus))
         # A GPU actor reserves no CPU: one actor per GPU group must fit however few CPUs Ray counts.
+        # No runtime_env to quiet TensorFlow in the actors: it costs each actor a fresh process (seconds),
+        # and unless --verbose what they print stays in Ray's log files (see _connected).
         self.actor_class = ray.remote(num_gpus=gpus, num_cpus=0 if gpus else 1, max_restarts=0)(ShardActor)
-        self.ray, self.config, self.job = ray, config, job
+        self.ray, self.config, self.job = ray, config, None
         self.running = {}  # ObjectRef -> (actor, its shard, or None while the actor starts)
-        self.actors = set()  # alive or starting; killed when no shard is left for them
+        self.actors = {}  # alive or starting -> when it was started; killed when no shard is left for them
         self.workers = 0  # actors that became ready
+        self.connect_seconds = 0.0  # joining or starting the cluster (set by whoever connected)
+        # Summed over the actors: from start to ready, of it graph and weights, computing shards, alive.
+        self.clock = collections.Counter()
 
-    def run(self, todo, summary, stop, progress):
-        """Computes the shards `todo`, or those begun before Ctrl-C.
+    def run(self, job, todo, summary, stop, progress):
+        """Computes the shards `todo` of `job`, or those begun before Ctrl-C.
 
         Args:
+          job: the frozen ShardedJob.
           todo: shard indexes, in the order they are handed out.
           summary: Summary so far (the committed shards'); returned with the new shards' counts.
           stop: StopRequest (its `signal_name` set: no more shards are handed out).
@@ -167,6 +224,7 @@ class ShardPool:
         Returns:
           Summary; `interrupted` when shards were left; stage times are the mean worker's.
         """
+        self.job = job
         queue, deaths, told = collections.deque(todo), collections.Counter(), False
         try:
             for _ in range(min(self.size, len(todo))):
@@ -186,15 +244,11 @@ class ShardPool:
                     self._replace(actor, index, error, deaths, queue, stopping=bool(stop.signal_name))
                     continue
                 except self.ray.exceptions.RayTaskError as error:
-                    where = "" if index is None else " on shard %d" % index
-                    cause = first_line(error.cause) or type(error.cause).__name__
-                    raise RunError("a Ray worker failed%s: %s" % (where, cause)) from error
+                    raise _worker_error(error, index) from error
                 if index is None:
-                    self.workers += 1
-                    log.info("worker %d on %s (pid %d): Ray GPUs %s -> %s%s", self.workers, result["host"],
-                             result["pid"], result["gpu_ids"] or "none", result["devices"],
-                             "; " + result["note"] if result["note"] else "", extra={"ray_worker": result})
+                    self._ready(actor, result)
                 else:
+                    self.clock["shards"] += result.seconds
                     summary = add(summary, result)
                     progress.update(result.discovered, result.failed)
                 if queue and not stop.signal_name:  # read here: Ctrl-C may have come during the wait
@@ -204,28 +258,51 @@ class ShardPool:
         finally:
             for actor in list(self.actors):
                 self._retire(actor)
+        self._log_clock()
         # The actors ran side by side: their stage times, summed, over their number are a mean worker's.
         return dataclasses.replace(summary, interrupted=bool(queue),
                                    **{name: getattr(summary, name) / max(self.workers, 1) for name in _STAGE_TIMES})
 
     def _start(self):
         actor = self.actor_class.remote(self.config, self.job)
-        self.actors.add(actor)
+        self.actors[actor] = time.perf_counter()
         self.running[actor.ready.remote()] = (actor, None)
+
+    def _ready(self, actor, info):
+        self.workers += 1
+        self.clock["start"] += time.perf_counter() - self.actors[actor]
+        self.clock["build"] += info.get("build_seconds", 0.0)
+        log.info("worker %d on %s (pid %d): Ray GPUs %s -> %s%s", self.workers, info["host"], info["pid"],
+                 info["gpu_ids"] or "none", info["devices"], "; " + info["note"] if info["note"] else "",
+                 extra={"ray_worker": info})
 
     def _submit(self, actor, index):
         self.running[actor.process.remote(index)] = (actor, index)
 
     def _retire(self, actor):
-        self.actors.discard(actor)
+        started = self.actors.pop(actor, None)
+        if started is not None:
+            self.clock["alive"] += time.perf_counter() - started
         self.ray.kill(actor)
 
     def _shards_running(self):
         return sum(1 for _, index in self.running.values() if index is not None)
 
+    def _log_clock(self):
+        """Where the workers' time went: the stage clock of the summary covers their shards only."""
+        if not self.workers:
+            return
+        mean = {name: seconds / self.workers for name, seconds in self.clock.items()}
+        log.info("Ray: cluster ready in %.1f s; %d workers, each on average: %.1f s starting (a process, its "
+                 "imports, then %.1f s graph and weights), %.1f s on shards, %.1f s waiting for a shard or for the "
+                 "others to finish",
+                 self.connect_seconds, self.workers, mean.get("start", 0.0), mean.get("build", 0.0),
+                 mean.get("shards", 0.0),
+                 max(0.0, mean.get("alive", 0.0) - mean.get("start", 0.0) - mean.get("shards", 0.0)))
+
     def _replace(self, actor, index, error, deaths, queue, stopping):
         """A dead actor: its shard back at the front of the queue, and a new actor in its place."""
-        if error.actor_init_failed:  # an exception in __init__ (bad weights on that node): every try would fail
+        if error.actor_init_failed:  # Ray could not build the actor (its class, on that node): nor will a retry
             raise RunError("a Ray worker could not start: %s" % _last_line(error)) from error
         self._retire(actor)  # dead, or unreachable (ActorUnavailableError): its shard is redone either way
         if index is not None:
@@ -238,6 +315,17 @@ class ShardPool:
                     _last_line(error), "stopping: not replaced" if stopping else "a new one takes its place")
         if not stopping:
             self._start()
+
+
+def _worker_error(error, index):
+    """What the driver raises for an exception in an actor (a RayTaskError): a ValueError or a RunError as
+    it was raised there (one process gives the same line and exit status), anything else as a RunError."""
+    cause = error.cause
+    if isinstance(cause, (ValueError, RunError)):
+        return cause
+    where = "start" if index is None else "compute shard %d" % index
+    return RunError("a Ray worker could not %s: %s" % (where, ": ".join(filter(None, (
+        type(cause).__name__, first_line(cause))))))
 
 
 _STAGE_TIMES = ("device_seconds", "reader_wait_seconds", "writer_wait_seconds")

@@ -67,8 +67,8 @@ class ImageReader:
                 write(batch.paths, features)
                 log_failures(batch.failures)
 
-    Batch i holds paths[i * batch_size:(i + 1) * batch_size] (the last may be shorter), each
-    in its `paths` or its `failures`. Decoding runs on `workers` threads (Pillow releases
+    Batch i holds paths[i * batch_size:(i + 1) * batch_size] (the last may be shorter), or,
+    with `chunks`, the next chunks[i] paths; each path is in its `paths` or its `failures`. Decoding runs on `workers` threads (Pillow releases
     the GIL while decoding and resizing); at most `(prefetch_batches + 1) * batch_size`
     images are submitted and not yet yielded. Leaving the `with` block (or close())
     cancels what is pending and waits for the threads to end; a loop left early without
@@ -86,7 +86,7 @@ class ImageReader:
     """
 
     def __init__(self, root, paths, batch_size, size=(224, 224), resize="crop", workers=None,
-                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row):
+                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None):
         """Checks the arguments; no thread starts before iteration.
 
         Args:
@@ -104,6 +104,9 @@ class ImageReader:
             `images[row]` and returns None, or returns (kind, message) for an image that cannot
             be used. An exception it raises is a failure of that image only, as
             `parallel.decode.failure_of` words it. Default: `parallel.decode.decode_row`.
+          chunks: None (batches of `batch_size` paths), or the lengths of the consecutive
+            batches `paths` is cut into, each 1 .. batch_size, adding up to len(paths): the
+            engine's steps at fixed positions of a job (see `step_lengths`).
 
         Raises:
           ValueError: a bad argument, named with the value received.
@@ -118,10 +121,11 @@ class ImageReader:
             raise ValueError("prefetch_batches must be at least 1; got %r" % (prefetch_batches,))
         if not callable(decode):
             raise ValueError("decode must be callable; got %r" % (decode,))
+        self.paths = list(paths)
+        self.chunks = self._check_chunks(chunks, len(self.paths), int(batch_size))
         self.size, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.resize = resize
         self.root = os.path.abspath(os.fspath(root))
-        self.paths = list(paths)
         self.batch_size = int(batch_size)
         self.workers = int(workers)
         self.prefetch_batches = int(prefetch_batches)
@@ -130,9 +134,21 @@ class ImageReader:
         self._iteration = None  # weak reference to the current iteration's generator
         self._closed = False
 
+    @staticmethod
+    def _check_chunks(chunks, path_count, batch_size):
+        """The batch lengths: `chunks` checked, or batch_size each (the last shorter)."""
+        if chunks is None:
+            return [batch_size] * (path_count // batch_size) + ([path_count % batch_size] if path_count % batch_size
+                                                                 else [])
+        chunks = [int(length) for length in chunks]
+        if any(not 1 <= length <= batch_size for length in chunks) or sum(chunks) != path_count:
+            raise ValueError("chunks must be lengths of 1 .. batch_size=%d adding up to the %d paths; got %d chunks "
+                             "adding up to %d" % (batch_size, path_count, len(chunks), sum(chunks)))
+        return chunks
+
     def __len__(self):
         """Number of batches."""
-        return -(-len(self.paths) // self.batch_size)
+        return len(self.chunks)
 
     def __enter__(self):
         return self
@@ -168,14 +184,15 @@ class ImageReader:
         executor = ThreadPoolExecutor(self.workers, thread_name_prefix=_THREAD_PREFIX)
         self.executor = executor
         pending = collections.deque()  # (start, images, futures) of submitted chunks, oldest first
-        next_start = 0
+        next_chunk, next_start = 0, 0
         try:
-            while pending or next_start < len(self.paths):
+            while pending or next_chunk < len(self.chunks):
                 # The caller has handed back the previous batch: top up to prefetch + 1 chunks,
                 # then wait for the oldest. While the caller holds a batch, prefetch are decoding.
-                while len(pending) <= self.prefetch_batches and next_start < len(self.paths):
-                    pending.append(self._submit(executor, next_start))
-                    next_start += self.batch_size
+                while len(pending) <= self.prefetch_batches and next_chunk < len(self.chunks):
+                    pending.append(self._submit(executor, next_start, self.chunks[next_chunk]))
+                    next_start += self.chunks[next_chunk]
+                    next_chunk += 1
                 yield self._collect(*pending.popleft())
         finally:
             for _, _, futures in pending:
@@ -183,8 +200,8 @@ class ImageReader:
                     future.cancel()
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def _submit(self, executor, start):
-        chunk = self.paths[start:start + self.batch_size]
+    def _submit(self, executor, start, length):
+        chunk = self.paths[start:start + length]
         images = np.empty((len(chunk),) + self.size + (3,), np.uint8)
         futures = [executor.submit(self.decode, os.path.join(self.root, path), images, row,
                                    self.size, self.resize, self.max_pixels)
@@ -207,3 +224,26 @@ class ImageReader:
         if failures:
             images = images[rows]  # compacted; without failures the array is yielded as filled
         return Batch(paths=paths, images=images, failures=failures)
+
+
+def step_lengths(positions, step_size):
+    """How a job's images still to compute fall into steps that start at fixed positions of the job.
+
+    Step k of a job holds its images k * step_size .. (k + 1) * step_size - 1, whichever of them
+    are computed now: so which images share a step (and a model's rounding may depend on how many
+    do) never depends on where an earlier run stopped, which images failed before, or how the job
+    was cut into shards.
+
+    Args:
+      positions: increasing int positions, in the job's image list, of the images to compute.
+      step_size: images per step (the host batch).
+
+    Returns:
+      list of int: the lengths of the consecutive batches of those images (ImageReader's `chunks`).
+    """
+    steps = np.asarray(positions, dtype=np.int64) // int(step_size)
+    if not len(steps):
+        return []
+    if np.any(np.diff(steps) < 0):
+        raise ValueError("positions must be increasing; got %r" % (list(positions)[:10],))
+    return np.unique(steps, return_counts=True)[1].tolist()

@@ -3,16 +3,22 @@
     unshare -n sh -c 'ip link set lo up && python tests/ray_child.py IMAGES FOLDER FORMAT:GPUS[:FAULT] ...'
 
 Runs only inside a network namespace that has nothing but loopback (Ray binds the machine's
-own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each.
+own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each,
+started without TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it.
 Each job writes FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images, with GPUS
 GPUs per worker and job_child's colour model, and FAULT:
     kill          the first worker to start a step is SIGKILLed there, mid-shard
     interrupt     SIGINT to the driver once the first shard is committed, then a rerun
-    badweights    the weights cannot be loaded in the workers
+    badweights    the weights load in the driver but not in the workers
+    cli           the command line (run_inference.py, job_child's model for VGG16's) in a process of
+                  its own: first with GPUS + 1 GPUs per worker (more than a node has), then with GPUS
 
 Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
 summary's counts, the workers the driver logged (and the interrupted run's status, counts and
-workers), [pid, graphs built] of each process that built a graph, and the pid killed.
+workers), [pid, graphs built] of each process that built a graph, and the pid killed; for cli,
+the stderr and status of both runs and the files left by the first.
+
+    python tests/ray_child.py cli [run_inference flags]     the command line, with job_child's model
 """
 
 import argparse
@@ -22,6 +28,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -57,8 +64,48 @@ def counting_builds(model, builds):
     return dataclasses.replace(model, fn=fn)
 
 
-def no_weights():
-    raise ValueError("no weights on this node")
+NO_WEIGHTS = ("cannot download the ImageNet weights from https://example.invalid/vgg16_weights.h5 (<urlopen error "
+              "[Errno -3] Temporary failure in name resolution>): offline? pass --weights PATH to a vgg16.npy or "
+              "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
+
+
+def weights_in(pid):
+    """load_weights of a model whose weights are in process `pid` only (the driver), as on a node offline."""
+    def load_weights():
+        if os.getpid() != pid:
+            raise ValueError(NO_WEIGHTS + "\nand a second line")
+        return job_child.WEIGHTS
+    return load_weights
+
+
+def cli(argv):
+    """run_inference.main(argv), with job_child's colour model for VGG16 (what --weights etc. give is ignored)."""
+    import types
+    # In place of models.vgg16, not patched into it: importing it would import TensorFlow before the
+    # command line silences its log.
+    sys.modules["models.vgg16"] = types.SimpleNamespace(feature_model=lambda **flags: job_child.colour_model())
+    import run_inference
+    return run_inference.main(argv)
+
+
+def run_cli(images, output, address, gpus_per_worker):
+    """(exit status, stderr) of the command line in a process of its own, a driver of the cluster at `address`."""
+    command = [sys.executable, __file__, "cli", "--images", str(images), "--output", str(output),
+               "--distributed", "ray", "--ray-address", address, "--gpus-per-worker", str(gpus_per_worker),
+               "--shard-size", "5", "--devices", "cpu:0", "--batch-size", "2", "--workers", "1"]
+    child = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    return child.returncode, child.stderr
+
+
+def cli_job(images, folder, job, address):
+    """The result of a cli job (see the module docstring)."""
+    output_format, gpus_per_worker, fault = job.split(":")
+    output = folder / ("%s.%s" % (fault, output_format))
+    result = {"job": job, "output": str(output), "builds": [], "killed": []}
+    result["first_status"], result["first_log"] = run_cli(images, output, address, int(gpus_per_worker) + 1)
+    result["left"] = sorted(path.name for path in folder.iterdir() if path.name.startswith(output.name))
+    result["status"], result["cli_log"] = run_cli(images, output, address, int(gpus_per_worker))
+    return result
 
 
 def when(condition, action, deadline_seconds=60):
@@ -87,25 +134,30 @@ def run(config):
     from parallel import engine
     try:
         summary = engine.run(config)
+    except ValueError as error:
+        return 2, {"error": str(error)}
     except engine.RunError as error:
         return 1, {"error": str(error)}
     return summary.exit_status, {name: getattr(summary, name) for name in COUNTS}
 
 
-def run_job(images, folder, job):
-    """The result of one job (see the module docstring), FORMAT:GPUS[:FAULT]."""
+def run_job(images, folder, job, address):
+    """The result of one job (see the module docstring), FORMAT:GPUS[:FAULT], on the cluster at `address`."""
     from parallel import engine
     output_format, gpus_per_worker, fault = (job.split(":") + ["none"])[:3]
+    if fault == "cli":
+        return cli_job(images, folder, job, address)
     gpus_per_worker = int(gpus_per_worker)
     output, builds, steps = folder / ("%s.%s" % (fault, output_format)), folder / (fault + ".builds"), None
     if fault in ("kill", "interrupt"):  # slow steps: the fault lands mid-job
         steps = folder / (fault + ".steps")
-    distribution = engine.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=5, wait_seconds=30)
+    distribution = engine.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=5, wait_seconds=30,
+                                       ray_address=address)
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)
     model = counting_builds(config.model, builds)
     if fault == "badweights":
-        model = dataclasses.replace(model, load_weights=no_weights)
+        model = dataclasses.replace(model, load_weights=weights_in(os.getpid()))
     config = dataclasses.replace(config, model=model)
     workers, killed, result = Workers(), [], {"job": job, "output": str(output)}
     logging.getLogger("parallel").addHandler(workers)
@@ -128,25 +180,26 @@ def run_job(images, folder, job):
 
 
 def main():
+    if sys.argv[1:2] == ["cli"]:
+        return cli(sys.argv[2:])
     parser = argparse.ArgumentParser()
     parser.add_argument("images", type=Path)
     parser.add_argument("folder", type=Path)
     parser.add_argument("jobs", nargs="+", metavar="FORMAT:GPUS[:FAULT]")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
-    import ray
     import ray.cluster_utils
+    os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)  # set by job_child: the nodes' workers would inherit it
     cluster = ray.cluster_utils.Cluster(initialize_head=True, head_node_args=CLUSTER)
     cluster.add_node(**CLUSTER)
-    ray.init(address=cluster.address, logging_level=logging.WARNING)
     try:
         for job in args.jobs:
-            result = run_job(args.images, args.folder, job)
+            result = run_job(args.images, args.folder, job, cluster.address)
             print("RESULT " + json.dumps(result), flush=True)
     finally:
-        ray.shutdown()
         cluster.shutdown()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -172,6 +172,31 @@ def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
     assert summary.written == 23 and not ShardedJob(output).shards.exists()  # --overwrite: a job of its own
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(per_device_batch=3), "per_device_batch=2, this process 3 \\(--batch-size\\)"),
+    (dict(devices="cpu:0,cpu:1"), "devices=1, this process 2"),
+])
+def test_a_rank_with_another_step_geometry_is_refused_naming_it(job_images, tmp_path, options, message):
+    """Ranks computing other numbers of images per device per step would give rows that differ in float
+    rounding: refused with one line naming the setting and both values, before anything is written."""
+    output = tmp_path / "out.csv"
+    run_rank(job_images, output, "csv", 0, 2)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(ValueError, match="is computed with another step geometry than this process's \\(" + message):
+        engine.run(job_child.config(job_images, output, "csv", static(1, 2), **options))
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_worker_that_sees_other_devices_than_the_job_s_is_refused(job_images, tmp_path):
+    """A Ray actor whose devices differ from the job's (it fell back to another count) computes nothing."""
+    from parallel.devices import resolve_devices
+    from parallel.distributed import ShardWorker, freeze
+    config = job_child.config(job_images, tmp_path / "out.csv", "csv", static(0, 1))
+    job = freeze(config, check_folder=False)
+    with pytest.raises(ValueError, match="another step geometry than this worker's \\(devices=1, this process 2"):
+        ShardWorker(config, job, devices=resolve_devices(devices="cpu:0,cpu:1", gpu_count=0))
+
+
 def test_a_rank_waits_for_the_manifest_then_fails_clearly(job_images, tmp_path):
     output = tmp_path / "out.csv"
     distribution = engine.Distribution(kind="static", rank=0, world_size=1, wait_seconds=0.5)
@@ -242,3 +267,26 @@ def test_an_output_the_job_could_never_write_is_refused_before_anything_is_writt
                        else "exists and was not written by this program .*: choose another output$"):
         run_rank(job_images, output, "csv", 0, 1)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_a_sigtermed_rank_counts_only_the_rows_it_committed(job_images, single_outputs, tmp_path):
+    """The shard under way when SIGTERM comes is discarded: its rows are not "written", its images are skipped."""
+    output, marker = tmp_path / "out.csv", tmp_path / "steps"
+    marker.write_text("")
+    child = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
+                              "--rank", "0", "--world-size", "1", "--shard-size", "5", "--step-seconds", "0.5",
+                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while marker.read_text().count("step") < 4:  # shard 0 (3 steps) committed, shard 1 under way
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    log = child.communicate(timeout=60)[1]
+    job = ShardedJob(output)
+    committed = [index for index in range(5) if job.is_committed(index)]
+    assert child.returncode == 130 and committed and len(committed) < 5, log
+    written = 5 * len(committed)  # shard 2, with the bad image, is not among the first ones
+    assert "24 images: %d written, 0 failed, 0 already done, %d skipped" % (written, 24 - written) in log, log
+    rerun = run_rank(job_images, output, "csv", 0, 1)
+    assert (rerun.already_done, rerun.written + rerun.failed) == (written, 24 - written)
+    assert outputs(output) == single_outputs["csv"]

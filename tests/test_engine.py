@@ -264,6 +264,40 @@ def test_overwrite_never_replaces_an_input_image(tmp_path):
     assert not os.path.exists(str(photo) + ".run.json")
 
 
+@pytest.mark.parametrize("name_it", ["absolute", "through_dots", "hard_link"])
+def test_an_output_is_never_an_image_of_a_list_however_the_list_names_it(tmp_path, name_it):
+    """--images-from listing images outside --images: --output set to one of them, even with --overwrite, is
+    refused before anything is written, and the photo is intact."""
+    elsewhere, images = tmp_path / "elsewhere", tmp_path / "images"
+    names = make_images(elsewhere, 3)
+    images.mkdir()
+    photo = elsewhere / names[0]
+    listed = {"absolute": str(photo), "through_dots": "../elsewhere/" + names[0],
+              "hard_link": str(tmp_path / "linked.png")}[name_it]
+    if name_it == "hard_link":
+        os.link(photo, listed)
+    listing = tmp_path / "list.txt"
+    listing.write_text("\n".join([listed] + [str(elsewhere / name) for name in names[1:]]) + "\n")
+    before = photo.read_bytes()
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="--output .* is one of the job's images"):
+            engine.run(config_for(tmp_path, images, output=photo, overwrite=overwrite, images_from=listing))
+    assert photo.read_bytes() == before
+    assert not os.path.exists(str(photo) + ".run.json") and not os.path.exists(str(photo) + ".lock")
+
+
+def test_a_job_resumed_with_another_step_geometry_is_warned_about(job_images, tmp_path, caplog, monkeypatch):
+    import job_child
+    output = tmp_path / "out.csv"
+    monkeypatch.setattr(engine, "StopRequest", lambda: _StopAfter(2))
+    engine.run(job_child.config(job_images, output, "csv", per_device_batch=2))
+    monkeypatch.undo()
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = engine.run(job_child.config(job_images, output, "csv", per_device_batch=3))
+    assert summary.already_done == 4
+    assert "was started with another step geometry (per_device_batch=2, this process 3 (--batch-size))" in caplog.text
+
+
 def test_an_image_whose_path_is_too_long_to_open_is_a_failure_not_a_silence(tmp_path):
     images = tmp_path / "images"
     make_images(images, 2)
@@ -440,3 +474,44 @@ def test_a_full_disk_inside_a_shard_is_a_run_error_and_a_rerun_finishes(tmp_path
             engine.run(config)
     summary = engine.run(config)
     assert (summary.written, summary.pending_shards) == (4, ())
+
+
+class _StopAfter:
+    """A StopRequest whose signal comes after `batches` batches, as a SIGTERM part-way would."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        pass
+
+    @property
+    def signal_name(self):  # the loop asks once per batch
+        self.batches -= 1
+        return "SIGTERM" if self.batches <= 0 else None
+
+
+@pytest.mark.parametrize("output_format", ["csv", "parquet", "npy"])
+def test_a_stopped_run_resumed_gives_the_bytes_of_an_uninterrupted_one(job_images, tmp_path, monkeypatch,
+                                                                       output_format):
+    """Steps start at fixed positions of the job's images: an image that failed before the stop and is retried
+    by the rerun does not shift which images share a step, so a model whose rows depend on that (as oneDNN's
+    may, in the last bits) gives the same rows."""
+    import job_child
+    from outputs import job_outputs
+
+    def run(output):
+        return engine.run(job_child.config(job_images, output, output_format, per_device_batch=2,
+                                           batch_dependent=True))
+    run(tmp_path / ("single." + output_format))
+    resumed = tmp_path / ("resumed." + output_format)
+    monkeypatch.setattr(engine, "StopRequest", lambda: _StopAfter(8))  # a/bad.png (the 13th image) is behind
+    stopped = run(resumed)
+    assert stopped.interrupted and stopped.failed == 1 and stopped.written == 15
+    monkeypatch.undo()
+    summary = run(resumed)
+    assert (summary.written, summary.failed, summary.already_done) == (8, 1, 15)
+    assert job_outputs(resumed) == job_outputs(tmp_path / ("single." + output_format))

@@ -8,9 +8,13 @@ Without such a namespace (unshare missing, not permitted) or without Ray, these 
 with the reason; they never fall back to the host's network.
 """
 
+import contextlib
+import dataclasses
 import importlib.util
 import json
+import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -22,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import job_child
+import ray_child
 from parallel import ray_job
 from parallel.engine import Distribution
 from parallel.loop import Summary
@@ -44,7 +49,11 @@ def isolated_network():
     return prefix, None
 
 
-JOBS = ("csv:1:kill", "parquet:2:interrupt", "csv:2:badweights")  # FORMAT:GPUS per worker:FAULT (ray_child.py)
+JOBS = ("csv:1:kill", "parquet:2:interrupt", "csv:2:badweights", "csv:2:cli")  # FORMAT:GPUS per worker:FAULT
+# Lines that are not the driver's own: Ray's and TensorFlow's logs (dated, or absl's "I0000 00:00"), an
+# actor's output forwarded by Ray ("(ShardActor pid=...)", "(raylet)"), Python warnings ("file.py:12:").
+NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\((?:raylet|autoscaler|gcs_server)"
+                   r"|tensorflow|oneDNN|absl|\.py:\d+|\.cc:\d+")
 
 
 @pytest.fixture(scope="module")
@@ -97,15 +106,26 @@ def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exac
     assert outputs(result["output"]) == single_outputs["parquet"]
 
 
-def test_a_worker_that_cannot_start_fails_the_run_with_its_reason(ray_runs):
-    result = ray_runs["badweights"]
-    assert result["status"] == 1
-    assert result["summary"]["error"] == "a Ray worker could not start: ValueError: no weights on this node"
+def test_a_worker_that_cannot_load_the_weights_fails_the_run_as_one_process_would(ray_runs):
+    result = ray_runs["badweights"]  # the driver has the weights, the nodes do not
+    assert result["status"] == 2 and result["summary"]["error"].splitlines()[0] == ray_child.NO_WEIGHTS
+
+
+def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exact(ray_runs, single_outputs):
+    result = ray_runs["cli"]
+    assert result["first_status"] == 2 and result["left"] == [], result
+    assert result["first_log"] == ("run_inference: error: no node of the Ray cluster has 3 GPUs for one worker "
+                                   "(gpus_per_worker=3): lower --gpus-per-worker, or 0 for CPU workers\n")
+    assert result["status"] == 3 and outputs(result["output"]) == single_outputs["csv"], result["cli_log"]
+    lines = result["cli_log"].splitlines()
+    assert [line for line in lines if NOISE.search(line)] == [], result["cli_log"]
+    assert any(line.startswith("Ray: cluster ready in") and "s graph and weights" in line for line in lines), lines
 
 
 def test_each_worker_builds_its_graph_once_on_gpus_of_its_own(ray_runs):
-    for result in ray_runs.values():
-        assert result["builds"] and set(result["builds"].values()) == {1}, result["builds"]  # one device each
+    for fault in ("kill", "interrupt", "badweights"):
+        builds = ray_runs[fault]["builds"]
+        assert builds and set(builds.values()) == {1}, builds  # one device each
     killed, interrupted = ray_runs["kill"], ray_runs["interrupt"]
     # The workers of one run of the driver, less the one killed (its replacement may get its GPU).
     for workers, gpus in ((killed["workers"], 1), (interrupted["first_workers"], 2), (interrupted["workers"], 2)):
@@ -139,7 +159,7 @@ class FakeRay:
 
     Args:
       gpus: GPUs of the one node (gpus_per_worker is 1: as many workers).
-      deaths: {shard: how many times computing it kills the worker}; -1: every time.
+      deaths: {shard: how many times computing it kills the worker (-1: every time), or the exception it raises}.
     """
 
     class exceptions:
@@ -147,7 +167,9 @@ class FakeRay:
             actor_init_failed = False
 
         class RayTaskError(Exception):
-            cause = None
+            def __init__(self, cause):
+                super().__init__("ray::ShardActor.process() (pid=1)\n%s" % cause)
+                self.cause = cause
 
     def __init__(self, gpus, deaths=None):
         self.gpus, self.deaths, self.started, self.killed = gpus, dict(deaths or {}), 0, 0
@@ -162,13 +184,15 @@ class FakeRay:
     def _actor(self, config, job):
         self.started += 1
         return FakeActor({"host": "fake", "pid": self.started, "node": "n", "gpu_ids": [self.started],
-                          "devices": "GPU:0", "note": ""}, self._process)
+                          "devices": "GPU:0", "note": "", "build_seconds": 1.0}, self._process)
 
     def _process(self, index):
+        if isinstance(self.deaths.get(index), Exception):  # raised in the actor: Ray gives it as a cause
+            raise self.exceptions.RayTaskError(self.deaths[index])
         if self.deaths.get(index):
             self.deaths[index] -= 1
             raise self.exceptions.RayActorError("The actor died unexpectedly.\nWorker exit detail: SIGKILL")
-        return Summary(discovered=5, written=4, failed=1, device_seconds=2.0)
+        return Summary(discovered=5, written=4, failed=1, device_seconds=2.0, seconds=3.0)
 
     def wait(self, refs, num_returns, timeout):
         return refs[:num_returns], refs[num_returns:]
@@ -199,15 +223,69 @@ def pool_run(ray, todo, stop_after=None):
             stop.signal_name = "SIGINT"
 
     progress = types.SimpleNamespace(update=update)
-    return ray_job.ShardPool(ray, config, job=None).run(todo, Summary(), stop, progress), reported
+    return ray_job.ShardPool(ray, config).run(None, todo, Summary(), stop, progress), reported
 
 
-def test_free_workers_pull_shards_until_none_is_left():
+def test_free_workers_pull_shards_until_none_is_left(caplog):
     ray = FakeRay(gpus=2)
-    summary, reported = pool_run(ray, [0, 1, 2, 3, 4])
+    with caplog.at_level("INFO", logger="parallel"):
+        summary, reported = pool_run(ray, [0, 1, 2, 3, 4])
     assert (summary.written, summary.failed, summary.interrupted, reported) == (20, 5, False, [5] * 5)
     assert summary.device_seconds == 5.0  # 5 shards of 2 s on 2 workers: a mean worker's 5 s
     assert (ray.started, ray.killed) == (2, 2)  # every actor is killed once the queue is empty
+    # Where the workers' time went, beyond the stage clock of their shards: 5 shards of 3 s on 2 workers.
+    assert re.search(r"^Ray: cluster ready in 0\.0 s; 2 workers, each on average: \d+\.\d s starting \(a process, its "
+                     r"imports, then 1\.0 s graph and weights\), 7\.5 s on shards, \d+\.\d s waiting",
+                     "\n".join(caplog.messages), re.M), caplog.text
+
+
+@pytest.mark.parametrize("cause", [ValueError("no weights here: pass --weights PATH\nsecond line"),
+                                   ray_job.RunError("disk full; rows committed so far are kept")])
+def test_a_worker_s_value_error_or_run_error_reaches_the_caller_as_one_process_raises_it(cause):
+    with pytest.raises(type(cause)) as raised:
+        pool_run(FakeRay(gpus=2, deaths={1: cause}), [0, 1, 2])
+    assert raised.value is cause
+
+
+def test_another_exception_in_a_worker_is_a_run_error_naming_it():
+    with pytest.raises(ray_job.RunError, match=r"^a Ray worker could not compute shard 1: KeyError: 'x'$"):
+        pool_run(FakeRay(gpus=2, deaths={1: KeyError("x")}), [0, 1, 2])
+
+
+def test_an_actor_that_cannot_start_raises_the_reason_when_asked_if_ready(job_images, tmp_path, monkeypatch):
+    """Not from __init__: Ray would give the driver a dead actor and its traceback as text, not the exception."""
+    fake_ray = types.SimpleNamespace(get_gpu_ids=lambda: [], get_runtime_context=lambda: None)
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    config = job_child.config(job_images, tmp_path / "out.csv", "csv", Distribution(kind="ray", gpus_per_worker=0))
+    error = ValueError("cannot read the weights\nsecond line")
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, load_weights=lambda: _raise(error)))
+    level = logging.getLogger("parallel").level
+    try:
+        actor = ray_job.ShardActor(config, job=None)  # quiets the log of its process: this one's, here
+    finally:
+        logging.getLogger("parallel").setLevel(level)
+    with pytest.raises(ValueError) as raised:
+        actor.ready()
+    assert raised.value is error
+
+
+def _raise(error):
+    raise error
+
+
+@pytest.mark.parametrize("problem", ["no room", "bad weights"])
+def test_a_ray_usage_error_writes_nothing(job_images, tmp_path, monkeypatch, problem):
+    """The driver checks the cluster and the weights before the manifest: the folder stays as it was."""
+    monkeypatch.setattr(ray_job, "_connected", lambda address, verbose: contextlib.nullcontext(FakeRay(gpus=1)))
+    gpus = 2 if problem == "no room" else 1
+    config = job_child.config(job_images, tmp_path / "out" / "features.csv", "csv",
+                              Distribution(kind="ray", gpus_per_worker=gpus))
+    if problem == "bad weights":
+        model = dataclasses.replace(config.model, load_weights=lambda: _raise(ValueError("bad weights")))
+        config = dataclasses.replace(config, model=model)
+    with pytest.raises(ValueError, match="no node of the Ray cluster has 2 GPUs" if gpus == 2 else "^bad weights$"):
+        ray_job.run(config)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_dead_worker_is_replaced_and_its_shard_redone():
@@ -230,7 +308,7 @@ def test_ctrl_c_hands_out_no_more_shards():
 def test_a_cluster_without_room_for_one_worker_is_refused_before_any_actor():
     config = job_child.config("images", "out.csv", "csv", Distribution(kind="ray", gpus_per_worker=2))
     with pytest.raises(ValueError, match=r"no node of the Ray cluster has 2 GPUs for one worker \(gpus_per_worker=2\)"):
-        ray_job.ShardPool(FakeRay(gpus=1), config, job=None)
+        ray_job.ShardPool(FakeRay(gpus=1), config)
 
 
 def test_importing_the_package_and_the_engine_does_not_import_ray():
@@ -238,3 +316,15 @@ def test_importing_the_package_and_the_engine_does_not_import_ray():
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPOSITORY,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip() == "False"
 
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_cluster_started_or_joined_here_forwards_the_actors_output_only_with_verbose(monkeypatch, verbose):
+    calls = []
+    fake_ray = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **options: calls.append(options),
+                                     shutdown=lambda: calls.append("shutdown"))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    with ray_job._connected("auto", verbose) as ray:
+        assert ray is fake_ray
+    assert calls == [{"address": "auto", "log_to_driver": verbose,
+                      "logging_level": logging.INFO if verbose else logging.ERROR}, "shutdown"]

@@ -278,9 +278,35 @@ def test_reader_defaults_and_length(tmp_path):
     (dict(size=(224, -1)), r"got \(224, -1\)"),
     (dict(max_pixels=-3), "max_pixels must be at least 1; got -3"),
     (dict(decode="decode_row"), "decode must be callable; got 'decode_row'"),
+    (dict(chunks=[3]), r"chunks must be lengths of 1 .. batch_size=2 adding up to the 1 paths; got 1 chunks"),
+    (dict(chunks=[1, 1]), "adding up to the 1 paths; got 2 chunks adding up to 2"),
 ])
 def test_reader_refuses_bad_arguments_naming_them(tmp_path, options, message):
     arguments = dict(root=tmp_path, paths=["a.png"], batch_size=2)
     arguments.update(options)
     with pytest.raises(ValueError, match=message):
         ImageReader(**arguments)
+
+
+def test_chunks_cut_the_batches_where_they_say(tmp_path):
+    names = ["%d.png" % index for index in range(6)]
+    for name in names:
+        solid((4, 4), RED).save(tmp_path / name)
+    with ImageReader(tmp_path, names, batch_size=3, size=(4, 4), workers=2, chunks=[1, 3, 2]) as images:
+        assert len(images) == 3
+        assert [batch.paths for batch in images] == [names[:1], names[1:4], names[4:]]
+
+
+@pytest.mark.parametrize("positions, step_size, lengths", [
+    ([], 4, []),
+    ([0, 1, 2, 3, 4, 5], 4, [4, 2]),
+    ([1, 3, 4, 7, 8, 13], 4, [2, 2, 1, 1]),  # steps 0, 1, 2 and 3 of the job, whatever is left of each
+    ([5], 2, [1]),
+])
+def test_step_lengths_follow_fixed_positions_of_the_job(positions, step_size, lengths):
+    assert reader.step_lengths(positions, step_size) == lengths
+
+
+def test_step_lengths_refuse_positions_out_of_order():
+    with pytest.raises(ValueError, match="positions must be increasing"):
+        reader.step_lengths([3, 1], 2)
