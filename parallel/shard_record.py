@@ -13,8 +13,9 @@ one. Two checks read it:
   the rows' paths and the errors' paths are exactly the manifest's images of the shard, the
   rows in their order.
 
-A shard that fails either is set aside by parallel.shards and computed again: the output is never
-written from a shard that is not, image for image, the manifest's.
+A shard that fails either is set aside (`set_aside`: renamed to _rejected-shard-000007.<n>, which
+readers of the Parquet folder skip) and computed again: the output is never written from a shard
+that is not, image for image, the manifest's.
 """
 
 import csv

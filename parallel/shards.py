@@ -334,7 +334,7 @@ class ShardedJob:
                 images = self.shard_images(index)
             except DamagedManifest as error:  # after this process wrote its shards: not a usage error
                 raise RunError(str(error)) from None
-            problem = (quick_problem(folder, self.identity, index, self.shard_digest(index))
+            problem = (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
                        or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS, images.paths))
             if problem:
                 target = self.set_aside(index, problem)

@@ -226,8 +226,9 @@ def test_the_digest_covers_each_row_s_name_size_and_time_in_order():
     manifest = Manifest(["a.png", "b\udce9.png"], [1, 2], [3, 4])
     assert manifest.digest() == Manifest(["a.png", "b\udce9.png"], [1, 2], [3, 4]).digest()
     assert len(manifest.digest()) == 32 and manifest.digest(0, 1) == Manifest(["a.png"], [1], [3]).digest()
-    for other in (Manifest(["a.png", "b\udce8.png"], [1, 2], [3, 4]), Manifest(["a.png", "b\udce9.png"], [1, 3], [3, 4]),
-                  Manifest(["a.png", "b\udce9.png"], [1, 2], [3, 5]), Manifest(["a.pn", "gb\udce9.png"], [1, 2], [3, 4])):
+    names = ["a.png", "b\udce9.png"]
+    for other in (Manifest(["a.png", "b\udce8.png"], [1, 2], [3, 4]), Manifest(names, [1, 3], [3, 4]),
+                  Manifest(names, [1, 2], [3, 5]), Manifest(["a.pn", "gb\udce9.png"], [1, 2], [3, 4])):
         assert other.digest() != manifest.digest()
 
 

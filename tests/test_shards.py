@@ -20,7 +20,8 @@ JOB = {"model": "colour", "format": "csv"}
 def write_features(path, paths):
     """A shard's features.parquet as the engine writes it: path, path_bytes, a feature list column."""
     raw = [name.encode("utf-8", "surrogateescape") for name in paths]
-    table = pa.table({"path": [name.decode("utf-8", "replace") for name in raw], "path_bytes": pa.array(raw, pa.binary()),
+    table = pa.table({"path": [name.decode("utf-8", "replace") for name in raw],
+                      "path_bytes": pa.array(raw, pa.binary()),
                       "colour": pa.array([[float(len(name))] * 2 for name in paths], pa.list_(pa.float32(), 2))})
     pq.write_table(table, path)
 
@@ -88,7 +89,8 @@ def test_a_damaged_shard_is_set_aside_when_it_is_counted(job, caplog, damage, pr
 def test_a_shard_of_another_job_or_manifest_or_index_is_not_this_one(job):
     commit(job, 0)
     folder, digest = job.shard_folder(0), job.shard_digest(0)
-    assert quick_problem(folder, "another", 0, digest) == "it was computed for another job (another setting or shard size)"
+    assert quick_problem(folder, "another", 0, digest) == ("it was computed for another job (another setting or "
+                                                           "shard size)")
     assert quick_problem(folder, job.identity, 1, digest) == "its _shard.json says shard 0"
     assert quick_problem(folder, job.identity, 0, job.shard_digest(1)) == ("its images are not the manifest's (the "
                                                                            "manifest was made anew since)")
@@ -116,7 +118,8 @@ def test_content_problem_requires_rows_and_errors_to_be_exactly_the_shard_s_imag
     assert problem(shard) is None and problem(["a.png", "c.png"], ["b.png"]) is None
     assert problem(["b.png", "a.png", "c.png"]) == ("row 0 of features.parquet is b.png, not a.png: not in the "
                                                    "manifest's order")
-    assert problem(["a.png", "c.png"], []) == "1 of its images are in neither features.parquet nor _errors.csv (b.png first)"
+    assert problem(["a.png", "c.png"], []) == ("1 of its images are in neither features.parquet nor _errors.csv "
+                                               "(b.png first)")
     assert problem(shard + ["d.png"]) == "features.parquet holds d.png, not an image of this shard"
     assert problem(shard + ["a.png"]) == "features.parquet holds a row twice"
     assert problem(["a.png", "c.png"], ["b.png", "b.png"]) == "_errors.csv lists an image twice"
