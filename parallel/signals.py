@@ -6,7 +6,8 @@
                                    in flight to keep; a merge left half-done is redone by a rerun)
     second signal (the CLI only)   the process exits with status 130 within moments, even while
                                    the main thread is inside a device step (exit_on_second_signal)
-    after the run (the CLI only)   status 130 until the process has exited (exit_on_signal)
+    around the run (the CLI only)  status 130 too, before the run's own handling and after it until
+                                   the process has exited, e.g. just after the summary (exit_on_signal)
 
 One policy for the whole run (`handled`): SIGTERM always stops as above; SIGINT does too, unless
 the process was started with SIGINT ignored (`nohup cmd &`, a shell's background job, some CI
