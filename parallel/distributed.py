@@ -140,13 +140,14 @@ class ShardWorker:
         self.config = config
         self.job = job
         self.devices = devices or config.devices
+        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
+        self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
                                                                  "devices": str(len(self.devices.names))})
         if change:  # a Ray actor that sees other devices than the job's
+            self.runner.close()
             raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
                              "differ in float rounding" % (config.output, change))
-        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
-        self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         self.settings = config.settings
 
     def process(self, index, stop=None, progress=None):
