@@ -21,7 +21,7 @@ from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
 from parallel.messages import first_line
 from parallel.decode import RESIZE_MODES
-from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
+from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal
 from parallel.output import FORMATS
 
 DEFAULT_FORMAT = "csv"
@@ -334,7 +334,17 @@ def _silence_native_logs():
                       errors="backslashreplace")
 
 
+def console():
+    """The program (`run-inference`, `python run_inference.py`): main(), then exit at once with its status.
+
+    A Ctrl-C or SIGTERM at any moment until the process has exited gives status 130, even after
+    the summary line (main() hands these handlers back when its own signal handling ends). The
+    output is durable when main() returns, so the process ends there, without the interpreter's
+    and TensorFlow's teardown. An exception from main() (--verbose) takes the usual way out.
+    """
+    exit_on_signal()
+    exit_now(main())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -21,9 +21,10 @@ from parallel.engine import RunError, extract_into, run_errors
 from parallel.job import geometry_change, job_record, refuse_output_among_images
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
-from parallel.manifest import DEFAULT_SHARD_SIZE, manifest_path, read_job
+from parallel.manifest import DEFAULT_SHARD_SIZE, describe_changes, manifest_path, read_job
 from parallel.ranks import resolve_rank
-from parallel.shards import SHARD_FEATURES, ShardedJob
+from parallel.shard_record import error_paths
+from parallel.shards import SHARD_ERRORS, SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
 from parallel.staging import open_runner
 from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
@@ -44,7 +45,9 @@ def freeze(config, check_folder):
 
     Raises:
       ValueError: another job, another shard size, a folder that changed in a way that would
-        make rows stale or out of order, or no manifest in time.
+        make rows stale or out of order (an image added, or one with a committed row changed or
+        removed: the message names the shards to recompute), a damaged manifest, or no manifest
+        in time.
     """
     job = ShardedJob(config.output)
     existed = job.manifest.exists()
@@ -64,12 +67,13 @@ def freeze(config, check_folder):
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
-        from parallel.manifest import Manifest, describe_changes
-        changes = Manifest.load(job.manifest).changes(_scan(config))
-        refusal = describe_changes(changes, config.images, config.output, committed=job.committed_images())
-        if refusal:
-            raise ValueError(refusal)
+        changes = job.load_manifest().changes(_scan(config))
         if changes:
+            rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
+            refusal = describe_changes(changes, config.images, config.output, committed=rows,
+                                       way_out=_way_out(job, changes, rows))
+            if refusal:
+                raise ValueError(refusal)
             log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
                         "computed as they are now", len(changes.removed) + len(changes.changed))
     return job
@@ -80,6 +84,51 @@ def _scan(config):
     current = config.scan()
     refuse_output_among_images(Path(config.output), Path(config.images), current)
     return current
+
+
+def committed_rows(job):
+    """The images of `job` (a frozen ShardedJob) that have a row: {path: its shard, None once O is written}.
+
+    A shard's rows are its images less those its errors file lists; the output's are the
+    manifest's images less those of its errors file.
+    """
+    if job.is_finished():
+        errors = ErrorLog.path_for(job.output)
+        failed = set(error_paths(errors)) if errors.exists() else set()
+        return {path: None for path in job.load_manifest().paths if path not in failed}
+    rows = {}
+    for index in range(job.shard_count):
+        if job.is_committed(index):
+            try:
+                failed = set(error_paths(job.shard_folder(index) / SHARD_ERRORS))
+            except FileNotFoundError:  # the output was written meanwhile: its rows are all there is
+                if job.is_finished():
+                    return committed_rows(job)
+                raise
+            rows.update((path, index) for path in job.shard_images(index).paths if path not in failed)
+    return rows
+
+
+def _way_out(job, changes, rows):
+    """What a job over several processes can do about a folder that changed (it has no --overwrite).
+
+    Args:
+      job: the frozen ShardedJob.
+      changes: Changes of its folder.
+      rows: `committed_rows(job)`.
+    """
+    ways = []
+    stale = {rows[path] for path in changes.removed + changes.changed if path in rows}
+    if None in stale:  # the output is written: its rows are no longer in shards
+        ways.append("run once without --distributed and with --overwrite to compute %s afresh" % job.output)
+    elif stale:
+        shards = sorted(stale)
+        folders = ", ".join(str(job.shard_folder(index)) for index in shards[:3]) + (", ..." if len(shards) > 3 else "")
+        ways.append("remove %s and rerun to recompute %s" % (folders, "it" if len(shards) == 1 else "them"))
+    if changes.added:
+        ways.append("move the added images away, or remove %s and rerun to start over the images as they are now "
+                    "(the shards whose images did not change are kept)" % job.manifest)
+    return "; ".join(ways) + "; or choose another --output"
 
 
 class ShardWorker:
@@ -93,13 +142,14 @@ class ShardWorker:
         self.config = config
         self.job = job
         self.devices = devices or config.devices
+        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
+        self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
                                                                  "devices": str(len(self.devices.names))})
         if change:  # a Ray actor that sees other devices than the job's
+            self.runner.close()
             raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
                              "differ in float rounding" % (config.output, change))
-        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
-        self.runner = open_runner(config.model, self.devices, config.per_device_batch)
         self.settings = config.settings
 
     def process(self, index, stop=None, progress=None):

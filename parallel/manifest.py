@@ -16,43 +16,37 @@ folder with the frozen manifest (`Changes`):
   and the manifest records its new size and time.
 
 The paths list of a manifest never changes for the job; the many-hosts work cuts it into
-fixed shards.
+fixed shards. Discovery (which files are images) is `parallel.discovery`.
 
-Discovery: every file whose extension is one of IMAGE_EXTENSIONS (any case), walked with
-`os.fwalk`, which opens each folder relative to its parent: a path longer than the system's
-limit (PATH_MAX, 4096 bytes on Linux) is still found, and then fails as `unreadable` when it is
-read, instead of vanishing. A symlinked folder is not descended (no loops, no duplicates); a
-symlink to a file is an image, read through the link; a broken link or a link loop is found
-too (size and time -1) and fails when read. `exclude` keeps the program's own files (an output
-inside the images folder, its sidecars) from ever being taken for images.
+A manifest can be checked: its metadata records, beside the job, a digest of each shard's rows
+(path bytes, size, time) and a checksum of the whole record; every load verifies what it reads,
+so a damaged file is refused (DamagedManifest) instead of losing or inventing an image.
 """
 
 import array
 import contextlib
 import csv
 import dataclasses
+import hashlib
 import json
 import logging
 import os
-import stat
+import sys
 from pathlib import Path
 
+from parallel.changes import Changes, describe_changes, other_source_message
+from parallel.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, size_and_time, walk
 from parallel.messages import first_line
 from parallel.output.durable import fsync, temporary_then_rename
 
+__all__ = ["IMAGE_EXTENSIONS", "Changes", "DamagedManifest", "Manifest", "describe_changes", "discover_images",
+           "has_image_extension", "manifest_path", "other_source_message", "read_job", "read_list", "scan_images"]
+
 log = logging.getLogger("parallel")
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
-                              ".ppm", ".pgm", ".pbm", ".pnm"})
 MANIFEST_SUFFIX = ".manifest.parquet"
 DEFAULT_SHARD_SIZE = 10_000
 _JOB_KEY = b"parallel.job"  # the manifest's Parquet metadata: the job it belongs to (JSON)
-_NAMES_SHOWN = 3  # names quoted per kind of change in an error
-
-
-def has_image_extension(name):
-    """Whether the file name `name` ends with one of IMAGE_EXTENSIONS, in any case."""
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
 def scan_images(root, exclude=()):
@@ -76,72 +70,10 @@ def scan_images(root, exclude=()):
     return list(zip(manifest.paths, manifest.sizes, manifest.mtimes))
 
 
-def _walk(root, exclude):
-    """(paths, sizes, mtimes) of the image files under `root`, in the order found (see scan_images)."""
-    top = os.fspath(root)
-    if not os.path.isdir(top):
-        raise ValueError("%s is not a folder" % (root,))
-    exclude = frozenset(exclude)
-
-    def skip(error):
-        log.warning("cannot list %s under %s (%s); skipping the images in it",
-                    error.filename, top, error.strerror or error)
-
-    # Three compact columns, not a tuple per image: a million images fit in a few hundred MB.
-    paths, sizes, mtimes = [], array.array("q"), array.array("q")
-    for folder, folders, names, descriptor in os.fwalk(top, onerror=skip):
-        relative = os.path.relpath(folder, top)
-        prefix = "" if relative == os.curdir else relative.replace(os.sep, "/") + "/"
-        folders[:] = [name for name in folders if prefix + name not in exclude]
-        for name in names:
-            path = prefix + name
-            if has_image_extension(name) and path not in exclude:
-                size, mtime = _size_and_time(name, descriptor)
-                paths.append(path)
-                sizes.append(size)
-                mtimes.append(mtime)
-    return paths, sizes, mtimes
-
-
-def _size_and_time(name, folder_descriptor):
-    """(size, mtime_ns) of `name` (relative to the folder `folder_descriptor`, or a path when None)."""
-    try:
-        status = os.stat(name, dir_fd=folder_descriptor)  # through a link: the image is its target
-    except OSError:
-        return -1, -1  # a broken link or a loop: reading it reports the failure
-    if not stat.S_ISREG(status.st_mode):
-        return -1, -1  # a FIFO, a device: never opened, fails as not_a_file
-    return status.st_size, status.st_mtime_ns
-
-
-def discover_images(root, exclude=()):
-    """Every image file under `root`, recursively, as sorted relative paths (see `scan_images`).
-
-    Returns:
-      list of str: paths relative to `root` with "/" separators, sorted.
-
-    Raises:
-      ValueError: `root` is not a folder.
-    """
-    return sorted(_walk(root, exclude)[0])
-
-
 def manifest_path(output):
     """`<output>.manifest.parquet`: the frozen input of the job writing `output` (str or Path)."""
     output = os.fspath(output)
     return output + MANIFEST_SUFFIX
-
-
-@dataclasses.dataclass(frozen=True)
-class Changes:
-    """How a folder differs from a job's frozen manifest (each a sorted list of paths)."""
-
-    added: list
-    removed: list
-    changed: list
-
-    def __bool__(self):
-        return bool(self.added or self.removed or self.changed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +98,7 @@ class Manifest:
     @classmethod
     def scan(cls, root, exclude=()):
         """The manifest of the images under `root` now (see `scan_images`), sorted by path."""
-        return cls._sorted(*_walk(root, exclude))
+        return cls._sorted(*walk(root, exclude))
 
     @classmethod
     def _sorted(cls, paths, sizes, mtimes):
@@ -237,37 +169,67 @@ class Manifest:
         table = pa.table({"path": readable, "path_bytes": raw,
                           "size": pa.array(np.frombuffer(self.sizes, np.int64)),
                           "mtime_ns": pa.array(np.frombuffer(self.mtimes, np.int64))})
-        record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {})}
+        record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {}),
+                  "shards": [self.digest(start, start + shard_size) for start in range(0, len(self), shard_size)]}
+        record["checksum"] = _checksum(record)
         table = table.replace_schema_metadata({_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
         with temporary_then_rename(Path(path)) as temporary:
             pq.write_table(table, temporary, row_group_size=shard_size)
         fsync(Path(path).parent)
+
+    def digest(self, start=0, stop=None):
+        """A digest of rows `start` .. `stop` - 1 (their path bytes, sizes and times): 32 hex digits.
+
+        The manifest records one per shard, and a committed shard the one of its images: equal
+        digests are the same images, in the same order, as they were when the job was frozen.
+        """
+        raws = [path.encode("utf-8", "surrogateescape") for path in self.paths[start:stop]]
+        digest = hashlib.sha256(_little_endian(map(len, raws)))
+        digest.update(b"".join(raws))
+        digest.update(_little_endian(self.sizes[start:stop]))
+        digest.update(_little_endian(self.mtimes[start:stop]))
+        return digest.hexdigest()[:32]
 
     @classmethod
     def load(cls, path):
         """The manifest saved at `path`, or None when there is none.
 
         Raises:
-          ValueError: the file exists but is not a manifest written by `save`.
+          DamagedManifest (a ValueError): the file exists but is not a manifest written by
+            `save`, or its content does not match its checksum.
         """
         import pyarrow.parquet as pq
         if not os.path.exists(path):
             return None
-        with _damaged(path):
-            return cls._from_table(pq.read_table(path, columns=["path_bytes", "size", "mtime_ns"]))
+        with _damaged(path), pq.ParquetFile(path) as file:
+            record = _record(path, file.schema_arrow.metadata)
+            manifest = cls._from_table(file.read(columns=["path_bytes", "size", "mtime_ns"]))
+        if "checksum" in record:  # a manifest of an earlier version has none: it is taken as it is
+            size = record["shard_size"]
+            if len(manifest) != record["images"] or [manifest.digest(start, start + size) for start in
+                                                     range(0, len(manifest), size)] != record["shards"]:
+                raise DamagedManifest(path, "checksum")
+        return manifest
 
     @classmethod
     def load_shard(cls, path, index):
-        """Shard `index` of the manifest at `path`: only its images are read.
+        """Shard `index` of the manifest at `path`: only its images are read (and checked).
 
         Raises:
-          ValueError: no such shard, or the file is not a manifest.
+          ValueError: no such shard.
+          DamagedManifest (a ValueError): the file is not a manifest, or the shard does not
+            match its checksum.
         """
         import pyarrow.parquet as pq
         with _damaged(path), pq.ParquetFile(path) as file:
+            record = _record(path, file.schema_arrow.metadata)
             if not 0 <= index < file.num_row_groups:
                 raise ValueError("shard %r does not exist: the job has %d" % (index, file.num_row_groups))
-            return cls._from_table(file.read_row_group(index, columns=["path_bytes", "size", "mtime_ns"]))
+            shard = cls._from_table(file.read_row_group(index, columns=["path_bytes", "size", "mtime_ns"]))
+        if "checksum" in record and (file.num_row_groups != len(record["shards"])
+                                     or shard.digest() != record["shards"][index]):
+            raise DamagedManifest(path, "checksum")
+        return shard
 
     @classmethod
     def _from_table(cls, table):
@@ -277,32 +239,73 @@ class Manifest:
 
 
 def read_job(path):
-    """What the manifest at `path` records, without its images: {"shard_size", "images", "job"}, or None.
+    """What the manifest at `path` records, without its images, or None when there is none.
+
+    Returns:
+      {"shard_size", "images", "job", "shards": [digest of each shard], "checksum"} (the last
+      two absent from a manifest of an earlier version).
 
     Raises:
-      ValueError: the file exists but is not a manifest written by `Manifest.save`.
+      DamagedManifest (a ValueError): the file exists but is not a manifest written by
+        `Manifest.save`, or its record does not match its checksum.
     """
     import pyarrow.parquet as pq
     if not os.path.exists(path):
         return None
     with _damaged(path):
-        metadata = pq.read_schema(path).metadata or {}
-        return json.loads(metadata[_JOB_KEY])
+        return _record(path, pq.read_schema(path).metadata)
+
+
+class DamagedManifest(ValueError):
+    """A manifest that cannot be read, or whose content does not match its checksum.
+
+    Attributes:
+      path: the manifest.
+      reason: what is wrong ("checksum", or the reader's error).
+    """
+
+    def __init__(self, path, reason, way_out="pass --overwrite to start afresh"):
+        super().__init__("%s is damaged (%s): %s" % (path, reason, way_out))
+        self.path, self.reason = path, reason
+
+    def with_way_out(self, way_out):
+        """The same error, advising `way_out` (a job over several processes has another)."""
+        return DamagedManifest(self.path, self.reason, way_out)
+
+
+def _record(path, metadata):
+    """The record in a manifest's metadata, its checksum verified (when it has one)."""
+    record = json.loads((metadata or {})[_JOB_KEY])
+    if "checksum" in record and _checksum(record) != record["checksum"]:
+        raise DamagedManifest(path, "checksum")
+    return record
+
+
+def _checksum(record):
+    """A checksum of a manifest's record (every key but "checksum"): 32 hex digits."""
+    content = {key: value for key, value in record.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _little_endian(numbers):
+    """int64 `numbers` as bytes, the same on every host of a job."""
+    values = array.array("q", numbers)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
 
 
 @contextlib.contextmanager
 def _damaged(path):
-    """Turns pyarrow's and json's errors on a file that is not a manifest into one ValueError."""
+    """Turns pyarrow's and json's errors on a file that is not a manifest into one DamagedManifest."""
     try:
         yield
-    except ValueError as error:
-        if str(error).startswith("shard "):
+    except DamagedManifest:
+        raise
+    except (ValueError, OSError, KeyError, TypeError) as error:  # pyarrow raises several kinds for a damaged file
+        if isinstance(error, ValueError) and str(error).startswith("shard "):
             raise
-        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh"
-                         % (path, first_line(error) or type(error).__name__)) from None
-    except (OSError, KeyError, TypeError) as error:  # pyarrow raises several kinds for a damaged file
-        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh"
-                         % (path, first_line(error) or type(error).__name__)) from None
+        raise DamagedManifest(path, first_line(error) or type(error).__name__) from None
 
 
 def read_list(list_file, root):
@@ -347,47 +350,7 @@ def read_list(list_file, root):
         raise ValueError("--images-from %s lists %d paths twice (%s)" % (list_file, len(twice), ", ".join(twice[:3])))
     sizes, mtimes = array.array("q"), array.array("q")
     for path in paths:
-        size, mtime = _size_and_time(os.path.join(os.fspath(root), path), None)
+        size, mtime = size_and_time(os.path.join(os.fspath(root), path), None)
         sizes.append(size)
         mtimes.append(mtime)
     return Manifest(paths, sizes, mtimes)
-
-
-def describe_changes(changes, images, output, committed=None):
-    """The one-line refusal of a rerun whose folder changed, or None when it may go on.
-
-    Args:
-      changes: Changes of the folder against the job's manifest.
-      images: the images folder, for the message.
-      output: the output, for the message.
-      committed: set of paths with a committed row; None: not known yet (only added images
-        are judged then).
-
-    Returns:
-      str or None.
-    """
-    problems = []
-    if changes.added:
-        problems.append(_count_and_names(changes.added, "added"))
-    if committed is not None:
-        stale = [path for path in changes.removed if path in committed]
-        if stale:
-            problems.append(_count_and_names(stale, "removed after its row was written"))
-        stale = [path for path in changes.changed if path in committed]
-        if stale:
-            problems.append(_count_and_names(stale, "changed after its row was written"))
-    if not problems:
-        return None
-    return ("%s changed since the job writing %s started: %s. Pass --overwrite to start afresh, or choose "
-            "another --output" % (images, output, "; ".join(problems)))
-
-
-def _count_and_names(paths, what):
-    shown = ", ".join(paths[:_NAMES_SHOWN]) + (", ..." if len(paths) > _NAMES_SHOWN else "")
-    return "%d image%s %s (%s)" % (len(paths), "" if len(paths) == 1 else "s", what, shown)
-
-
-def other_source_message(output, recorded, given):
-    """The one-line refusal of an output that belongs to the images of another folder."""
-    return ("%s holds the features of the images in %s, not %s: pass --overwrite to replace it, or choose "
-            "another --output" % (output, recorded, given))

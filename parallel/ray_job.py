@@ -54,14 +54,17 @@ def actor_devices(gpus_per_worker, ray_gpu_ids, visible_gpus):
       visible_gpus: GPUs TensorFlow sees in the actor.
 
     Returns:
-      (Devices, note): "gpu:0".."gpu:k-1" of what TensorFlow sees, or cpu:0; `note` says why
-      cpu:0 when GPUs were asked for (else "").
+      (Devices, note): "gpu:0".."gpu:k-1" of what TensorFlow sees, or cpu:0 for a CPU actor.
+      An actor given k GPUs that TensorFlow cannot see computes on k logical CPU devices, so
+      that its step geometry is the job's (the rows of every actor are the same bits); `note`
+      says so (else "").
     """
     if not gpus_per_worker:
         return resolve_devices(devices="cpu:0", gpu_count=visible_gpus), ""
     if not visible_gpus:
-        return (resolve_devices(devices="cpu:0", gpu_count=0),
-                "TensorFlow sees no GPU there (logical Ray GPUs?): computing on cpu:0")
+        names = ",".join("cpu:%d" % index for index in range(gpus_per_worker))
+        return (resolve_devices(devices=names, gpu_count=0),
+                "TensorFlow sees no GPU there (logical Ray GPUs?): computing on %s" % names)
     if visible_gpus == len(ray_gpu_ids):  # CUDA_VISIBLE_DEVICES holds exactly Ray's GPUs
         return resolve_devices(gpu_count=visible_gpus), ""
     # Ray was told not to set CUDA_VISIBLE_DEVICES: its ids are then the machine's GPU indices.

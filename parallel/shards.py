@@ -8,7 +8,10 @@ Files, for an output O:
                               a shard being computed: a single-host job (reader -> devices -> writer,
                               committed batch by batch) into features.parquet
     O.shards/shard-000007/    a committed shard: features.parquet (path, path_bytes, <layer>, rows in
-                              path order) and _errors.csv (its images that could not be read)
+                              path order), _errors.csv (its images that could not be read) and
+                              _shard.json (its job, its images' digest, its counts: shard_record)
+    O.shards/_rejected-shard-000007.1/
+                              a committed shard that did not check out, set aside to be computed again
     O                         written from the shards, in order, once all are committed (under O.lock)
 
 Commit protocol: a shard's attempt is finished in its own folder, then renamed to
@@ -18,6 +21,11 @@ processes given the same shard (a retried task, two ranks with the same number) 
 the first rename wins and the other attempt is discarded: one correct part, never two. Shard i
 holds images i * shard_size .. (i + 1) * shard_size - 1 of the manifest, whatever the number of
 processes, so a job can resume on another number of hosts.
+
+Nothing is trusted that storage or a user may have changed: the manifest carries checksums
+(parallel.manifest), a shard is counted as committed only if its record is of this job and shard
+and its counts are its files' (else it is set aside and computed again), and before a byte of O is
+written every shard's rows and errors are checked to be exactly the manifest's images of that shard.
 
 O.shards is a Parquet dataset that pandas (`pd.read_parquet(folder)`), polars and DuckDB read as
 it is (files starting with "_" are skipped by them); it is removed once O is written, unless kept.
@@ -34,17 +42,17 @@ from pathlib import Path
 import numpy as np
 
 from parallel import locks
-from parallel.manifest import Manifest, manifest_path, read_job
+from parallel.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
 from parallel.output.durable import fsync
+from parallel.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
+                                   job_identity, quick_problem, set_aside, write_record)
 
 log = logging.getLogger("parallel")
 
 SHARDS_SUFFIX = ".shards"
 ATTEMPTS_SUFFIX = ".attempts"
 LOCK_SUFFIX = ".lock"
-SHARD_FEATURES = "features.parquet"
-SHARD_ERRORS = "_errors.csv"  # "_": readers of the Parquet folder skip it
 ATTEMPT_LOCK = ".lock"
 _ERRORS_HEADER = "path,kind,message\n"
 
@@ -66,6 +74,7 @@ class ShardedJob:
         self.attempts = self.output.with_name(self.output.name + ATTEMPTS_SUFFIX)
         self.lock = self.output.with_name(self.output.name + LOCK_SUFFIX)
         self.shard_size = self.shard_count = self.images = None
+        self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
 
     # -- the manifest ------------------------------------------------------------------------
 
@@ -92,7 +101,8 @@ class ShardedJob:
         from parallel.manifest import DEFAULT_SHARD_SIZE
         self.output.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with locks.exclusive(self.manifest.with_name(self.manifest.name + LOCK_SUFFIX), wait_seconds):
+            with self._manifest_errors(), \
+                    locks.exclusive(self.manifest.with_name(self.manifest.name + LOCK_SUFFIX), wait_seconds):
                 recorded = read_job(self.manifest)
                 if recorded is None:
                     current = scan()
@@ -111,13 +121,37 @@ class ShardedJob:
         if shard_size is not None and shard_size != recorded["shard_size"]:
             raise OutputError("%s was cut into shards of %d images, not %d: leave --shard-size out, or pass "
                               "--overwrite" % (self.output, recorded["shard_size"], shard_size))
+        return self._take(recorded)
+
+    def _take(self, recorded):
+        """Knows the job recorded in its manifest (`read_job`); returns it."""
         self.shard_size, self.images = recorded["shard_size"], recorded["images"]
         self.shard_count = -(-self.images // self.shard_size)
+        self.identity, self.digests = job_identity(recorded), recorded.get("shards")
         return recorded
 
     def shard_images(self, index):
-        """Manifest of shard `index` alone (a worker never holds the job's whole list)."""
-        return Manifest.load_shard(self.manifest, index)
+        """Manifest of shard `index` alone (a worker never holds the job's whole list), checked."""
+        with self._manifest_errors():
+            return Manifest.load_shard(self.manifest, index)
+
+    def load_manifest(self):
+        """The job's whole Manifest, checked."""
+        with self._manifest_errors():
+            return Manifest.load(self.manifest)
+
+    def shard_digest(self, index):
+        """The manifest's digest of shard `index`'s images (`Manifest.digest`)."""
+        return self.digests[index] if self.digests else self.shard_images(index).digest()
+
+    @contextlib.contextmanager
+    def _manifest_errors(self):
+        """A damaged manifest, with the way out of a job over several processes (no --overwrite there)."""
+        try:
+            yield
+        except DamagedManifest as error:
+            raise error.with_way_out("remove it and rerun: it is made anew from the images, and the committed "
+                                     "shards whose images did not change are kept") from None
 
     # -- shards --------------------------------------------------------------------------------
 
@@ -130,21 +164,41 @@ class ShardedJob:
         return record is not None and record["state"] == "complete"
 
     def is_committed(self, index):
-        return (self.shard_folder(index) / SHARD_FEATURES).is_file() or self.is_finished()
+        """Whether shard `index` is committed, and its record and counts check out.
+
+        A committed shard that does not (of another job or manifest, a file emptied or replaced)
+        is set aside with a warning, so that it is computed again: False.
+        """
+        if self.identity is None:  # not frozen by this process (a tool, a test): as the manifest records
+            with self._manifest_errors():
+                recorded = read_job(self.manifest)
+            if recorded is None:
+                raise ValueError("%s has no manifest (%s): its shards cannot be checked" % (self.output, self.manifest))
+            self._take(recorded)
+        folder = self.shard_folder(index)
+        if not os.path.lexists(folder):
+            return self.is_finished()
+        problem = quick_problem(folder, self.identity, index, self.shard_digest(index))
+        if problem is None:
+            return True
+        if self.is_finished():  # the output was written meanwhile, and the shards removed
+            return True
+        self.set_aside(index, problem)
+        return False
 
     def missing(self):
-        """The shards not committed yet, in order."""
+        """The shards not committed yet (or set aside now by `is_committed`), in order."""
         if self.is_finished():
             return []
-        return [index for index in range(self.shard_count) if not (self.shard_folder(index) / SHARD_FEATURES).is_file()]
+        return [index for index in range(self.shard_count) if not self.is_committed(index)]
 
-    def committed_images(self):
-        """Paths of the images of committed shards (from the manifest: no part is read)."""
-        done = set()
-        for index in range(self.shard_count):
-            if self.is_committed(index):
-                done.update(self.shard_images(index).paths)
-        return done
+    def set_aside(self, index, problem):
+        """Renames committed shard `index` out of the way (see `shard_record.set_aside`): Path or None."""
+        target = set_aside(self.shard_folder(index))
+        if target is not None:
+            log.warning("shard %d of %s is set aside as %s, to be computed again: %s", index, self.output, target,
+                        problem)
+        return target
 
     def new_attempt(self, index):
         """A fresh folder of this process for computing shard `index`: Path."""
@@ -181,7 +235,7 @@ class ShardedJob:
             pass  # an attempt is alive
 
     def commit(self, index, attempt, errors):
-        """Makes the finished attempt shard `index`'s part, in one rename.
+        """Makes the finished attempt shard `index`'s part, in one rename, with its record.
 
         Args:
           index: the shard.
@@ -190,7 +244,19 @@ class ShardedJob:
 
         Returns:
           bool: True if this attempt became the part, False if another had already committed.
+
+        Raises:
+          OutputError: the attempt's rows and errors are not the shard's images (nothing is
+            committed).
         """
+        if self.is_committed(index):  # another attempt was committed first; it is as good
+            shutil.rmtree(attempt, ignore_errors=True)
+            return False
+        images = self.shard_images(index)
+        problem = content_problem(attempt / SHARD_FEATURES, errors, images.paths)
+        if problem:
+            raise OutputError("shard %d of %s was not committed: %s" % (index, self.output, problem))
+        failed = len(error_paths(errors)) if errors.exists() else 0
         ready = attempt / "commit"
         ready.mkdir()
         os.rename(attempt / SHARD_FEATURES, ready / SHARD_FEATURES)
@@ -198,16 +264,19 @@ class ShardedJob:
             os.rename(errors, ready / SHARD_ERRORS)
         else:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
-        fsync(ready / SHARD_ERRORS)
+        write_record(ready, self.identity, index, self.shard_digest(index), len(images) - failed, failed)
+        for name in (SHARD_ERRORS, SHARD_RECORD):
+            fsync(ready / name)
         fsync(ready)
         self.shards.mkdir(exist_ok=True)
         try:
             os.rename(ready, self.shard_folder(index))
         except OSError:  # ENOTEMPTY/EEXIST: another attempt was committed first; it is as good
-            if not self.is_committed(index):
-                raise
-            shutil.rmtree(attempt, ignore_errors=True)
-            return False
+            if not self.is_committed(index):  # it was not, and is set aside now: this one takes its place
+                os.rename(ready, self.shard_folder(index))
+            else:
+                shutil.rmtree(attempt, ignore_errors=True)
+                return False
         fsync(self.shards)
         shutil.rmtree(attempt, ignore_errors=True)
         return True
@@ -240,6 +309,7 @@ class ShardedJob:
                     return True
                 if self.missing():
                     return False  # checked under the lock: a process that finished first did the rest
+                self._check_shards()
                 self._assemble(output_format, column_prefix, settings)
                 if not keep_shards and self.shards.exists():
                     shutil.rmtree(self.shards)
@@ -248,6 +318,34 @@ class ShardedJob:
             log.info("another process is writing %s from the shards", self.output)
             return False
         return True
+
+    def _check_shards(self):
+        """Sets aside every shard whose rows and errors are not exactly its images in the manifest.
+
+        Raises:
+          RunError: a shard was set aside (named, with what was wrong), or the manifest is
+            damaged; nothing is written.
+        """
+        from parallel.engine import RunError  # the engine imports this module
+        rejected = []
+        for index in range(self.shard_count):
+            folder = self.shard_folder(index)
+            try:
+                images = self.shard_images(index)
+            except DamagedManifest as error:  # after this process wrote its shards: not a usage error
+                raise RunError(str(error)) from None
+            problem = (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
+                       or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS, images.paths))
+            if problem:
+                target = self.set_aside(index, problem)
+                rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))
+        if rejected:
+            one = len(rejected) == 1
+            raise RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
+                           "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
+                           "--world-size 1); the output is then written"
+                           % (self.output, len(rejected), "" if one else "s", "was" if one else "were",
+                              "; ".join(rejected), "it" if one else "them"))
 
     def _assemble(self, output_format, column_prefix, settings):
         import pyarrow.parquet as pq

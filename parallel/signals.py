@@ -6,6 +6,12 @@
                                    in flight to keep; a merge left half-done is redone by a rerun)
     second signal (the CLI only)   the process exits with status 130 within moments, even while
                                    the main thread is inside a device step (exit_on_second_signal)
+    around the run (the CLI only)  status 130 too, before the run's own handling and after it until
+                                   the process has exited, e.g. just after the summary (exit_on_signal)
+
+One policy for the whole run (`handled`): SIGTERM always stops as above; SIGINT does too, unless
+the process was started with SIGINT ignored (`nohup cmd &`, a shell's background job, some CI
+runners), in which case it stays ignored from start-up to exit, as those callers expect.
 
 Why a watchdog thread: Python runs signal handlers in the main thread between bytecodes, and
 the main thread can spend seconds inside `Session.run`, which does not return to Python. The
@@ -27,6 +33,15 @@ EXIT_INTERRUPTED = 130
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def handled(signum):
+    """Whether the run takes `signum` (SIGINT or SIGTERM) over: SIGTERM always; SIGINT unless ignored.
+
+    An ignored SIGINT is one the process inherited (`nohup cmd &`, a background job) or that its
+    embedding program chose; either way the run leaves it ignored, in every stage.
+    """
+    return signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -35,7 +50,8 @@ class StopRequest:
     """Within `with StopRequest() as stop:`, SIGINT/SIGTERM set `stop.signal_name` instead of raising.
 
     The loop checks `signal_name` between batches. Outside the block (and in a thread other
-    than the main one, where handlers cannot be set) signals keep their usual effect.
+    than the main one, where handlers cannot be set) signals keep their usual effect, and an
+    ignored SIGINT stays ignored inside it too (see `handled`).
     """
 
     def __init__(self):
@@ -44,7 +60,7 @@ class StopRequest:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
+            for signum in filter(handled, STOP_SIGNALS):
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -79,8 +95,9 @@ def exit_on_second_signal(message):
 
     Inside the block, SIGTERM raises KeyboardInterrupt as SIGINT does (instead of killing the
     process with status 143), and the second SIGINT/SIGTERM writes `message` to stderr and
-    exits with status 130 at once, wherever the main thread is. On leaving the block the
-    previous handlers come back. From the main thread only.
+    exits with status 130 at once, wherever the main thread is. An ignored SIGINT stays
+    ignored (see `handled`). On leaving the block the previous handlers come back. From the
+    main thread only.
 
     Args:
       message: one line, e.g. "stopped at once; rerun the same command to resume".
@@ -89,9 +106,8 @@ def exit_on_second_signal(message):
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     previous_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    for signum in STOP_SIGNALS:
-        if previous[signum] is not signal.SIG_IGN:  # e.g. SIGINT ignored by `nohup ... &`
-            signal.signal(signum, _interrupt)
+    for signum in filter(handled, STOP_SIGNALS):
+        signal.signal(signum, _interrupt)
     watcher = threading.Thread(target=_watch, args=(read_end, message), name="second-signal", daemon=True)
     watcher.start()
     try:
@@ -120,3 +136,38 @@ def _watch(read_end, message):
                 sys.stderr.flush()
             finally:
                 os._exit(EXIT_INTERRUPTED)
+
+
+def exit_on_signal():
+    """For a program's entry, first thing: until the process has exited, SIGINT/SIGTERM exit with 130.
+
+        def console():
+            exit_on_signal()
+            exit_now(main())   # main() may use exit_on_second_signal: it hands these back
+
+    Without it, the default handlers are back once the program's own handling ends, and a
+    SIGTERM during the interpreter's teardown (TensorFlow's takes about a second) kills the
+    process with status 143. An ignored SIGINT stays ignored (see `handled`). From the main
+    thread only.
+    """
+    for signum in filter(handled, STOP_SIGNALS):
+        signal.signal(signum, _exit_interrupted)
+
+
+def _exit_interrupted(signum, frame):
+    exit_now(EXIT_INTERRUPTED)
+
+
+def exit_now(status):
+    """Flushes stdout and stderr and ends the process with `status`, skipping the interpreter's teardown.
+
+    For a program whose work is durable when it returns (every commit is fsync'ed before it
+    counts): what is left is freeing memory and TensorFlow's shutdown, seconds that only delay
+    the exit status.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, RuntimeError, ValueError):  # closed, or a write it interrupted
+            pass
+    os._exit(status)

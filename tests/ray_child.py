@@ -187,6 +187,8 @@ def main():
     parser.add_argument("folder", type=Path)
     parser.add_argument("jobs", nargs="+", metavar="FORMAT:GPUS[:FAULT]")
     args = parser.parse_args()
+    # The interrupt fault sends SIGINT: as from a terminal, even when the suite was started with it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
     import ray.cluster_utils
     os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)  # set by job_child: the nodes' workers would inherit it

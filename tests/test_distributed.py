@@ -289,4 +289,114 @@ def test_a_sigtermed_rank_counts_only_the_rows_it_committed(job_images, single_o
     assert "24 images: %d written, 0 failed, 0 already done, %d skipped" % (written, 24 - written) in log, log
     rerun = run_rank(job_images, output, "csv", 0, 1)
     assert (rerun.already_done, rerun.written + rerun.failed) == (written, 24 - written)
+
+
+# --- a changing folder and damaged files: the job always finishes, and never with an image lost ---------------
+
+
+def copy_images(job_images, tmp_path):
+    root = tmp_path / "images"
+    shutil.copytree(job_images, root)
+    return root
+
+
+def single_run(root, tmp_path, output_format="csv"):
+    """outputs() of a single process's run over `root` as it is now."""
+    output = tmp_path / "single" / ("out." + output_format)
+    engine.run(job_child.config(root, output, output_format))
+    return outputs(output)
+
+
+def test_an_image_removed_before_its_shard_runs_never_blocks_the_job(job_images, tmp_path, caplog):
+    """Rank 1 finds a/12.png (shard 1) gone: it fails as missing, and every later run finishes the job."""
+    root = copy_images(job_images, tmp_path)
+    output = tmp_path / "out.csv"
+    run_rank(root, output, "csv", 2, 3)  # freezes the manifest
+    (root / "a" / "12.png").unlink()
+    assert run_rank(root, output, "csv", 1, 3).failed == 1  # shard 1: a/12.png missing; shard 4
+    with caplog.at_level("WARNING", logger="parallel"):
+        last = run_rank(root, output, "csv", 0, 3)  # rank 0 checks the folder: a/12.png has no row
+    assert "1 images changed or were removed since the job started; none has a row yet" in caplog.text
+    assert last.pending_shards == () and output.exists()
+    errors = outputs(output)[".errors.csv"].decode()
+    assert "a/12.png,missing," in errors and "a/bad.png," in errors
+    assert outputs(output)[""] == single_run(root, tmp_path)[""]
+    for world_size in (3, 1):  # and every rerun, on any number of processes
+        assert run_rank(root, output, "csv", 0, world_size).pending_shards == ()
+
+
+def test_an_image_changed_after_its_row_was_written_names_the_shard_to_recompute(job_images, tmp_path):
+    root = copy_images(job_images, tmp_path)
+    output = tmp_path / "out.csv"
+    run_rank(root, output, "csv", 1, 3)  # shards 1 and 4
+    Image.new("RGB", (12, 10), (1, 2, 3)).save(root / "a" / "12.png")  # shard 1, which has its row
+    job = ShardedJob(output)
+    with pytest.raises(ValueError, match="1 image changed after its row was written \\(a/12.png\\). Remove "
+                                         "%s and rerun to recompute it; or choose another --output$"
+                                         % job.shard_folder(1)) as refusal:
+        run_rank(root, output, "csv", 0, 3)
+    assert "--overwrite" not in str(refusal.value)
+    shutil.rmtree(job.shard_folder(1))
+    for rank in range(3):
+        run_rank(root, output, "csv", rank, 3)
+    assert outputs(output) == single_run(root, tmp_path)
+
+
+def test_a_manifest_made_anew_over_the_shards_of_the_old_one_loses_no_image(job_images, tmp_path):
+    """The manifest deleted, an image added, the same command rerun: the shards whose images moved are redone."""
+    root = copy_images(job_images, tmp_path)
+    output = tmp_path / "out.csv"
+    for rank in (0, 1):
+        run_rank(root, output, "csv", rank, 3)  # shards 0, 3 and 1, 4
+    ShardedJob(output).manifest.unlink()
+    Image.new("RGB", (12, 10), (9, 8, 7)).save(root / "b" / "00.png")  # shard 2 onwards move by one image
+    for rank in (2, 0, 1):
+        run_rank(root, output, "csv", rank, 3)
+    summary = run_rank(root, output, "csv", 0, 1)
+    assert summary.pending_shards == () and (summary.already_done, summary.failed) == (24, 1)
+    assert outputs(output) == single_run(root, tmp_path)
+
+
+def test_a_shard_whose_features_were_replaced_by_another_s_is_recomputed(job_images, single_outputs, tmp_path):
+    output = tmp_path / "out.parquet"
+    for rank in (0, 1):
+        run_rank(job_images, output, "parquet", rank, 3)
+    job = ShardedJob(output)
+    shutil.copy(job.shard_folder(3) / "features.parquet", job.shard_folder(1) / "features.parquet")  # 5 rows each
+    with pytest.raises(engine.RunError, match="nothing was written to .*out.parquet: 1 shard did not match the "
+                                              "manifest and was set aside: shard 1 \\(features.parquet holds b/05.png"):
+        run_rank(job_images, output, "parquet", 2, 3)
+    assert not output.exists()
+    assert run_rank(job_images, output, "parquet", 1, 3).pending_shards == ()  # shard 1 recomputed
+    assert outputs(output) == single_outputs["parquet"]
+
+
+def test_one_flipped_byte_in_the_manifest_is_refused_with_the_way_out(job_images, single_outputs, tmp_path):
+    from test_manifest import flip_a_byte, rewrite
+    output = tmp_path / "out.npy"
+    for rank in (0, 1):
+        run_rank(job_images, output, "npy", rank, 3)
+    job = ShardedJob(output)
+    rewrite(job.manifest, change_paths=flip_a_byte)  # a/08.png becomes a`08.png
+    damaged = "manifest.parquet is damaged \\(checksum\\): remove it and rerun: it is made anew from the images"
+    with pytest.raises(ValueError, match=damaged):  # rank 0 checks the whole list before it starts
+        run_rank(job_images, output, "npy", 0, 3)
+    with pytest.raises(engine.RunError, match=damaged + ", and the committed shards whose images did not change are "
+                                                        "kept$"):  # rank 2 computes its own shard, checked alone
+        run_rank(job_images, output, "npy", 2, 3)
+    assert not output.exists()
+    job.manifest.unlink()
+    assert run_rank(job_images, output, "npy", 2, 3).pending_shards == ()  # every shard still matches
+    assert outputs(output) == single_outputs["npy"]
+
+
+def test_an_emptied_errors_file_of_a_shard_loses_no_failed_image(job_images, single_outputs, tmp_path):
+    output = tmp_path / "out.csv"
+    for rank in (1, 2):
+        run_rank(job_images, output, "csv", rank, 3)  # shard 2 holds a/bad.png
+    job = ShardedJob(output)
+    (job.shard_folder(2) / "_errors.csv").write_bytes(b"")
+    assert run_rank(job_images, output, "csv", 0, 3).pending_shards == (2,)  # set aside, not assembled
+    assert (job.shards / "_rejected-shard-000002.1").is_dir() and not output.exists()
+    assert run_rank(job_images, output, "csv", 2, 3).pending_shards == ()
     assert outputs(output) == single_outputs["csv"]

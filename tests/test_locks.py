@@ -1,12 +1,23 @@
-"""Locks between processes: exclusive, released when the holder dies, waited for with a time limit."""
+"""Locks between processes: exclusive, released when the holder dies, waited for with a time limit, and
+no lock file left behind by a run that let go."""
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from parallel import locks
+import job_child
+from parallel import engine, locks
+from parallel.output import OutputError
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def lock_files(folder):
+    return sorted(path.relative_to(folder).as_posix() for path in Path(folder).rglob("*.lock"))
 
 
 def test_a_second_holder_is_refused_or_waits_for_the_first(tmp_path):
@@ -21,6 +32,26 @@ def test_a_second_holder_is_refused_or_waits_for_the_first(tmp_path):
         pass
 
 
+def test_the_lock_file_exists_while_held_and_a_refused_holder_leaves_none(tmp_path):
+    path = tmp_path / "out.lock"
+    with locks.exclusive(path):
+        assert os.listdir(tmp_path) == ["out.lock"]
+        with pytest.raises(locks.Busy):
+            with locks.exclusive(path):
+                pass
+        assert os.listdir(tmp_path) == ["out.lock"]  # the holder's, still held
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_block_that_removes_the_lock_s_folder_is_fine(tmp_path):
+    folder = tmp_path / "attempt"
+    folder.mkdir()
+    with locks.exclusive(folder / ".lock"):
+        (folder / ".lock").unlink()
+        folder.rmdir()
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
     path = tmp_path / "out.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; "
@@ -33,5 +64,54 @@ def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
             pass
     holder.kill()
     holder.wait()
+    assert path.exists()  # a killed holder cannot remove its file ...
     with locks.exclusive(path, wait_seconds=2):
         pass
+    assert not path.exists()  # ... the next holder does
+
+
+# Each process takes the lock again and again; inside, it creates a file that must not exist (another
+# holder inside at the same time would have created it). The holders remove the lock file as they let
+# go, while the others are waiting on it, opening it, or creating a new one.
+CONTENDER = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from parallel import locks
+path, inside, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4])
+for _ in range(rounds):
+    with locks.exclusive(path, wait_seconds=60, poll_seconds=0.0002):
+        try:
+            os.close(os.open(inside, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            sys.exit("two holders at once")
+        time.sleep(0.0002)
+        os.unlink(inside)
+"""
+
+
+def test_processes_contending_while_the_holder_removes_the_file_never_hold_it_together(tmp_path):
+    path, inside = tmp_path / "out.lock", tmp_path / "inside"
+    contenders = [subprocess.Popen([sys.executable, "-c", CONTENDER, str(REPOSITORY), str(path), str(inside), "400"],
+                                   stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for contender in contenders:
+        _, errors = contender.communicate(timeout=120)
+        assert contender.returncode == 0, errors
+    assert os.listdir(tmp_path) == []
+
+
+def test_no_lock_file_is_left_by_a_run_a_sharded_job_or_a_refused_run(job_images, tmp_path):
+    single = tmp_path / "single" / "out.csv"
+    engine.run(job_child.config(job_images, single, "csv"))
+    assert lock_files(single.parent) == []
+    sharded = tmp_path / "sharded" / "out.parquet"
+    for rank in range(2):
+        engine.run(job_child.config(job_images, sharded, "parquet", engine.Distribution(
+            kind="static", rank=rank, world_size=2, shard_size=5, wait_seconds=5)))
+    assert sharded.exists() and lock_files(sharded.parent) == []
+    refused = tmp_path / "refused" / "out.csv"
+    refused.parent.mkdir()
+    with locks.exclusive(Path(str(refused) + ".lock")):  # another run is writing it
+        with pytest.raises(OutputError, match="another run is writing"):
+            engine.run(job_child.config(job_images, refused, "csv"))
+        assert lock_files(refused.parent) == ["out.csv.lock"]  # the other run's
+    assert lock_files(refused.parent) == [] and lock_files(job_images) == []

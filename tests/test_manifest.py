@@ -7,8 +7,8 @@ import pytest
 from long_paths import make_deep_folder, write_relative
 from PIL import Image
 
-from parallel.manifest import (IMAGE_EXTENSIONS, Changes, Manifest, describe_changes, discover_images, manifest_path,
-                               scan_images)
+from parallel.manifest import (IMAGE_EXTENSIONS, Changes, DamagedManifest, Manifest, describe_changes, discover_images,
+                               manifest_path, read_job, scan_images)
 
 RED, GREEN = (255, 0, 0), (0, 255, 0)
 
@@ -161,3 +161,79 @@ def test_only_added_images_and_stale_rows_are_refused():
     assert "--overwrite" in message and "--output" in message and "\n" not in message
     # An image without a row that was repaired or removed is simply processed.
     assert describe_changes(Changes([], ["never_done"], ["fixed"]), "photos", "out.csv", committed={"a"}) is None
+
+
+# --- checksums: a damaged manifest is refused, never read as another list of images --------------------------
+
+
+def rewrite(path, change_paths=None, change_record=None):
+    """The manifest at `path` written again with its rows or its record changed, as damage would leave it."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    table = pq.read_table(path)
+    record = json.loads(table.schema.metadata[b"parallel.job"])
+    if change_paths:
+        raws = change_paths(table.column("path_bytes").to_pylist())
+        table = table.set_column(1, "path_bytes", pa.array(raws, pa.binary()))
+    if change_record:
+        change_record(record)
+    table = table.replace_schema_metadata({b"parallel.job": json.dumps(record, sort_keys=True).encode()})
+    pq.write_table(table, path, row_group_size=record["shard_size"])
+
+
+def flip_a_byte(raws, row=4):
+    raws[row] = raws[row][:1] + bytes([raws[row][1] ^ 1]) + raws[row][2:]
+    return raws
+
+
+def test_one_flipped_byte_of_a_path_is_a_damaged_manifest(tmp_path):
+    path = manifest_path(tmp_path / "out.csv")
+    Manifest(["a%d.png" % index for index in range(7)], list(range(7)), list(range(7))).save(path, shard_size=3)
+    assert Manifest.load_shard(path, 1).paths == ["a3.png", "a4.png", "a5.png"]
+    rewrite(path, change_paths=flip_a_byte)
+    with pytest.raises(DamagedManifest, match="out.csv.manifest.parquet is damaged \\(checksum\\): pass --overwrite"):
+        Manifest.load(path)
+    with pytest.raises(DamagedManifest, match="damaged \\(checksum\\)"):
+        Manifest.load_shard(path, 1)
+    assert Manifest.load_shard(path, 2).paths == ["a6.png"]  # each shard is checked alone
+    assert read_job(path)["images"] == 7
+
+
+@pytest.mark.parametrize("change", [lambda record: record.update(images=6), lambda record: record["job"].update(x="y"),
+                                    lambda record: record["shards"].reverse()])
+def test_a_changed_record_is_a_damaged_manifest(tmp_path, change):
+    path = manifest_path(tmp_path / "out.csv")
+    Manifest(["a%d.png" % index for index in range(7)], list(range(7)), list(range(7))).save(path, 3, job={"x": "z"})
+    rewrite(path, change_record=change)
+    with pytest.raises(DamagedManifest, match="damaged \\(checksum\\)"):
+        read_job(path)
+    error = pytest.raises(DamagedManifest, Manifest.load, path).value
+    assert str(error.with_way_out("remove it")).endswith("is damaged (checksum): remove it")
+
+
+def test_a_manifest_of_an_earlier_version_without_checksums_is_read(tmp_path):
+    path = manifest_path(tmp_path / "out.csv")
+    manifest = Manifest(["a.png", "b.png"], [1, 2], [3, 4])
+    manifest.save(path, shard_size=1)
+    rewrite(path, change_record=lambda record: [record.pop(key) for key in ("shards", "checksum")])
+    assert Manifest.load(path) == manifest and Manifest.load_shard(path, 1).paths == ["b.png"]
+    assert set(read_job(path)) == {"shard_size", "images", "job"}
+
+
+def test_the_digest_covers_each_row_s_name_size_and_time_in_order():
+    manifest = Manifest(["a.png", "b\udce9.png"], [1, 2], [3, 4])
+    assert manifest.digest() == Manifest(["a.png", "b\udce9.png"], [1, 2], [3, 4]).digest()
+    assert len(manifest.digest()) == 32 and manifest.digest(0, 1) == Manifest(["a.png"], [1], [3]).digest()
+    names = ["a.png", "b\udce9.png"]
+    for other in (Manifest(["a.png", "b\udce8.png"], [1, 2], [3, 4]), Manifest(names, [1, 3], [3, 4]),
+                  Manifest(names, [1, 2], [3, 5]), Manifest(["a.pn", "gb\udce9.png"], [1, 2], [3, 4])):
+        assert other.digest() != manifest.digest()
+
+
+def test_a_refusal_says_the_way_out_it_is_given():
+    message = describe_changes(Changes([], ["gone"], []), "photos", "out.csv", committed={"gone": 3},
+                               way_out="remove out.csv.shards/shard-000003 and rerun to recompute it")
+    assert message.endswith("1 image removed after its row was written (gone). Remove out.csv.shards/shard-000003 "
+                            "and rerun to recompute it")

@@ -124,16 +124,17 @@ def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exa
 
 def test_each_worker_builds_its_graph_once_on_gpus_of_its_own(ray_runs):
     for fault in ("kill", "interrupt", "badweights"):
-        builds = ray_runs[fault]["builds"]
-        assert builds and set(builds.values()) == {1}, builds  # one device each
+        builds, gpus = ray_runs[fault]["builds"], int(ray_runs[fault]["job"].split(":")[1])
+        assert builds and set(builds.values()) == {gpus}, builds  # once, a replica per device
     killed, interrupted = ray_runs["kill"], ray_runs["interrupt"]
     # The workers of one run of the driver, less the one killed (its replacement may get its GPU).
     for workers, gpus in ((killed["workers"], 1), (interrupted["first_workers"], 2), (interrupted["workers"], 2)):
         alive = [worker for worker in workers if worker["pid"] not in killed["killed"]]
         slots = [(worker["node"], tuple(worker["gpu_ids"])) for worker in alive]
         assert len(slots) == len(set(slots)) and {len(gpu_ids) for _, gpu_ids in slots} == {gpus}, slots
-        assert all(worker["devices"] == "CPU:0" and "TensorFlow sees no GPU there" in worker["note"]
-                   for worker in alive)
+        # Logical Ray GPUs: as many logical CPU devices, the job's step geometry.
+        assert all(worker["devices"] == ", ".join("CPU:%d" % index for index in range(gpus))
+                   and "TensorFlow sees no GPU there" in worker["note"] for worker in alive), alive
     assert len([worker for worker in killed["workers"] if worker["pid"] not in killed["killed"]]) >= 2
 
 
@@ -144,6 +145,8 @@ def test_an_actor_s_devices_are_its_ray_gpus_as_tensorflow_numbers_them():
     assert (devices.names, devices.physical_gpus) == (("/device:GPU:0", "/device:GPU:1"), (5, 6))
     devices, note = ray_job.actor_devices(1, [0], visible_gpus=0)  # a logical GPU: the CPU, and the log says so
     assert devices.names == ("/device:CPU:0",) and "computing on cpu:0" in note
+    devices, note = ray_job.actor_devices(2, [0, 1], visible_gpus=0)  # as many CPU devices: the job's geometry
+    assert devices.names == ("/device:CPU:0", "/device:CPU:1") and "computing on cpu:0,cpu:1" in note
     devices, note = ray_job.actor_devices(0, [], visible_gpus=2)  # a CPU worker leaves the node's GPUs alone
     assert (devices.names, devices.physical_gpus, note) == (("/device:CPU:0",), (), "")
 

@@ -389,10 +389,16 @@ def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_ou
 
 def start(images, output, weights_file, *flags):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(images), "--output", str(output),
-         "--weights", str(weights_file), "--devices", "cpu:0", "--batch-size", "1", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPOSITORY)
+    # The child starts with SIGINT at its default, as from a terminal, even when the suite was started with it
+    # ignored (a background job): handled here, it is reset to the default by exec; ignored, it would stay so.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(images), "--output", str(output),
+             "--weights", str(weights_file), "--devices", "cpu:0", "--batch-size", "1", *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPOSITORY)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def rows_in(output):

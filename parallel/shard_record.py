@@ -1,0 +1,173 @@
+"""What a committed shard says about itself, and the checks that it is the manifest's shard.
+
+    O.shards/shard-000007/_shard.json   {"job": the job's identity, "shard": 7, "images": the
+                                         manifest's digest of shard 7, "rows": 9996, "failed": 4}
+
+The record is written in the attempt, before the commit rename, so a committed shard always has
+one. Two checks read it:
+
+- `quick_problem` (each time a shard is counted as committed): the record is there, of this
+  job and this shard, and its counts are the files' (rows from features.parquet's footer,
+  failed from _errors.csv);
+- `content_problem` (before a shard is committed, and before the output is written from it):
+  the rows' paths and the errors' paths are exactly the manifest's images of the shard, the
+  rows in their order.
+
+A shard that fails either is set aside (`set_aside`: renamed to _rejected-shard-000007.<n>, which
+readers of the Parquet folder skip) and computed again: the output is never written from a shard
+that is not, image for image, the manifest's.
+"""
+
+import csv
+import errno
+import hashlib
+import itertools
+import json
+import os
+
+from parallel.messages import first_line
+
+SHARD_FEATURES = "features.parquet"
+SHARD_ERRORS = "_errors.csv"  # "_": readers of the Parquet folder skip it
+SHARD_RECORD = "_shard.json"
+REJECTED_PREFIX = "_rejected-"  # "_": readers of the Parquet folder skip it
+
+
+def job_identity(recorded):
+    """The identity of a job whose shards are interchangeable: 32 hex digits.
+
+    Args:
+      recorded: what the manifest records (`parallel.manifest.read_job`): its job and shard
+        size make the identity; its images do not, so that a manifest made anew keeps the
+        shards whose images did not change.
+    """
+    content = json.dumps({"job": recorded["job"], "shard_size": recorded["shard_size"]}, sort_keys=True)
+    return hashlib.sha256(content.encode()).hexdigest()[:32]
+
+
+def write_record(folder, identity, index, images_digest, rows, failed):
+    """Writes `folder`/_shard.json (the caller makes it durable with the folder)."""
+    record = {"job": identity, "shard": index, "images": images_digest, "rows": rows, "failed": failed}
+    (folder / SHARD_RECORD).write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def quick_problem(folder, identity, index, images_digest):
+    """What is wrong with the committed shard in `folder`, from its record and counts; None if nothing.
+
+    Args:
+      folder: Path of the shard.
+      identity: the job's `job_identity`.
+      index: the shard's index.
+      images_digest: the manifest's digest of the shard's images (`Manifest.digest`).
+
+    Returns:
+      str, one clause for a message ("its _shard.json is missing"), or None.
+    """
+    try:
+        record = json.loads((folder / SHARD_RECORD).read_text(encoding="utf-8"))
+        expected = (record["job"], record["shard"], record["images"], int(record["rows"]), int(record["failed"]))
+    except FileNotFoundError:
+        return "it has no %s (written by an earlier version, or damaged)" % SHARD_RECORD
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return "its %s cannot be read (%s)" % (SHARD_RECORD, type(error).__name__)
+    job, shard, images, rows, failed = expected
+    if job != identity:
+        return "it was computed for another job (another setting or shard size)"
+    if shard != index:
+        return "its %s says shard %r" % (SHARD_RECORD, shard)
+    if images != images_digest:
+        return "its images are not the manifest's (the manifest was made anew since)"
+    try:
+        counted = count_rows(folder / SHARD_FEATURES)
+        errors = error_paths(folder / SHARD_ERRORS)
+    except (OSError, ValueError, KeyError) as error:
+        return "it cannot be read (%s)" % (first_line(error) or type(error).__name__)
+    if counted != rows:
+        return "%s holds %d rows, not the %d committed" % (SHARD_FEATURES, counted, rows)
+    if len(errors) != failed:
+        return "%s lists %d failed images, not the %d committed" % (SHARD_ERRORS, len(errors), failed)
+    return None
+
+
+def content_problem(features, errors, paths):
+    """What differs between a shard's files and its images in the manifest; None if nothing.
+
+    Args:
+      features: Path of its features.parquet (rows: path_bytes, in order).
+      errors: Path of its errors file (absent: no image failed).
+      paths: list of str, the shard's images in the manifest, in order.
+
+    Returns:
+      str, one clause for a message, or None when rows + errors are exactly `paths`, the rows
+      in the manifest's order.
+    """
+    try:
+        rows = row_paths(features)
+        failed = error_paths(errors) if errors.exists() else []
+    except (OSError, ValueError, KeyError) as error:
+        return "it cannot be read (%s)" % (first_line(error) or type(error).__name__)
+    failed_set, row_set, images = set(failed), set(rows), set(paths)
+    if len(failed_set) != len(failed):
+        return "%s lists an image twice" % SHARD_ERRORS
+    if len(row_set) != len(rows):
+        return "%s holds a row twice" % SHARD_FEATURES
+    for listed, name in ((failed_set, SHARD_ERRORS), (row_set, SHARD_FEATURES)):
+        strangers = listed - images
+        if strangers:
+            return "%s holds %s, not an image of this shard" % (name, min(strangers))
+    both = row_set & failed_set
+    if both:
+        return "%s is both a row and a failure" % min(both)
+    lost = [path for path in paths if path not in row_set and path not in failed_set]
+    if lost:
+        return "%d of its images are in neither %s nor %s (%s first)" % (len(lost), SHARD_FEATURES, SHARD_ERRORS,
+                                                                         lost[0])
+    for position, (row, wanted) in enumerate(zip(rows, (path for path in paths if path in row_set))):
+        if row != wanted:
+            return "row %d of %s is %s, not %s: not in the manifest's order" % (position, SHARD_FEATURES, row, wanted)
+    return None
+
+
+def count_rows(features):
+    """Rows of a Parquet file, from its footer."""
+    import pyarrow.parquet as pq
+    with pq.ParquetFile(features) as file:
+        return file.metadata.num_rows
+
+
+def row_paths(features):
+    """The paths of a shard's rows, in order (from path_bytes: the exact names)."""
+    import pyarrow.parquet as pq
+    column = pq.read_table(features, columns=["path_bytes"]).column("path_bytes")
+    return [raw.decode("utf-8", "surrogateescape") for raw in column.to_pylist()]
+
+
+def error_paths(errors):
+    """The paths an errors file lists, in its order (an empty file lists none)."""
+    with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
+        return [row["path"] for row in csv.DictReader(file)]
+
+
+def set_aside(folder):
+    """Renames a committed shard's `folder` to _rejected-<its name>.<n> beside it, so it is computed again.
+
+    Args:
+      folder: Path of the shard (O.shards/shard-000007).
+
+    Returns:
+      Path it was renamed to, or None when it was gone already (another process set it aside,
+      or the output was written and the shards removed).
+    """
+    for number in itertools.count(1):
+        target = folder.with_name("%s%s.%d" % (REJECTED_PREFIX, folder.name, number))
+        if os.path.lexists(target):
+            continue
+        try:
+            os.rename(folder, target)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):  # another process took that name first
+                continue
+            raise
+        return target
