@@ -32,6 +32,20 @@ def run_rank(job_images, output, output_format, rank, world_size, **options):
     return engine.run(job_child.config(job_images, output, output_format, static(rank, world_size, **options)))
 
 
+def slow_rank(job_images, output, output_format, rank, world_size, steps):
+    """A rank in a process of its own (shards of 5, steps of 0.5 s), once it has begun its `steps`-th step."""
+    marker = Path(str(output) + ".steps")
+    marker.write_text("")
+    child = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), output_format, "--distributed",
+                              "static", "--rank", str(rank), "--world-size", str(world_size), "--shard-size", "5",
+                              "--step-seconds", "0.5", "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while marker.read_text().count("step") < steps:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    return child
+
+
 @pytest.mark.parametrize("output_format", FORMATS)
 def test_ranks_one_after_another_give_the_single_host_output(job_images, single_outputs, tmp_path, output_format):
     output = tmp_path / ("out." + output_format)
@@ -95,15 +109,8 @@ def test_three_processes_at_once_with_slurm_variables(job_images, single_outputs
 
 
 def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(job_images, single_outputs, tmp_path):
-    output, marker = tmp_path / "out.parquet", tmp_path / "steps"
-    marker.write_text("")
-    slow = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "parquet", "--distributed", "static",
-                             "--rank", "1", "--world-size", "2", "--shard-size", "5", "--step-seconds", "0.5",
-                             "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while marker.read_text().count("step") < 4:  # shard 1 committed, shard 3 under way
-        assert slow.poll() is None and time.monotonic() < deadline, slow.communicate()
-        time.sleep(0.05)
+    output = tmp_path / "out.parquet"
+    slow = slow_rank(job_images, output, "parquet", 1, 2, steps=4)  # shard 1 committed, shard 3 under way
     slow.send_signal(signal.SIGKILL)
     slow.wait()
     job = ShardedJob(output)
@@ -271,15 +278,8 @@ def test_an_output_the_job_could_never_write_is_refused_before_anything_is_writt
 
 def test_a_sigtermed_rank_counts_only_the_rows_it_committed(job_images, single_outputs, tmp_path):
     """The shard under way when SIGTERM comes is discarded: its rows are not "written", its images are skipped."""
-    output, marker = tmp_path / "out.csv", tmp_path / "steps"
-    marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
-                              "--rank", "0", "--world-size", "1", "--shard-size", "5", "--step-seconds", "0.5",
-                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while marker.read_text().count("step") < 4:  # shard 0 (3 steps) committed, shard 1 under way
-        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-        time.sleep(0.05)
+    output = tmp_path / "out.csv"
+    child = slow_rank(job_images, output, "csv", 0, 1, steps=4)  # shard 0 (3 steps) committed, shard 1 under way
     child.send_signal(signal.SIGTERM)
     log = child.communicate(timeout=60)[1]
     job = ShardedJob(output)
