@@ -383,14 +383,14 @@ def test_extract_refuses_bad_arguments_naming_them(tmp_path, kwargs, message):
         engine.extract(**arguments)
 
 
-def test_the_readme_python_example_runs(tmp_path, monkeypatch, seeded_files):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    example = readme.split("## From Python")[1].split("```python\n")[1].split("```")[0]
+def test_the_python_api_page_example_runs(tmp_path, monkeypatch, seeded_files):
+    page = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text()
+    example = page.split("# Python API")[1].split("```python\n")[1].split("```")[0]
     monkeypatch.chdir(tmp_path)
     make_images(tmp_path / "photos", 3)
     os.symlink(seeded_files["npy"], tmp_path / "vgg16.npy")
     namespace = {}
-    exec(compile(example, "README.md", "exec"), namespace)
+    exec(compile(example, "docs/python-api.md", "exec"), namespace)
     assert namespace["features"].shape == (3, 4096) and len(namespace["paths"]) == 3
     assert namespace["summary"].written == 3
     frame = __import__("pandas").read_parquet(tmp_path / "results" / "photos.parquet")

@@ -1,4 +1,4 @@
-"""The README's Layout section names every module of parallel/ and models/, and only those."""
+"""docs/layout.md names every module of parallel/ and models/, and only those."""
 
 import re
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_readme_layout_agrees_with_the_tree():
-    readme = (ROOT / "README.md").read_text()
-    layout = readme.split("## Layout")[1].split("```")[1]
+def test_the_layout_page_agrees_with_the_tree():
+    page = (ROOT / "docs" / "layout.md").read_text()
+    layout = page.split("# Layout")[1].split("```")[1]
     listed, folder = set(), None
     for line in layout.splitlines():
         match = re.match(r"( *)(\S+)", line)
@@ -25,5 +25,5 @@ def test_the_readme_layout_agrees_with_the_tree():
     actual = {str(path.relative_to(ROOT)) for package in ("parallel", "models")
               for path in (ROOT / package).rglob("*.py") if path.name != "__init__.py" or package == "parallel"}
     actual.discard("parallel/output/__init__.py")
-    assert listed == actual, ("in the README only: %s; in the tree only: %s"
+    assert listed == actual, ("in docs/layout.md only: %s; in the tree only: %s"
                               % (sorted(listed - actual), sorted(actual - listed)))
