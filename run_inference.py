@@ -49,7 +49,7 @@ examples:
   %(prog)s --images photos/ --output feats.npy --weights vgg16.npy
                                               npy output, weights from a file (offline)
   srun %(prog)s --images photos/ --distributed static --output /shared/feats.parquet
-                                              one rank per Slurm task (see the README, "Many hosts")
+                                              one rank per Slurm task (see docs/many-hosts.md)
 
 exit status:
   0    every image was written (or already had been, by an earlier run)
@@ -147,7 +147,7 @@ def parse_args(argv=None):
                         help="stop at the first image that cannot be read (default: list it in "
                              "<output>.errors.csv and go on)")
     jobs = parser.add_argument_group(
-        "one job over many processes or hosts (see the README, 'Many hosts')",
+        "one job over many processes or hosts (see docs/many-hosts.md)",
         "The images are frozen in a manifest and cut into shards; each process computes shards and commits each "
         "as a part; whichever commits the last one writes --output, byte for byte what one process writes.")
     jobs.add_argument("--distributed", choices=("static", "ray"),

@@ -34,7 +34,7 @@ from parallel.signals import EXIT_INTERRUPTED
 
 log = logging.getLogger("parallel")
 
-# Exit statuses, documented in the README ("Failure behaviour").
+# Exit statuses, documented in docs/failure-behaviour.md ("Exit status").
 EXIT_OK = 0
 EXIT_FAILED = 1          # the run could not complete
 EXIT_USAGE = 2           # bad flags or inputs; nothing was written
