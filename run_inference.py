@@ -269,27 +269,27 @@ def main(argv=None):
 
 
 def _run(args, output, output_format):
-    """The flags as an engine Config, run. TensorFlow is imported here, inside the signal handling."""
-    from parallel import engine
+    """The flags as a job's Config, run. TensorFlow is imported here, inside the signal handling."""
+    from parallel import jobs
     from parallel.devices import resolve_devices
     from models import vgg16
 
-    config = engine.Config(
+    config = jobs.Config(
         model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
         images=args.images or os.curdir, output=output, devices=resolve_devices(args.gpus, args.devices),
-        images_from=args.images_from, distribution=_distribution(args, engine),
+        images_from=args.images_from, distribution=_distribution(args, jobs),
         per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
         workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
         progress=not args.quiet and sys.stderr.isatty())
-    return engine.run(config)
+    return jobs.run(config)
 
 
-def _distribution(args, engine):
-    """--distributed and its flags as an engine Distribution, or None."""
+def _distribution(args, jobs):
+    """--distributed and its flags as a job's Distribution, or None."""
     if args.distributed is None:
         return None
     waiting = {} if args.manifest_wait is None else {"wait_seconds": args.manifest_wait}
-    return engine.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
+    return jobs.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
                                shard_size=args.shard_size, keep_shards=args.keep_shards,
                                ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker,
                                verbose=args.verbose, **waiting)

@@ -272,7 +272,7 @@ import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 sys.path.insert(0, sys.argv[3])
 import numpy as np, tensorflow as tf
-from parallel import engine
+from parallel import engine, jobs
 from parallel.devices import resolve_devices
 
 def colour(images):
@@ -281,7 +281,7 @@ def colour(images):
 
 model = engine.ModelSpec(name="colour", fn=colour, image_size=(64, 64), output_name="colour",
                          load_weights=lambda: {"scale": np.ones(3, np.float32)})
-summary = engine.run(engine.Config(model=model, images=sys.argv[1], output=sys.argv[2], overwrite=True,
+summary = jobs.run(jobs.Config(model=model, images=sys.argv[1], output=sys.argv[2], overwrite=True,
                                    devices=resolve_devices(devices="cpu:0,cpu:1"), per_device_batch=32))
 # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child of
 # this benchmark would report the parent's peak.

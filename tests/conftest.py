@@ -97,12 +97,12 @@ def single_outputs(job_images, tmp_path_factory):
     """{format: {file suffix: bytes}} of a single-host run, the reference every distributed run must equal."""
     import job_child
     from outputs import job_outputs
-    from parallel import engine
+    from parallel import jobs
     folder = tmp_path_factory.mktemp("single")
     result = {}
     for output_format in ("csv", "parquet", "npy"):
         output = folder / ("out." + output_format)
-        summary = engine.run(job_child.config(job_images, output, output_format))
+        summary = jobs.run(job_child.config(job_images, output, output_format))
         assert (summary.written, summary.failed) == (23, 1)
         result[output_format] = job_outputs(output)
     return result

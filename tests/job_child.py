@@ -55,9 +55,9 @@ def colour_model(step_seconds=0.0, marker=None, batch_dependent=False):
 
 def config(images, output, output_format, distribution=None, images_from=None, step_seconds=0.0, marker=None,
            devices="cpu:0", per_device_batch=2, batch_dependent=False):
-    from parallel import engine
+    from parallel import jobs
     from parallel.devices import resolve_devices
-    return engine.Config(model=colour_model(step_seconds, marker, batch_dependent), images=Path(images),
+    return jobs.Config(model=colour_model(step_seconds, marker, batch_dependent), images=Path(images),
                          output=Path(output), output_format=output_format,
                          devices=resolve_devices(devices=devices, gpu_count=0),
                          per_device_batch=per_device_batch, workers=1, images_from=images_from,
@@ -81,16 +81,16 @@ def main():
     args = parser.parse_args()
     import logging
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
-    from parallel import engine
+    from parallel import engine, jobs
     from parallel.signals import exit_on_second_signal
     distribution = None
     if args.distributed:
-        distribution = engine.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
+        distribution = jobs.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
                                            shard_size=args.shard_size, keep_shards=args.keep_shards,
                                            wait_seconds=args.wait_seconds, gpus_per_worker=0)
     try:
         with exit_on_second_signal("stopped at once"):
-            summary = engine.run(config(args.images, args.output, args.format, distribution, args.images_from,
+            summary = jobs.run(config(args.images, args.output, args.format, distribution, args.images_from,
                                         args.step_seconds, args.marker))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -130,10 +130,10 @@ def kill_first_stepper(steps, killed):
 
 
 def run(config):
-    """(exit status, counts) of engine.run(config)."""
-    from parallel import engine
+    """(exit status, counts) of jobs.run(config)."""
+    from parallel import engine, jobs
     try:
-        summary = engine.run(config)
+        summary = jobs.run(config)
     except ValueError as error:
         return 2, {"error": str(error)}
     except engine.RunError as error:
@@ -143,7 +143,7 @@ def run(config):
 
 def run_job(images, folder, job, address):
     """The result of one job (see the module docstring), FORMAT:GPUS[:FAULT], on the cluster at `address`."""
-    from parallel import engine
+    from parallel import jobs
     output_format, gpus_per_worker, fault = (job.split(":") + ["none"])[:3]
     if fault == "cli":
         return cli_job(images, folder, job, address)
@@ -151,7 +151,7 @@ def run_job(images, folder, job, address):
     output, builds, steps = folder / ("%s.%s" % (fault, output_format)), folder / (fault + ".builds"), None
     if fault in ("kill", "interrupt"):  # slow steps: the fault lands mid-job
         steps = folder / (fault + ".steps")
-    distribution = engine.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=5, wait_seconds=30,
+    distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=5, wait_seconds=30,
                                        ray_address=address)
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)

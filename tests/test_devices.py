@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from parallel import engine
+from parallel import jobs
 from parallel.devices import (CPU_BATCH, GPU_BATCH, GPU_INSTALL, DeviceError, list_nvidia_gpus, resolve_devices,
                               set_float32_precision)
 
@@ -194,7 +194,7 @@ def test_the_default_batch_follows_the_device_kind():
     (dict(devices="cpu:0", gpu_count=0), 100, 100),
 ])
 def test_a_config_without_a_batch_takes_the_devices_default(tmp_path, devices, per_device_batch, expected):
-    config = engine.Config(model=None, images=tmp_path, output=tmp_path / "out.csv",
+    config = jobs.Config(model=None, images=tmp_path, output=tmp_path / "out.csv",
                            devices=resolve_devices(**devices), per_device_batch=per_device_batch)
     assert config.per_device_batch == expected
     assert config.host_batch == expected * len(config.devices.names)

@@ -15,21 +15,22 @@ from PIL import Image
 
 import job_child
 from outputs import job_outputs as outputs
-from parallel import engine, locks
-from parallel.distributed import job_record
-from parallel.shards import ShardedJob
+from parallel import engine, jobs
+from parallel.jobs import locks
+from parallel.jobs.distributed import job_record
+from parallel.jobs.shards import ShardedJob
 
 CHILD = str(Path(job_child.__file__))
 FORMATS = ("csv", "parquet", "npy")
 
 
 def static(rank, world_size, shard_size=5, keep_shards=False):
-    return engine.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=shard_size,
+    return jobs.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=shard_size,
                                keep_shards=keep_shards, wait_seconds=5)
 
 
 def run_rank(job_images, output, output_format, rank, world_size, **options):
-    return engine.run(job_child.config(job_images, output, output_format, static(rank, world_size, **options)))
+    return jobs.run(job_child.config(job_images, output, output_format, static(rank, world_size, **options)))
 
 
 def slow_rank(job_images, output, output_format, rank, world_size, steps):
@@ -66,7 +67,7 @@ def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(job_images, 
     from parallel.output import parts_writer
     monkeypatch.setattr(parts_writer, "_ROW_GROUP_BYTES", 4 * 4 * 6)  # row groups of 4 rows: 6 of them
     single = tmp_path / "single.parquet"
-    engine.run(job_child.config(job_images, single, "parquet", per_device_batch=3))
+    jobs.run(job_child.config(job_images, single, "parquet", per_device_batch=3))
     sharded = tmp_path / "sharded.parquet"
     for rank in range(2):
         run_rank(job_images, sharded, "parquet", rank, 2)
@@ -77,16 +78,16 @@ def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(job_images, 
 def test_the_default_shards_start_where_a_single_process_s_steps_start(job_images, tmp_path, caplog, monkeypatch):
     """A model whose rows depend on how many images share a step (as oneDNN's and cuDNN's may, in their
     last bits) still gives the single-process bytes: the default shard size is a multiple of the step."""
-    from parallel import distributed
+    from parallel.jobs import distributed
     from parallel.manifest import read_job
     monkeypatch.setattr(distributed, "DEFAULT_SHARD_SIZE", 10)  # several shards of 24 images
 
     def run(output, distribution=None):
-        return engine.run(job_child.config(job_images, output, "csv", distribution, devices="cpu:0,cpu:1",
+        return jobs.run(job_child.config(job_images, output, "csv", distribution, devices="cpu:0,cpu:1",
                                            per_device_batch=3, batch_dependent=True))  # 6 images a step
     run(tmp_path / "single.csv")
     for rank in range(2):
-        run(tmp_path / "sharded.csv", engine.Distribution(kind="static", rank=rank, world_size=2))
+        run(tmp_path / "sharded.csv", jobs.Distribution(kind="static", rank=rank, world_size=2))
     assert read_job(str(tmp_path / "sharded.csv") + ".manifest.parquet")["shard_size"] == 6
     assert (tmp_path / "sharded.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
     with caplog.at_level("WARNING", logger="parallel"):  # shards of 5: steps cut elsewhere, and said so
@@ -155,7 +156,7 @@ def test_a_stray_tf_config_without_distributed_changes_nothing(job_images, singl
     monkeypatch.setenv("SLURM_NTASKS", "2")
     output = tmp_path / "out.csv"
     started = time.monotonic()
-    summary = engine.run(job_child.config(job_images, output, "csv"))
+    summary = jobs.run(job_child.config(job_images, output, "csv"))
     assert (summary.written, summary.pending_shards) == (23, ())
     assert time.monotonic() - started < 30  # never waited for workers
     assert outputs(output) == single_outputs["csv"]
@@ -174,8 +175,8 @@ def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
         run_rank(job_images, output, "csv", 1, 2, shard_size=7)
     assert str(refused.value).endswith(": leave --shard-size out, or %s" % remove)
     with pytest.raises(ValueError, match="being written by a job spread over several processes"):
-        engine.run(job_child.config(job_images, output, "csv"))  # a single-host run on a sharded job
-    summary = engine.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
+        jobs.run(job_child.config(job_images, output, "csv"))  # a single-host run on a sharded job
+    summary = jobs.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
     assert summary.written == 23 and not ShardedJob(output).shards.exists()  # --overwrite: a job of its own
 
 
@@ -190,14 +191,14 @@ def test_a_rank_with_another_step_geometry_is_refused_naming_it(job_images, tmp_
     run_rank(job_images, output, "csv", 0, 2)
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(ValueError, match="is computed with another step geometry than this process's \\(" + message):
-        engine.run(job_child.config(job_images, output, "csv", static(1, 2), **options))
+        jobs.run(job_child.config(job_images, output, "csv", static(1, 2), **options))
     assert sorted(os.listdir(tmp_path)) == before
 
 
 def test_a_worker_that_sees_other_devices_than_the_job_s_is_refused(job_images, tmp_path):
     """A Ray actor whose devices differ from the job's (it fell back to another count) computes nothing."""
     from parallel.devices import resolve_devices
-    from parallel.distributed import ShardWorker, freeze
+    from parallel.jobs.distributed import ShardWorker, freeze
     config = job_child.config(job_images, tmp_path / "out.csv", "csv", static(0, 1))
     job = freeze(config, check_folder=False)
     with pytest.raises(ValueError, match="another step geometry than this worker's \\(devices=1, this process 2"):
@@ -206,17 +207,17 @@ def test_a_worker_that_sees_other_devices_than_the_job_s_is_refused(job_images, 
 
 def test_a_rank_waits_for_the_manifest_then_fails_clearly(job_images, tmp_path):
     output = tmp_path / "out.csv"
-    distribution = engine.Distribution(kind="static", rank=0, world_size=1, wait_seconds=0.5)
+    distribution = jobs.Distribution(kind="static", rank=0, world_size=1, wait_seconds=0.5)
     with locks.exclusive(Path(str(output) + ".manifest.parquet.lock")):
         with pytest.raises(ValueError, match="another process has been writing .*manifest.parquet for 0 s"):
-            engine.run(job_child.config(job_images, output, "csv", distribution))
+            jobs.run(job_child.config(job_images, output, "csv", distribution))
 
 
 def test_a_second_single_host_run_on_the_same_output_is_refused(job_images, tmp_path):
     output = tmp_path / "out.csv"
     with locks.exclusive(Path(str(output) + ".lock")):
         with pytest.raises(ValueError, match="another run is writing .*out.csv now"):
-            engine.run(job_child.config(job_images, output, "csv"))
+            jobs.run(job_child.config(job_images, output, "csv"))
 
 
 def test_an_image_list_file_gives_the_folder_s_output(job_images, single_outputs, tmp_path):
@@ -224,7 +225,7 @@ def test_an_image_list_file_gives_the_folder_s_output(job_images, single_outputs
     names = sorted(str(path.relative_to(job_images)) for path in job_images.rglob("*.png"))
     listing.write_text("# my images\n" + "\n".join(reversed(names)) + "\n\n")
     output = tmp_path / "out.csv"
-    summary = engine.run(job_child.config(job_images, output, "csv", images_from=listing))
+    summary = jobs.run(job_child.config(job_images, output, "csv", images_from=listing))
     assert (summary.written, summary.failed) == (23, 1)
     assert outputs(output) == single_outputs["csv"]
 
@@ -242,7 +243,7 @@ def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_fa
     assert len(frame) == 23 and sorted(frame["path"]) == sorted(frame["path"].unique())
     assert pl.read_parquet(str(shards / "*" / "features.parquet"))["colour"].to_numpy().shape == (23, 6)
     Image.new("RGB", (12, 10), (1, 2, 3)).save(root / "a" / "bad.png")  # repaired
-    summary = engine.run(job_child.config(root, output, "csv"))
+    summary = jobs.run(job_child.config(root, output, "csv"))
     assert (summary.written, summary.failed, summary.already_done) == (1, 0, 23)
     paths = [line.split(",")[0] for line in output.read_text().splitlines()[1:]]
     assert len(paths) == 24 and paths == sorted(paths)
@@ -259,7 +260,7 @@ def test_kept_shards_read_as_a_parquet_folder_and_a_single_host_rerun_retries_fa
     ("o is damaged: pass overwrite=True to start afresh", "remove o and every o.* beside it to start afresh"),
 ])
 def test_distributed_advice_never_advises_overwrite(message, advice):
-    from parallel.distributed import distributed_advice
+    from parallel.jobs.distributed import distributed_advice
     assert distributed_advice(message, Path("o")).endswith(advice)
 
 
@@ -303,7 +304,7 @@ def copy_images(job_images, tmp_path):
 def single_run(root, tmp_path, output_format="csv"):
     """outputs() of a single process's run over `root` as it is now."""
     output = tmp_path / "single" / ("out." + output_format)
-    engine.run(job_child.config(root, output, output_format))
+    jobs.run(job_child.config(root, output, output_format))
     return outputs(output)
 
 

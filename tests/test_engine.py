@@ -10,7 +10,8 @@ import tensorflow as tf
 from long_paths import make_deep_folder, write_relative
 from PIL import Image
 
-from parallel import engine
+from parallel import engine, jobs
+from parallel.jobs import single_host
 from parallel.devices import resolve_devices
 from parallel.decode import load_image
 from parallel.staging import StagedRunner
@@ -52,7 +53,7 @@ def config_for(tmp_path, images, num_devices=1, per_device_batch=2, **overrides)
                     devices=resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0),
                     per_device_batch=per_device_batch, workers=2)
     settings.update(overrides)
-    return engine.Config(**settings)
+    return jobs.Config(**settings)
 
 
 def read_rows(path):
@@ -68,7 +69,7 @@ def test_features_do_not_depend_on_devices_or_batch_size(tmp_path):
     for num_devices in (1, 3, 4):
         for per_device_batch in (1, 2, 8):
             output = tmp_path / ("out_%d_%d.csv" % (num_devices, per_device_batch))
-            summary = engine.run(config_for(tmp_path, images, num_devices, per_device_batch, output=output))
+            summary = jobs.run(config_for(tmp_path, images, num_devices, per_device_batch, output=output))
             assert (summary.written, summary.failed, summary.exit_status) == (7, 0, engine.EXIT_OK)
             header, rows = read_rows(output)
             results[num_devices, per_device_batch] = rows
@@ -86,7 +87,7 @@ def test_the_pipeline_writes_what_a_sequential_loop_computes(tmp_path):
     those of decoding, running and writing one image at a time, in sorted order."""
     images = tmp_path / "images"
     names = make_images(images, 9)
-    engine.run(config_for(tmp_path, images, num_devices=2, per_device_batch=2, workers=3, prefetch_batches=2))
+    jobs.run(config_for(tmp_path, images, num_devices=2, per_device_batch=2, workers=3, prefetch_batches=2))
     _, rows = read_rows(tmp_path / "out" / "features.csv")
     runner = engine.DeviceRunner(MODEL, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=1)
     try:
@@ -103,7 +104,7 @@ def test_the_pipeline_writes_what_a_sequential_loop_computes(tmp_path):
 def test_every_image_is_accounted_for_and_bad_ones_cost_no_batch_mate(tmp_path):
     images = tmp_path / "images"
     names = make_images(images, 9, bad={"a/img_03.png", "b/img_04.png"})
-    summary = engine.run(config_for(tmp_path, images, num_devices=2, per_device_batch=2))
+    summary = jobs.run(config_for(tmp_path, images, num_devices=2, per_device_batch=2))
     assert (summary.written, summary.failed, summary.already_done, summary.skipped) == (7, 2, 0, 0)
     assert summary.written + summary.failed + summary.already_done + summary.skipped == summary.discovered == 9
     assert summary.exit_status == engine.EXIT_SOME_FAILED
@@ -118,9 +119,9 @@ def test_every_image_is_accounted_for_and_bad_ones_cost_no_batch_mate(tmp_path):
 def test_a_rerun_resumes_and_computes_nothing_twice(tmp_path):
     images = tmp_path / "images"
     make_images(images, 5)
-    first = engine.run(config_for(tmp_path, images))
+    first = jobs.run(config_for(tmp_path, images))
     before = (tmp_path / "out" / "features.csv").read_bytes()
-    second = engine.run(config_for(tmp_path, images))
+    second = jobs.run(config_for(tmp_path, images))
     assert (first.written, second.written, second.already_done) == (5, 0, 5)
     assert (tmp_path / "out" / "features.csv").read_bytes() == before
 
@@ -133,16 +134,16 @@ def test_an_output_of_another_folder_is_refused_naming_both(tmp_path):
     first, second = tmp_path / "X", tmp_path / "Y"
     make_images(first, 3)
     make_images(second, 3, seed=2)  # the same names, other pixels
-    engine.run(config_for(tmp_path, first))
+    jobs.run(config_for(tmp_path, first))
     output = tmp_path / "out" / "features.csv"
     before = output.read_bytes()
     with pytest.raises(ValueError) as refused:
-        engine.run(config_for(tmp_path, second))
+        jobs.run(config_for(tmp_path, second))
     message = str(refused.value)
     assert str(first.resolve()) in message and str(second.resolve()) in message
     assert "--overwrite" in message and "--output" in message and "\n" not in message
     assert output.read_bytes() == before
-    summary = engine.run(config_for(tmp_path, second, overwrite=True))
+    summary = jobs.run(config_for(tmp_path, second, overwrite=True))
     assert (summary.written, summary.already_done) == (3, 0)
     assert output.read_bytes() != before
 
@@ -150,7 +151,7 @@ def test_an_output_of_another_folder_is_refused_naming_both(tmp_path):
 def _job(tmp_path, count=6, **overrides):
     images = tmp_path / "images"
     names = make_images(images, count)
-    engine.run(config_for(tmp_path, images, **overrides))
+    jobs.run(config_for(tmp_path, images, **overrides))
     return images, names, tmp_path / "out" / "features.csv"
 
 
@@ -162,7 +163,7 @@ def test_an_image_added_since_the_job_started_is_refused_before_the_weights_load
     model = engine.ModelSpec(name="colour", fn=colour_model, image_size=SIZE, output_name="colour",
                              load_weights=lambda: loads.append(1) or WEIGHTS, settings={"model": "colour"})
     with pytest.raises(ValueError, match=r"1 image added \(a/img_00b.png\).*--overwrite"):
-        engine.run(config_for(tmp_path, images, model=model))
+        jobs.run(config_for(tmp_path, images, model=model))
     assert loads == [] and output.read_bytes() == before
 
 
@@ -180,7 +181,7 @@ def test_an_image_changed_or_removed_after_its_row_was_written_is_refused(tmp_pa
         target.unlink()
     with pytest.raises(ValueError, match="1 image %s after its row was written \\(%s\\)"
                                          % ("removed" if change == "removed" else "changed", names[2])):
-        engine.run(config_for(tmp_path, images))
+        jobs.run(config_for(tmp_path, images))
     assert output.read_bytes() == before
 
 
@@ -189,33 +190,33 @@ def test_a_repaired_image_without_a_row_is_computed_and_the_output_stays_sorted(
     images = tmp_path / "images"
     names = make_images(images, 9, bad={"a/img_01.png"})
     output = tmp_path / "out" / ("features." + output_format)
-    first = engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+    first = jobs.run(config_for(tmp_path, images, output=output, output_format=output_format))
     assert (first.written, first.failed) == (8, 1)
     Image.new("RGB", (20, 30), (9, 9, 9)).save(images / "a" / "img_01.png")  # repaired
-    second = engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+    second = jobs.run(config_for(tmp_path, images, output=output, output_format=output_format))
     assert (second.written, second.failed, second.already_done) == (1, 0, 8)
     # The same bytes as one run over the repaired folder: the late row is in its place.
     fresh = tmp_path / "fresh" / output.name
-    engine.run(config_for(tmp_path, images, output=fresh, output_format=output_format))
+    jobs.run(config_for(tmp_path, images, output=fresh, output_format=output_format))
     assert output.read_bytes() == fresh.read_bytes()
     if output_format == "npy":
         assert (output.parent / (output.name + ".paths.csv")).read_bytes() == \
             (fresh.parent / (fresh.name + ".paths.csv")).read_bytes()
     elif output_format == "csv":
         assert [path for path, _ in read_rows(output)[1]] == names
-    third = engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+    third = jobs.run(config_for(tmp_path, images, output=output, output_format=output_format))
     assert (third.written, third.already_done) == (0, 9)  # its new size and time were recorded
     make_images(images, 9)  # rewrites every file, each of which has a row now
     with pytest.raises(ValueError, match="9 images changed after its row was written"):
-        engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+        jobs.run(config_for(tmp_path, images, output=output, output_format=output_format))
 
 
 def test_an_image_removed_before_its_row_was_written_is_reported_missing(tmp_path):
     images = tmp_path / "images"
     names = make_images(images, 4, bad={"b/img_00.png"})
-    engine.run(config_for(tmp_path, images))
+    jobs.run(config_for(tmp_path, images))
     (images / "b" / "img_00.png").unlink()
-    summary = engine.run(config_for(tmp_path, images))
+    summary = jobs.run(config_for(tmp_path, images))
     assert (summary.discovered, summary.failed, summary.already_done) == (4, 1, 3)
     with open(tmp_path / "out" / "features.csv.errors.csv", newline="") as handle:
         assert [(row["path"], row["kind"]) for row in csv.DictReader(handle)] == [("b/img_00.png", "missing")]
@@ -226,16 +227,16 @@ def test_a_missing_manifest_is_refused_once_rows_are_committed(tmp_path):
     images, _, output = _job(tmp_path, count=3)
     output.with_name("features.csv.manifest.parquet").unlink()
     with pytest.raises(ValueError, match="manifest.parquet is missing.*--overwrite"):
-        engine.run(config_for(tmp_path, images))
+        jobs.run(config_for(tmp_path, images))
 
 
 def test_a_job_without_a_committed_row_freezes_the_folder_as_it_is_now(tmp_path):
     images = tmp_path / "images"
     make_images(images, 3, bad={"a/img_01.png", "b/img_00.png", "b/img_02.png"})
-    first = engine.run(config_for(tmp_path, images))
+    first = jobs.run(config_for(tmp_path, images))
     assert (first.written, first.failed) == (0, 3)
     make_images(images, 5)  # nothing was committed: nothing can be stale or out of order
-    second = engine.run(config_for(tmp_path, images))
+    second = jobs.run(config_for(tmp_path, images))
     assert (second.discovered, second.written, second.failed) == (5, 5, 0)
 
 
@@ -244,10 +245,10 @@ def test_the_output_and_its_files_inside_the_images_folder_are_never_images(tmp_
     names = make_images(images, 4)
     output = images / "feats.png"  # an image extension, inside the folder
     for output_format in ("csv", "npy"):
-        summary = engine.run(config_for(tmp_path, images, output=output, output_format=output_format,
+        summary = jobs.run(config_for(tmp_path, images, output=output, output_format=output_format,
                                         overwrite=True))
         assert (summary.discovered, summary.written, summary.failed) == (4, 4, 0)
-        again = engine.run(config_for(tmp_path, images, output=output, output_format=output_format))
+        again = jobs.run(config_for(tmp_path, images, output=output, output_format=output_format))
         assert (again.discovered, again.already_done, again.failed) == (4, 4, 0)
     assert names == sorted(names)
 
@@ -259,7 +260,7 @@ def test_overwrite_never_replaces_an_input_image(tmp_path):
     before = photo.read_bytes()
     for overwrite in (False, True):
         with pytest.raises(ValueError, match="is a file under --images"):
-            engine.run(config_for(tmp_path, images, output=photo, overwrite=overwrite))
+            jobs.run(config_for(tmp_path, images, output=photo, overwrite=overwrite))
     assert photo.read_bytes() == before
     assert not os.path.exists(str(photo) + ".run.json")
 
@@ -281,7 +282,7 @@ def test_an_output_is_never_an_image_of_a_list_however_the_list_names_it(tmp_pat
     before = photo.read_bytes()
     for overwrite in (False, True):
         with pytest.raises(ValueError, match="--output .* is one of the job's images"):
-            engine.run(config_for(tmp_path, images, output=photo, overwrite=overwrite, images_from=listing))
+            jobs.run(config_for(tmp_path, images, output=photo, overwrite=overwrite, images_from=listing))
     assert photo.read_bytes() == before
     assert not os.path.exists(str(photo) + ".run.json") and not os.path.exists(str(photo) + ".lock")
 
@@ -289,11 +290,11 @@ def test_an_output_is_never_an_image_of_a_list_however_the_list_names_it(tmp_pat
 def test_a_job_resumed_with_another_step_geometry_is_warned_about(job_images, tmp_path, caplog, monkeypatch):
     import job_child
     output = tmp_path / "out.csv"
-    monkeypatch.setattr(engine, "StopRequest", lambda: _StopAfter(2))
-    engine.run(job_child.config(job_images, output, "csv", per_device_batch=2))
+    monkeypatch.setattr(single_host, "StopRequest", lambda: _StopAfter(2))
+    jobs.run(job_child.config(job_images, output, "csv", per_device_batch=2))
     monkeypatch.undo()
     with caplog.at_level("WARNING", logger="parallel"):
-        summary = engine.run(job_child.config(job_images, output, "csv", per_device_batch=3))
+        summary = jobs.run(job_child.config(job_images, output, "csv", per_device_batch=3))
     assert summary.already_done == 4
     assert "was started with another step geometry (per_device_batch=2, this process 3 (--batch-size))" in caplog.text
 
@@ -303,7 +304,7 @@ def test_an_image_whose_path_is_too_long_to_open_is_a_failure_not_a_silence(tmp_
     make_images(images, 2)
     deep = make_deep_folder(images)
     write_relative(deep / "deep.png", (images / "a" / "img_01.png").read_bytes())
-    summary = engine.run(config_for(tmp_path, images))
+    summary = jobs.run(config_for(tmp_path, images))
     assert (summary.discovered, summary.written, summary.failed) == (3, 2, 1)
     with open(tmp_path / "out" / "features.csv.errors.csv", newline="") as handle:
         [failure] = list(csv.DictReader(handle))
@@ -315,7 +316,7 @@ def test_strict_stops_at_the_first_bad_image(tmp_path):
     images = tmp_path / "images"
     make_images(images, 4, bad={"a/img_01.png"})
     with pytest.raises(engine.RunError, match="a/img_01.png"):
-        engine.run(config_for(tmp_path, images, strict=True))
+        jobs.run(config_for(tmp_path, images, strict=True))
 
 
 @pytest.mark.parametrize("make, message", [
@@ -326,7 +327,7 @@ def test_bad_image_folders_are_usage_errors_and_leave_no_output(tmp_path, make, 
     images = tmp_path / "images"
     make(images)
     with pytest.raises(ValueError, match=message):
-        engine.run(config_for(tmp_path, images))
+        jobs.run(config_for(tmp_path, images))
     assert not (tmp_path / "out").exists()
 
 
@@ -346,9 +347,9 @@ def test_a_run_through_the_staged_runner_writes_the_same_bytes(tmp_path, monkeyp
     """The engine stages on GPUs; on CPU devices, where it does not, a staged run must write the same file."""
     images = tmp_path / "images"
     make_images(images, 9, bad={"a/img_03.png"})
-    engine.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "fed.csv"))
-    monkeypatch.setattr(engine, "open_runner", StagedRunner)
-    summary = engine.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "staged.csv"))
+    jobs.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "fed.csv"))
+    monkeypatch.setattr(single_host, "open_runner", StagedRunner)
+    summary = jobs.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "staged.csv"))
     assert (summary.written, summary.failed) == (8, 1)
     assert (tmp_path / "staged.csv").read_bytes() == (tmp_path / "fed.csv").read_bytes()
 
@@ -360,7 +361,7 @@ def test_extract_gives_what_run_writes_for_a_folder_and_for_a_list(tmp_path):
     images = tmp_path / "images"
     names = make_images(images, 5, bad={"b/img_02.png"})
     paths, features = engine.extract(MODEL, images, devices="cpu:0,cpu:1", per_device_batch=2)
-    engine.run(config_for(tmp_path, images))
+    jobs.run(config_for(tmp_path, images))
     _, rows = read_rows(tmp_path / "out" / "features.csv")
     assert paths == [path for path, _ in rows] == [name for name in names if name != "b/img_02.png"]
     assert features.dtype == np.float32 and features.shape == (4, 6)
@@ -419,13 +420,13 @@ def test_a_full_disk_during_the_final_merge_is_a_run_error_and_a_rerun_finishes(
     images = tmp_path / "images"
     make_images(images, 6)
     reference = tmp_path / ("reference." + output_format)
-    engine.run(config_for(tmp_path, images, model=WIDE, output=reference, output_format=output_format))
+    jobs.run(config_for(tmp_path, images, model=WIDE, output=reference, output_format=output_format))
     output = small_disk.folder / ("out." + output_format)
     small_disk.leave_free(700 * 1024)  # the parts (6 x 77 KB) fit; the merged copy beside them does not
     with pytest.raises(engine.RunError, match="disk full while writing .*rows committed, rerun to resume"):
-        engine.run(config_for(tmp_path, images, model=WIDE, output=output, output_format=output_format))
+        jobs.run(config_for(tmp_path, images, model=WIDE, output=output, output_format=output_format))
     small_disk.free_space()
-    summary = engine.run(config_for(tmp_path, images, model=WIDE, output=output, output_format=output_format))
+    summary = jobs.run(config_for(tmp_path, images, model=WIDE, output=output, output_format=output_format))
     assert (summary.written, summary.already_done) == (0, 6)
     assert output.read_bytes() == reference.read_bytes()
 
@@ -440,20 +441,20 @@ def test_a_full_disk_at_the_first_write_is_a_run_error(tmp_path, small_disk, fre
     small_disk.leave_free(free)
     with pytest.raises(engine.RunError, match="^disk full while writing .*out.csv: 0 rows committed, rerun to "
                                               "resume$"):
-        engine.run(config_for(tmp_path, images, output=small_disk.folder / "out.csv"))
+        jobs.run(config_for(tmp_path, images, output=small_disk.folder / "out.csv"))
     small_disk.free_space()
-    assert engine.run(config_for(tmp_path, images, output=small_disk.folder / "out.csv")).written == 4
+    assert jobs.run(config_for(tmp_path, images, output=small_disk.folder / "out.csv")).written == 4
 
 
 def test_a_rerun_with_nothing_to_compute_says_so(tmp_path):
     images = tmp_path / "images"
     make_images(images, 4)
-    output = engine.run(config_for(tmp_path, images)).output
-    assert engine.run(config_for(tmp_path, images)).line() == "4 images: all already done -> %s" % output
-    distribution = engine.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
+    output = jobs.run(config_for(tmp_path, images)).output
+    assert jobs.run(config_for(tmp_path, images)).line() == "4 images: all already done -> %s" % output
+    distribution = jobs.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
     sharded = tmp_path / "sharded.csv"
-    engine.run(config_for(tmp_path, images, output=sharded, distribution=distribution))
-    again = engine.run(config_for(tmp_path, images, output=sharded, distribution=distribution))
+    jobs.run(config_for(tmp_path, images, output=sharded, distribution=distribution))
+    again = jobs.run(config_for(tmp_path, images, output=sharded, distribution=distribution))
     assert again.line() == "4 images: all already done -> %s" % sharded
 
 
@@ -462,7 +463,7 @@ def test_a_full_disk_inside_a_shard_is_a_run_error_and_a_rerun_finishes(tmp_path
     from parallel.output.parquet_writer import ParquetWriter
     images = tmp_path / "images"
     make_images(images, 4)
-    distribution = engine.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
+    distribution = jobs.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
     config = config_for(tmp_path, images, distribution=distribution)
 
     def full(*args):
@@ -471,8 +472,8 @@ def test_a_full_disk_inside_a_shard_is_a_run_error_and_a_rerun_finishes(tmp_path
         patch.setattr(ParquetWriter, "_finish", full)  # a shard's merge of its parts fills the disk
         with pytest.raises(engine.RunError, match="^disk full while writing .*shard-000000.*features.parquet: "
                                                   "[0-9]+ rows committed, rerun to resume$"):
-            engine.run(config)
-    summary = engine.run(config)
+            jobs.run(config)
+    summary = jobs.run(config)
     assert (summary.written, summary.pending_shards) == (4, ())
 
 
@@ -504,11 +505,11 @@ def test_a_stopped_run_resumed_gives_the_bytes_of_an_uninterrupted_one(job_image
     from outputs import job_outputs
 
     def run(output):
-        return engine.run(job_child.config(job_images, output, output_format, per_device_batch=2,
+        return jobs.run(job_child.config(job_images, output, output_format, per_device_batch=2,
                                            batch_dependent=True))
     run(tmp_path / ("single." + output_format))
     resumed = tmp_path / ("resumed." + output_format)
-    monkeypatch.setattr(engine, "StopRequest", lambda: _StopAfter(8))  # a/bad.png (the 13th image) is behind
+    monkeypatch.setattr(single_host, "StopRequest", lambda: _StopAfter(8))  # a/bad.png (the 13th image) is behind
     stopped = run(resumed)
     assert stopped.interrupted and stopped.failed == 1 and stopped.written == 15
     monkeypatch.undo()

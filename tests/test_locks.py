@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import job_child
-from parallel import engine, locks
+from parallel import jobs
+from parallel.jobs import locks
 from parallel.output import OutputError
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -76,7 +77,7 @@ def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
 CONTENDER = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from parallel import locks
+from parallel.jobs import locks
 path, inside, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4])
 for _ in range(rounds):
     with locks.exclusive(path, wait_seconds=60, poll_seconds=0.0002):
@@ -101,17 +102,17 @@ def test_processes_contending_while_the_holder_removes_the_file_never_hold_it_to
 
 def test_no_lock_file_is_left_by_a_run_a_sharded_job_or_a_refused_run(job_images, tmp_path):
     single = tmp_path / "single" / "out.csv"
-    engine.run(job_child.config(job_images, single, "csv"))
+    jobs.run(job_child.config(job_images, single, "csv"))
     assert lock_files(single.parent) == []
     sharded = tmp_path / "sharded" / "out.parquet"
     for rank in range(2):
-        engine.run(job_child.config(job_images, sharded, "parquet", engine.Distribution(
+        jobs.run(job_child.config(job_images, sharded, "parquet", jobs.Distribution(
             kind="static", rank=rank, world_size=2, shard_size=5, wait_seconds=5)))
     assert sharded.exists() and lock_files(sharded.parent) == []
     refused = tmp_path / "refused" / "out.csv"
     refused.parent.mkdir()
     with locks.exclusive(Path(str(refused) + ".lock")):  # another run is writing it
         with pytest.raises(OutputError, match="another run is writing"):
-            engine.run(job_child.config(job_images, refused, "csv"))
+            jobs.run(job_child.config(job_images, refused, "csv"))
         assert lock_files(refused.parent) == ["out.csv.lock"]  # the other run's
     assert lock_files(refused.parent) == [] and lock_files(job_images) == []

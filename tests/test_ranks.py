@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from parallel.ranks import Rank, resolve_rank
+from parallel.jobs.ranks import Rank, resolve_rank
 
 
 def tf_config(task_type, index, workers=3, chief=True):

@@ -27,8 +27,8 @@ import pytest
 
 import job_child
 import ray_child
-from parallel import ray_job
-from parallel.engine import Distribution
+from parallel.jobs import ray_job
+from parallel.jobs import Distribution
 from parallel.loop import Summary
 from outputs import job_outputs as outputs
 
@@ -315,7 +315,7 @@ def test_a_cluster_without_room_for_one_worker_is_refused_before_any_actor():
 
 
 def test_importing_the_package_and_the_engine_does_not_import_ray():
-    check = "import sys, parallel, parallel.engine, parallel.distributed; print('ray' in sys.modules)"
+    check = "import sys, parallel, parallel.engine, parallel.jobs.distributed; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPOSITORY,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip() == "False"
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
-from parallel import engine
+from parallel import engine, jobs
 from parallel.devices import available_gpus
 from parallel.output import sidecar_path
 
@@ -271,7 +271,7 @@ def test_output_contradicting_format_is_refused_before_tensorflow_is_imported(tm
 
 @pytest.fixture
 def fake_run(monkeypatch, tmp_path):
-    """engine.run replaced: records the Config main built, and returns or raises `fake_run.outcome`."""
+    """jobs.run replaced: records the Config main built, and returns or raises `fake_run.outcome`."""
     monkeypatch.chdir(tmp_path)
 
     def run(config):
@@ -281,7 +281,7 @@ def fake_run(monkeypatch, tmp_path):
         return engine.Summary(output=config.output)
 
     run.configs, run.outcome = [], None
-    monkeypatch.setattr(engine, "run", run)
+    monkeypatch.setattr(jobs, "run", run)
     return run
 
 
@@ -515,7 +515,7 @@ def test_distributed_flags_reach_the_config(fake_run):
     assert (distribution.kind, distribution.rank, distribution.world_size, distribution.shard_size,
             distribution.keep_shards, distribution.wait_seconds) == ("static", 1, 3, 100, True, 30.0)
     assert main("--images", ".", "--devices", "cpu:0", "--quiet", "--distributed", "static") == 0
-    assert fake_run.configs[-1].distribution.wait_seconds == engine.Distribution("static").wait_seconds
+    assert fake_run.configs[-1].distribution.wait_seconds == jobs.Distribution("static").wait_seconds
     assert main("--images-from", "list.txt", "--devices", "cpu:0", "--quiet") == 0
     assert (str(fake_run.configs[-1].images_from), str(fake_run.configs[-1].images)) == ("list.txt", ".")
 
@@ -539,7 +539,7 @@ def test_a_distributed_usage_error_writes_nothing_and_the_corrected_rerun_works(
 
 def test_library_messages_name_parameters_and_the_command_line_names_flags(tmp_path, capsys):
     with pytest.raises(ValueError, match="^images=.*nowhere is not a folder$"):
-        engine.run(engine.Config(model=None, images=tmp_path / "nowhere", output=tmp_path / "o.csv",
+        jobs.run(jobs.Config(model=None, images=tmp_path / "nowhere", output=tmp_path / "o.csv",
                                  devices=__import__("parallel.devices").devices.resolve_devices(devices="cpu:0")))
     assert run_inference.as_flags("weights=a b.npy is not a file; pass weights=PATH (or images_from=x)") == (
         "--weights a b.npy is not a file; pass --weights PATH (or --images-from x)")

@@ -1,4 +1,4 @@
-"""A committed shard checks out against the manifest, or is set aside: parallel.shards and parallel.shard_record,
+"""A committed shard checks out against the manifest, or is set aside: parallel.jobs.shards and parallel.jobs.shard_record,
 on hand-made shards (no engine)."""
 
 import json
@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from parallel.manifest import Manifest
-from parallel.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, job_identity,
+from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, job_identity,
                                    quick_problem, set_aside)
-from parallel.shards import ShardedJob
+from parallel.jobs.shards import ShardedJob
 
 PATHS = ["a.png", "b.png", "c.png", "d.png", "e.png", "f\udce9.png", "g.png"]  # shards of 3: abc def g
 JOB = {"model": "colour", "format": "csv"}

@@ -51,7 +51,7 @@ CHILD = textwrap.dedent("""
     images, output, marker, step_seconds, load_seconds = sys.argv[2:7]
     import numpy as np
     import tensorflow as tf
-    from parallel import engine
+    from parallel import engine, jobs
     from parallel.devices import resolve_devices
     from parallel.signals import exit_on_second_signal
 
@@ -80,11 +80,11 @@ CHILD = textwrap.dedent("""
 
     spec = engine.ModelSpec(name="slow", fn=model, image_size=(8, 8), load_weights=load_weights,
                             output_name="slow", settings={"model": "slow"})
-    config = engine.Config(model=spec, images=images, output=output, per_device_batch=2, workers=1,
+    config = jobs.Config(model=spec, images=images, output=output, per_device_batch=2, workers=1,
                            devices=resolve_devices(devices="cpu:0", gpu_count=0))
     try:
         with exit_on_second_signal("stopped at once; rerun the same command to resume"):
-            summary = engine.run(config)
+            summary = jobs.run(config)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
@@ -205,10 +205,10 @@ def test_a_signal_during_the_final_merge_stops_cleanly_and_a_rerun_finishes(tmp_
     """SIGTERM while the parts are merged: KeyboardInterrupt (the CLI exits 130 and says to rerun),
     nothing half-written, and the rerun merges again."""
     import job_child
-    from parallel import engine
+    from parallel import jobs
     make_images(tmp_path / "images", 4)
     reference, output = tmp_path / "reference.npy", tmp_path / "out.npy"
-    engine.run(job_child.config(tmp_path / "images", reference, "npy"))
+    jobs.run(job_child.config(tmp_path / "images", reference, "npy"))
     real_replace = os.replace
 
     def replace(source, target, *args, **kwargs):
@@ -220,10 +220,10 @@ def test_a_signal_during_the_final_merge_stops_cleanly_and_a_rerun_finishes(tmp_
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
         with exit_on_second_signal("unused"):
-            engine.run(job_child.config(tmp_path / "images", output, "npy"))
+            jobs.run(job_child.config(tmp_path / "images", output, "npy"))
     monkeypatch.undo()
     assert not output.exists() and not os.path.exists(str(output) + ".tmp")
-    summary = engine.run(job_child.config(tmp_path / "images", output, "npy"))
+    summary = jobs.run(job_child.config(tmp_path / "images", output, "npy"))
     assert (summary.written, summary.already_done) == (0, 4)
     assert output.read_bytes() == reference.read_bytes()
 
@@ -273,7 +273,7 @@ CLI_CHILD = textwrap.dedent("""
     import runpy, sys, time
     repository, marker = sys.argv[1:3]
     sys.path.insert(0, repository)
-    from parallel import engine, loop
+    from parallel import engine, jobs, loop
 
     class SlowToExit(loop.Summary):
         @property
@@ -283,7 +283,7 @@ CLI_CHILD = textwrap.dedent("""
             time.sleep(10)
             return super().exit_status
 
-    engine.run = lambda config: SlowToExit(discovered=2, written=2)
+    jobs.run = lambda config: SlowToExit(discovered=2, written=2)
     sys.argv = [repository + "/run_inference.py"] + sys.argv[3:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 """)

@@ -1,14 +1,15 @@
 """One job spread over processes: front-ends (static ranks, Ray) over one shard runner.
 
     distributed.run(config)        --distributed static: this process is rank r of W (from the flags
-                                   or the scheduler's environment, parallel.ranks) and runs shards
-                                   r, r + W, r + 2W, ...; --distributed ray: parallel.ray_job
+                                   or the scheduler's environment, parallel.jobs.ranks) and runs
+                                   shards r, r + W, r + 2W, ...; --distributed ray: parallel.jobs.ray_job
     ShardWorker(config).process(i) builds the graph once, then computes shard i as a single-host
-                                   job and commits it (parallel.shards)
+                                   job and commits it (parallel.jobs.shards)
 
 Whoever commits the last shard writes the output; rerunning any rank finishes it too.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -18,13 +19,13 @@ from pathlib import Path
 
 from parallel.devices import set_float32_precision
 from parallel.engine import RunError, extract_into, run_errors
-from parallel.job import geometry_change, job_record, refuse_output_among_images
+from parallel.jobs.identity import geometry_change, job_record, refuse_output_among_images
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
 from parallel.manifest import DEFAULT_SHARD_SIZE, describe_changes, manifest_path, read_job
-from parallel.ranks import resolve_rank
-from parallel.shard_record import error_paths
-from parallel.shards import SHARD_ERRORS, SHARD_FEATURES, ShardedJob
+from parallel.jobs.ranks import resolve_rank
+from parallel.jobs.shard_record import error_paths
+from parallel.jobs.shards import SHARD_ERRORS, SHARD_FEATURES, ShardedJob
 from parallel.signals import StopRequest
 from parallel.staging import open_runner
 from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
@@ -246,7 +247,7 @@ def _some(indexes, shown=10):
 
 
 def run(config):
-    """This process's part of a distributed job (see the module docstring).
+    """This process's part of a job over static ranks (see the module docstring).
 
     Raises:
       ValueError: a usage error (the rank, the weights, another job's manifest, ...), found
@@ -254,13 +255,17 @@ def run(config):
       RunError: the part could not be finished (a full disk, a device error); the same
         command resumes it.
     """
-    try:
-        if config.distribution.kind == "ray":
-            from parallel import ray_job
-            return ray_job.run(config)
+    with advised(config.output):
         return _run_static(config)
+
+
+@contextlib.contextmanager
+def advised(output):
+    """A ValueError or RunError of a distributed job says what works instead of --overwrite."""
+    try:
+        yield
     except (ValueError, RunError) as error:
-        error.args = (distributed_advice(str(error), config.output),) + error.args[1:]
+        error.args = (distributed_advice(str(error), output),) + error.args[1:]
         raise
 
 

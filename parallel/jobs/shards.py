@@ -41,12 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel import locks
+from parallel.jobs import locks
 from parallel.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
 from parallel.output.durable import fsync
-from parallel.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                   job_identity, quick_problem, set_aside, write_record)
+from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
+                                        job_identity, quick_problem, set_aside, write_record)
 
 log = logging.getLogger("parallel")
 
@@ -326,7 +326,7 @@ class ShardedJob:
           RunError: a shard was set aside (named, with what was wrong), or the manifest is
             damaged; nothing is written.
         """
-        from parallel.engine import RunError  # the engine imports this module
+        from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
         rejected = []
         for index in range(self.shard_count):
             folder = self.shard_folder(index)

@@ -18,7 +18,7 @@ from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_reco
 
 log = logging.getLogger("parallel")
 
-# The step geometry (engine.Config.step_geometry): the job's record keys, and the flags that set them.
+# The step geometry (jobs.config.Config.step_geometry): the job's record keys, and the flags that set them.
 GEOMETRY_FLAGS = {"per_device_batch": "--batch-size", "devices": "--gpus/--devices (--gpus-per-worker under Ray)"}
 
 

@@ -9,7 +9,7 @@
 
 A faster node takes more shards because its actors come back sooner. An actor that dies (its
 process killed, its node lost) is replaced, and its shard goes back to the front of the queue: the
-dead attempt's folder is abandoned, and the commit-by-rename protocol (parallel.shards) keeps a
+dead attempt's folder is abandoned, and the commit-by-rename protocol (parallel.jobs.shards) keeps a
 redo, or a late commit of the dead one, to one correct part. Ray itself restarts nothing
 (max_restarts=0): the driver decides, so a shard that kills every worker it meets stops the job.
 
@@ -30,11 +30,11 @@ import socket
 import time
 
 from parallel.devices import available_gpus, resolve_devices
-from parallel.distributed import ShardWorker, add, committed_summary, conclude, freeze
+from parallel.jobs.distributed import ShardWorker, add, committed_summary, conclude, freeze
 from parallel.engine import RunError
 from parallel.loop import Summary
 from parallel.messages import Progress, first_line
-from parallel.shards import ShardedJob
+from parallel.jobs.shards import ShardedJob
 from parallel.signals import StopRequest
 
 log = logging.getLogger("parallel")

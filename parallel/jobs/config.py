@@ -1,0 +1,141 @@
+"""What a job is asked to do: `Config` (one run, everything the CLI parses) and `Distribution`.
+
+`parallel.jobs.runner.run(config)` runs one: on this process alone, or as its part of a job spread
+over several (`config.distribution`).
+"""
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from parallel.devices import CPU_BATCH, GPU_BATCH, Devices
+from parallel.engine import check_batching
+from parallel.jobs.identity import own_files
+from parallel.manifest import Manifest, read_list
+from parallel.model import ModelSpec
+from parallel.output import FORMATS
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One run. Everything the CLI parses; no flags are read anywhere else.
+
+    Attributes:
+      model: the model to run (see `ModelSpec`).
+      images: folder searched recursively for images.
+      output: output file; its sidecars sit beside it.
+      devices: checked `Devices` (see `parallel.devices.resolve_devices`).
+      per_device_batch: images per device per step; a host batch is this times the devices.
+        None: by device kind (`Devices.default_batch`: 12 on CPU devices, 64 on GPUs).
+      resize: "crop" (centre square, then resize) or "stretch".
+      output_format: "csv", "parquet" or "npy".
+      workers: decode threads; None: one per core.
+      prefetch_batches: host batches decoded ahead of the devices.
+      overwrite: start afresh instead of resuming an existing output.
+      strict: the first unreadable image stops the run.
+      progress: show a progress bar (the CLI sets it when stderr is a terminal).
+      images_from: None, or a file listing the images (see `parallel.manifest.read_list`);
+        relative paths in it are relative to `images`.
+      distribution: None (one process), or how the job is spread over processes (`Distribution`).
+    """
+
+    model: ModelSpec
+    images: Path
+    output: Path
+    devices: Devices
+    per_device_batch: Optional[int] = None
+    resize: str = "crop"
+    output_format: str = "csv"
+    workers: Optional[int] = None
+    prefetch_batches: int = 2
+    overwrite: bool = False
+    strict: bool = False
+    progress: bool = False
+    images_from: Optional[Path] = None
+    distribution: Optional["Distribution"] = None
+
+    def __post_init__(self):
+        if self.per_device_batch is None:  # by the kind of the devices that compute (frozen: object.__setattr__)
+            if self.distribution is not None and self.distribution.kind == "ray":  # the actors', not this host's
+                object.__setattr__(self, "per_device_batch",
+                                   GPU_BATCH if self.distribution.gpus_per_worker else CPU_BATCH)
+            else:
+                object.__setattr__(self, "per_device_batch", self.devices.default_batch())
+        check_batching(self.per_device_batch, self.resize, self.workers, self.prefetch_batches)
+        if self.output_format not in FORMATS:
+            raise ValueError("output_format must be one of %s; got %r" % (", ".join(FORMATS), self.output_format))
+        if self.distribution is not None and not isinstance(self.distribution, Distribution):
+            raise ValueError("distribution must be a Distribution or None; got %r" % (self.distribution,))
+        if self.distribution is not None and self.overwrite:
+            raise ValueError("overwrite with a distributed job would let each process erase the others' shards: "
+                             "remove %s and its files yourself, or choose another output" % self.output)
+
+    @property
+    def settings(self):
+        """What the output records and a rerun must match: the model's settings, the images, the resizing."""
+        source = {"images": str(Path(self.images).resolve())}
+        if self.images_from is not None:
+            source["images_from"] = str(Path(self.images_from).resolve())
+        return dict(self.model.settings, **source, resize=self.resize,
+                    image_size="%dx%d" % tuple(self.model.image_size))
+
+    def scan(self):
+        """The Manifest of the job's images as they are now (the folder, or the list file)."""
+        if self.images_from is not None:
+            return read_list(self.images_from, self.images)
+        return Manifest.scan(self.images, exclude=own_files(Path(self.images), Path(self.output)))
+
+    @property
+    def host_batch(self):
+        """Images per `sess.run`: per_device_batch on each device."""
+        return self.per_device_batch * len(self.devices.names)
+
+    @property
+    def step_geometry(self):
+        """What decides which images share a step and how many each device computes at once: {str: str}.
+
+        A model's rounding may depend on it (oneDNN, cuDNN), so it is part of the job's record: every
+        process of a job computes with the same. Under Ray it is that of each actor (gpus_per_worker
+        GPUs, or one CPU device), not of the driver's host.
+        """
+        if self.distribution is not None and self.distribution.kind == "ray":
+            devices = self.distribution.gpus_per_worker or 1
+        else:
+            devices = len(self.devices.names)
+        return {"per_device_batch": str(self.per_device_batch), "devices": str(devices)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """How one job is spread over processes (see `parallel.jobs.shards`, `parallel.jobs.distributed`).
+
+    Attributes:
+      kind: "static" (each process is one rank of a scheduler: Slurm, torchrun, Kubernetes,
+        TF_CONFIG) or "ray" (a Ray cluster's actors pull shards).
+      rank, world_size: --rank and --world-size (static); None: from the environment.
+      shard_size: images per shard; None: the job's recorded size, else 10,000.
+      keep_shards: keep the shards (a Parquet dataset) once the output is written.
+      wait_seconds: how long a process waits for another that is writing the manifest.
+      ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None: start one here.
+      gpus_per_worker: GPUs each Ray actor is given (0: actors compute on the CPU).
+      verbose: Ray actors show TensorFlow's log and Ray its own (--verbose); else they are as
+        quiet as one process.
+    """
+
+    kind: str
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+    shard_size: Optional[int] = None
+    keep_shards: bool = False
+    wait_seconds: float = 600.0
+    ray_address: Optional[str] = None
+    gpus_per_worker: int = 1
+    verbose: bool = False
+
+    def __post_init__(self):
+        if self.kind not in ("static", "ray"):
+            raise ValueError("distribution kind must be 'static' or 'ray'; got %r" % (self.kind,))
+        if self.shard_size is not None and (not isinstance(self.shard_size, int) or self.shard_size < 1):
+            raise ValueError("shard_size must be at least 1; got %r" % (self.shard_size,))
+        if not isinstance(self.gpus_per_worker, int) or self.gpus_per_worker < 0:
+            raise ValueError("gpus_per_worker must be 0 or more; got %r" % (self.gpus_per_worker,))
