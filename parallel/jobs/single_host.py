@@ -26,24 +26,9 @@ log = logging.getLogger("parallel")
 
 
 def run(config):
-    """Extracts features of every image of the job into `config.output`.
+    """`parallel.jobs.run` for a config without a distribution: the job on this process alone.
 
-    Resumes an output written earlier by the same job (same settings, same images, no image
-    added, none changed or removed after its row was written): only images without a
-    committed row are computed. Stops cleanly on SIGINT/SIGTERM.
-
-    Args:
-      config: Config.
-
-    Returns:
-      Summary (its `exit_status` is what the CLI exits with).
-
-    Raises:
-      ValueError: bad inputs (missing or empty folder, bad weights, an output of another
-        job), raised before anything is logged or written; `parallel.output.OutputError`
-        (also a ValueError) when the output cannot be written.
-      RunError: the run stopped part-way (disk full, a device error, --strict); committed
-        rows are kept.
+    Args, returns and raises: as `parallel.jobs.run`.
     """
     images_root = Path(config.images)
     output = Path(config.output)
