@@ -18,11 +18,11 @@ from pathlib import Path
 # The choices and exit statuses, from the modules that own them; none of these imports TensorFlow,
 # which takes seconds: a mistyped flag is reported at once.
 from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
+from parallel.inputs.decode import RESIZE_MODES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
 from parallel.messages import first_line
-from parallel.decode import RESIZE_MODES
-from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal
 from parallel.output import FORMATS
+from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal
 
 DEFAULT_FORMAT = "csv"
 DEFAULT_FOLDER = "results"
@@ -270,9 +270,9 @@ def main(argv=None):
 
 def _run(args, output, output_format):
     """The flags as a job's Config, run. TensorFlow is imported here, inside the signal handling."""
+    from models import vgg16
     from parallel import jobs
     from parallel.devices import resolve_devices
-    from models import vgg16
 
     config = jobs.Config(
         model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),

@@ -28,7 +28,7 @@ from run_benchmarks import machine, make_jpegs, weights_files  # noqa: E402
 
 SCAN = """
 import sys, time
-from parallel.manifest import Manifest, read_list
+from parallel.inputs.manifest import Manifest, read_list
 started = time.perf_counter()
 if sys.argv[1] == "imports":
     import pyarrow.parquet

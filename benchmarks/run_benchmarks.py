@@ -216,6 +216,7 @@ def bench_keras(args, workdir):
 
 def bench_writer(args, workdir):
     import pandas as pd
+
     from parallel.output import FORMATS, open_writer
     rows = args.writer_rows
     features = np.random.default_rng(0).standard_normal((rows, 4096)).astype(np.float32)
@@ -238,7 +239,7 @@ def bench_writer(args, workdir):
 
 
 def bench_decode(args, workdir):
-    from parallel.decode import load_image
+    from parallel.inputs.decode import load_image
     photos = make_jpegs(workdir / "large_photos", args.large_images, (4000, 3000), seed=1)
     files = sorted(photos.glob("*.jpg"))
     started = time.perf_counter()

@@ -13,48 +13,29 @@ The names below are imported on first use (PEP 562): `import parallel` or `impor
 imports no TensorFlow, so that models, the output layer and tools that only read outputs load fast.
 """
 
-import sys
-import types
-
 from parallel.lazy import lazy_exports
 
 # Exported name -> the submodule that defines it.
 _EXPORTS = {
-    "data_parallelism": "parallel.data_parallelism", "merge_outputs": "parallel.data_parallelism",
-    "merge_results": "parallel.data_parallelism",
-    "DeviceError": "parallel.devices", "Devices": "parallel.devices", "resolve_devices": "parallel.devices",
+    "data_parallelism": "parallel.devices.replication", "merge_outputs": "parallel.devices.replication",
+    "merge_results": "parallel.devices.replication",
+    "DeviceError": "parallel.devices.selection", "Devices": "parallel.devices.selection",
+    "resolve_devices": "parallel.devices.selection",
     "RunError": "parallel.engine", "extract": "parallel.engine",
     "Config": "parallel.jobs.config", "Distribution": "parallel.jobs.config", "run": "parallel.jobs.runner",
     "Summary": "parallel.loop", "run_loop": "parallel.loop",
-    "DeviceRunner": "parallel.runner", "build_graph": "parallel.runner",
-    "StagedRunner": "parallel.staging", "open_runner": "parallel.staging",
+    "DeviceRunner": "parallel.devices.compute", "build_graph": "parallel.devices.compute",
+    "StagedRunner": "parallel.devices.staging", "open_runner": "parallel.devices.staging",
     "ModelSpec": "parallel.model",
-    "Placement": "parallel.placement", "ReplicatedVariables": "parallel.placement",
-    "SharedVariables": "parallel.placement",
-    "Manifest": "parallel.manifest", "discover_images": "parallel.manifest",
-    "ImageError": "parallel.decode", "load_image": "parallel.decode",
-    "ImageReader": "parallel.reader",
-    "shard_features": "parallel.shard_features", "shard_sizes": "parallel.shard_features",
+    "Placement": "parallel.devices.placement", "ReplicatedVariables": "parallel.devices.placement",
+    "SharedVariables": "parallel.devices.placement",
+    "Manifest": "parallel.inputs.manifest", "discover_images": "parallel.inputs.manifest",
+    "ImageError": "parallel.inputs.decode", "load_image": "parallel.inputs.decode",
+    "ImageReader": "parallel.inputs.reader",
+    "shard_features": "parallel.devices.batch_split", "shard_sizes": "parallel.devices.batch_split",
     "ErrorLog": "parallel.output", "OutputError": "parallel.output", "open_writer": "parallel.output",
 }
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
-
-class _Package(types.ModuleType):
-    """Keeps `parallel.data_parallelism` and `parallel.shard_features` the functions.
-
-    Importing a submodule binds it on its package under its own name. Two submodules are named
-    after the function they export; when this file imported them eagerly, the function was bound
-    last and won. Importing lazily, the engine's `import parallel.shard_features` would come
-    last, and `from parallel import shard_features` would give the module.
-    """
-
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -22,18 +22,18 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from parallel.devices import Devices, resolve_devices, set_float32_precision
+from parallel.devices.compute import DeviceRunner, build_graph
+from parallel.devices.selection import Devices, resolve_devices, set_float32_precision
+from parallel.devices.staging import open_runner
+from parallel.inputs.decode import RESIZE_MODES
+from parallel.inputs.manifest import discover_images
+from parallel.inputs.reader import ImageReader, step_lengths
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
-from parallel.manifest import discover_images
 from parallel.messages import counted, first_line
 from parallel.model import ModelSpec
-from parallel.decode import RESIZE_MODES
-from parallel.reader import ImageReader, step_lengths
-from parallel.runner import DeviceRunner, build_graph
-from parallel.signals import EXIT_INTERRUPTED
 from parallel.output import ErrorLog, OutputError
 from parallel.output.durable import is_disk_full
-from parallel.staging import open_runner
+from parallel.signals import EXIT_INTERRUPTED
 
 log = logging.getLogger("parallel")
 
@@ -67,7 +67,7 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
       paths: the images to compute, in order.
       positions: increasing ints, the place of each of `paths` in the job's image list. Step k
         computes those of the job's images k * host_batch .. (k + 1) * host_batch - 1 that are
-        in `paths` (`parallel.reader.step_lengths`), so the rows are the bits of one
+        in `paths` (`parallel.inputs.reader.step_lengths`), so the rows are the bits of one
         uninterrupted run however the job was resumed or cut into shards.
       stop, progress: as for `run_loop`.
 
@@ -135,7 +135,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         "gpu:0,gpu:1").
       per_device_batch: images per device per step; None: by device kind (12 on CPU devices,
         64 on GPUs), as for `run`.
-      resize: "crop" or "stretch" (see `parallel.decode`).
+      resize: "crop" or "stretch" (see `parallel.inputs.decode`).
       workers: decode threads; None: one per core.
       prefetch_batches: host batches decoded ahead of the devices.
 

@@ -119,7 +119,7 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
     """Runs every batch through `compute` into `sink`; the loop of the module docstring.
 
     Args:
-      batches: iterable of `parallel.reader.Batch`, in order.
+      batches: iterable of `parallel.inputs.reader.Batch`, in order.
       compute: callable, `images: uint8 [N, H, W, 3]` (N >= 1) -> `float32 [N, D]`; or an
         object with `submit(images)`, which returns the features of the batches submitted so
         far that are now complete (a list, in submit order, maybe empty), and `flush()`, which

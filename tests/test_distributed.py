@@ -14,10 +14,11 @@ import pytest
 from PIL import Image
 
 import job_child
+from colour_jobs import config_for, make_images
 from outputs import job_outputs as outputs
 from parallel import engine, jobs
 from parallel.jobs import locks
-from parallel.jobs.distributed import job_record
+from parallel.jobs.identity import job_record
 from parallel.jobs.shards import ShardedJob
 
 CHILD = str(Path(job_child.__file__))
@@ -78,9 +79,9 @@ def test_a_parquet_output_of_many_row_groups_is_the_single_host_one(job_images, 
 def test_the_default_shards_start_where_a_single_process_s_steps_start(job_images, tmp_path, caplog, monkeypatch):
     """A model whose rows depend on how many images share a step (as oneDNN's and cuDNN's may, in their
     last bits) still gives the single-process bytes: the default shard size is a multiple of the step."""
-    from parallel.jobs import distributed
-    from parallel.manifest import read_job
-    monkeypatch.setattr(distributed, "DEFAULT_SHARD_SIZE", 10)  # several shards of 24 images
+    from parallel.inputs.manifest import read_job
+    from parallel.jobs import identity
+    monkeypatch.setattr(identity, "DEFAULT_SHARD_SIZE", 10)  # several shards of 24 images
 
     def run(output, distribution=None):
         return jobs.run(job_child.config(job_images, output, "csv", distribution, devices="cpu:0,cpu:1",
@@ -198,7 +199,8 @@ def test_a_rank_with_another_step_geometry_is_refused_naming_it(job_images, tmp_
 def test_a_worker_that_sees_other_devices_than_the_job_s_is_refused(job_images, tmp_path):
     """A Ray actor whose devices differ from the job's (it fell back to another count) computes nothing."""
     from parallel.devices import resolve_devices
-    from parallel.jobs.distributed import ShardWorker, freeze
+    from parallel.jobs.distributed import ShardWorker
+    from parallel.jobs.identity import freeze_sharded as freeze
     config = job_child.config(job_images, tmp_path / "out.csv", "csv", static(0, 1))
     job = freeze(config, check_folder=False)
     with pytest.raises(ValueError, match="another step geometry than this worker's \\(devices=1, this process 2"):
@@ -373,7 +375,7 @@ def test_a_shard_whose_features_were_replaced_by_another_s_is_recomputed(job_ima
 
 
 def test_one_flipped_byte_in_the_manifest_is_refused_with_the_way_out(job_images, single_outputs, tmp_path):
-    from test_manifest import flip_a_byte, rewrite
+    from test_inputs_manifest import flip_a_byte, rewrite
     output = tmp_path / "out.npy"
     for rank in (0, 1):
         run_rank(job_images, output, "npy", rank, 3)
@@ -401,3 +403,23 @@ def test_an_emptied_errors_file_of_a_shard_loses_no_failed_image(job_images, sin
     assert (job.shards / "_rejected-shard-000002.1").is_dir() and not output.exists()
     assert run_rank(job_images, output, "csv", 2, 3).pending_shards == ()
     assert outputs(output) == single_outputs["csv"]
+
+
+def test_a_full_disk_inside_a_shard_is_a_run_error_and_a_rerun_finishes(tmp_path, monkeypatch):
+    import errno
+
+    from parallel.output.parquet_writer import ParquetWriter
+    images = tmp_path / "images"
+    make_images(images, 4)
+    distribution = jobs.Distribution(kind="static", rank=0, world_size=1, shard_size=2, wait_seconds=5)
+    config = config_for(tmp_path, images, distribution=distribution)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with monkeypatch.context() as patch:
+        patch.setattr(ParquetWriter, "_finish", full)  # a shard's merge of its parts fills the disk
+        with pytest.raises(engine.RunError, match="^disk full while writing .*shard-000000.*features.parquet: "
+                                                  "[0-9]+ rows committed, rerun to resume$"):
+            jobs.run(config)
+    summary = jobs.run(config)
+    assert (summary.written, summary.pending_shards) == (4, ())

@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("parallel", "models")
 
@@ -86,3 +88,33 @@ def test_the_engine_imports_nothing_of_the_job_layer():
 def test_a_circle_is_found():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# What each layer may import of the project (its package docstring says the same). The engine and
+# loop sit on the three layers below them; the job layer on the engine; none of the three layers
+# knows another, but for the manifest's durable write.
+SHARED = {"parallel", "parallel.lazy", "parallel.messages", "parallel.model", "parallel.signals"}
+MAY_IMPORT = {
+    "parallel.devices": SHARED,
+    "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},
+    "parallel.output": SHARED,
+}
+
+
+def _crossings(graph, layer, allowed):
+    """The imports of a module of `layer` that leave it for a module not in `allowed`, as "a -> b"."""
+    return {"%s -> %s" % (module, target) for module, targets in graph.items()
+            if module == layer or module.startswith(layer + ".")
+            for target in targets
+            if not (target == layer or target.startswith(layer + ".")) and target not in allowed}
+
+
+@pytest.mark.parametrize("layer", sorted(MAY_IMPORT))
+def test_a_layer_imports_only_itself_and_what_it_may(layer):
+    beyond = _crossings(_graph(), layer, MAY_IMPORT[layer])
+    assert not beyond, "imports across layers: %s" % ", ".join(sorted(beyond))
+
+
+def test_a_crossing_is_found():
+    graph = {"p.devices.a": {"p.devices.b", "p.inputs.c"}, "p.devices.b": {"p.messages"}, "p.devicesx": {"p.jobs"}}
+    assert _crossings(graph, "p.devices", {"p.messages"}) == {"p.devices.a -> p.inputs.c"}

@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 
+from parallel.inputs.reader import Batch, Failure
 from parallel.loop import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, StrictError, Summary, WriterThread, run_loop
-from parallel.reader import Batch, Failure
 
 
 def batches(count, size=2, failing=(), delay=0.0):

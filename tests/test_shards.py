@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parallel.manifest import Manifest
+from parallel.inputs.manifest import Manifest
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, job_identity,
-                                   quick_problem, set_aside)
+                                        quick_problem, set_aside)
 from parallel.jobs.shards import ShardedJob
 
 PATHS = ["a.png", "b.png", "c.png", "d.png", "e.png", "f\udce9.png", "g.png"]  # shards of 3: abc def g

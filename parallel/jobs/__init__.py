@@ -7,7 +7,8 @@ one host and on many:
                   settings, another folder, images added since it started are refused before
                   anything is loaded or written (identity.check_job, identity.job_record).
     2. freeze     the job's images, in path order, are frozen in O.manifest.parquet with their
-                  sizes and times (parallel.manifest); a rerun resumes that list, whatever the
+                  sizes and times (identity.freeze_job, or freeze_sharded for the variation below;
+                  parallel.inputs.manifest); a rerun resumes that list, whatever the
                   folder holds now, and refuses images changed after their row was written.
     3. compute    the engine (parallel.engine.extract_into) computes the images without a
                   committed row, at their places in the frozen list, so the rows are the bits
@@ -22,7 +23,7 @@ whoever commits the last shard writes the output (shards, shard_record). Static 
 
     runner.run(config)    one process (single_host) or many (distributed, ray_job)
     config                Config (one run, what the CLI parses), Distribution (how it is spread)
-    identity              job identity and freezing, shared by both paths
+    identity              job identity and freezing: one process, and sharded (one module, both ways)
     single_host           a job on one process into one output it resumes
     shards, shard_record  the sharded job: its files, the commit by rename, the shard's record
     distributed, ranks    static ranks (Slurm, torchrun, Kubernetes, TF_CONFIG); ShardWorker
@@ -30,7 +31,7 @@ whoever commits the last shard writes the output (shards, shard_record). Static 
     locks                 flock locks: one writer per output, one manifest writer
 
 May import: the engine (parallel.engine: extract_into, run_errors, RunError), the input layer
-(parallel.manifest, discovery, changes), the device layer, the output layer, loop, messages,
+(parallel.inputs.manifest, discovery, changes), the device layer, the output layer, loop, messages,
 signals. Nothing below imports this package: the engine knows no job.
 
 The names below are imported on first use (PEP 562).

@@ -8,10 +8,10 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from parallel.devices import CPU_BATCH, GPU_BATCH, Devices
+from parallel.devices.selection import CPU_BATCH, GPU_BATCH, Devices
 from parallel.engine import check_batching
+from parallel.inputs.manifest import Manifest, read_list
 from parallel.jobs.identity import own_files
-from parallel.manifest import Manifest, read_list
 from parallel.model import ModelSpec
 from parallel.output import FORMATS
 
@@ -34,7 +34,7 @@ class Config:
       overwrite: start afresh instead of resuming an existing output.
       strict: the first unreadable image stops the run.
       progress: show a progress bar (the CLI sets it when stderr is a terminal).
-      images_from: None, or a file listing the images (see `parallel.manifest.read_list`);
+      images_from: None, or a file listing the images (see `parallel.inputs.manifest.read_list`);
         relative paths in it are relative to `images`.
       distribution: None (one process), or how the job is spread over processes (`Distribution`).
     """

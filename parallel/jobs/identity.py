@@ -1,20 +1,32 @@
-"""Job identity: an output belongs to one job, its settings and the images of one folder.
+"""What a job is, and how its images are frozen: on one process, and sharded over many.
 
-    check_job(images, output, settings)      before anything is loaded or written: refuses an
-        -> (record, current, frozen)          output of other settings or of another folder, and
-                                              images added since the job started
-    freeze_job(frozen, current, writer, ...)  once the writer is open: refuses images changed or
-        -> Manifest                           removed after their row was written, records the
-                                              folder for a new job (see parallel.manifest)
+A job is one set of settings and one list of images, into one output. Both ways of running it
+check the job against what its files record, then freeze its images in the manifest
+(parallel.inputs.manifest), with the same record (`job_record`) and the same change rules
+(`describe_changes`); they differ only in where committed rows live (the output itself, or
+committed shards) and so in what a change may touch.
+
+    job_record(config)                       what every process of a job must agree on
+    check_job(images, output, settings)      one process, before anything is loaded or written:
+        -> (record, current, frozen)          refuses an output of other settings or of another
+                                              folder, and images added since the job started
+    freeze_job(frozen, current, writer, ...)  one process, once the writer is open: refuses images
+        -> Manifest                           changed or removed after their row was written,
+                                              records the folder for a new job
+    freeze_sharded(config, check_folder)     many processes: the first writes the manifest, the
+        -> ShardedJob                         others wait and check it records their job; a change
+                                              is refused naming the shards to recompute
 """
 
 import logging
 import os
 from pathlib import Path
 
-from parallel.manifest import (IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path, other_source_message,
-                               read_job)
-from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
+from parallel.inputs.manifest import (DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path,
+                                      other_source_message, read_job)
+from parallel.jobs.shard_record import error_paths
+from parallel.jobs.shards import SHARD_ERRORS, ShardedJob
+from parallel.output import PARTS_SUFFIX, ErrorLog, OutputError, check_settings, read_record, sidecar_path
 
 log = logging.getLogger("parallel")
 
@@ -199,3 +211,102 @@ def refuse_output_among_images(output, images_root, manifest):
         if same:
             raise OutputError("--output %s is one of the job's images (%s): choose another --output"
                               % (output, path))
+
+
+def freeze_sharded(config, check_folder):
+    """The job's manifest, written by the first process to come (the others wait for it).
+
+    Args:
+      config: Config with a distribution.
+      check_folder: compare the images now with the frozen manifest (one process does it: it
+        holds the whole list while it does).
+
+    Returns:
+      ShardedJob, with its shard size and count known.
+
+    Raises:
+      ValueError: another job, another shard size, a folder that changed in a way that would
+        make rows stale or out of order (an image added, or one with a committed row changed or
+        removed: the message names the shards to recompute), a damaged manifest, or no manifest
+        in time.
+    """
+    job = ShardedJob(config.output)
+    existed = job.manifest.exists()
+    if existed:  # before the generic comparison: a rank started with other flags is told which
+        change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
+        if change:
+            raise ValueError("%s is computed with another step geometry than this process's (%s): its rows would "
+                             "differ in float rounding; start every process with the same flags"
+                             % (config.output, change))
+    # Shards that start where a single process's steps start give the rows a single process computes,
+    # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
+    host_batch = int(config.step_geometry["per_device_batch"]) * int(config.step_geometry["devices"])
+    job.freeze(job_record(config), lambda: _scan(config), config.distribution.shard_size,
+               config.distribution.wait_seconds,
+               default_shard_size=max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
+    if job.shard_size % host_batch:
+        log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
+                    "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
+    if existed and check_folder:
+        changes = job.load_manifest().changes(_scan(config))
+        if changes:
+            rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
+            refusal = describe_changes(changes, config.images, config.output, committed=rows,
+                                       way_out=_way_out(job, changes, rows))
+            if refusal:
+                raise ValueError(refusal)
+            log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
+                        "computed as they are now", len(changes.removed) + len(changes.changed))
+    return job
+
+
+def _scan(config):
+    """The job's images now (`Config.scan`), of which the output is never one."""
+    current = config.scan()
+    refuse_output_among_images(Path(config.output), Path(config.images), current)
+    return current
+
+
+def committed_rows(job):
+    """The images of `job` (a frozen ShardedJob) that have a row: {path: its shard, None once O is written}.
+
+    A shard's rows are its images less those its errors file lists; the output's are the
+    manifest's images less those of its errors file.
+    """
+    if job.is_finished():
+        errors = ErrorLog.path_for(job.output)
+        failed = set(error_paths(errors)) if errors.exists() else set()
+        return {path: None for path in job.load_manifest().paths if path not in failed}
+    rows = {}
+    for index in range(job.shard_count):
+        if job.is_committed(index):
+            try:
+                failed = set(error_paths(job.shard_folder(index) / SHARD_ERRORS))
+            except FileNotFoundError:  # the output was written meanwhile: its rows are all there is
+                if job.is_finished():
+                    return committed_rows(job)
+                raise
+            rows.update((path, index) for path in job.shard_images(index).paths if path not in failed)
+    return rows
+
+
+def _way_out(job, changes, rows):
+    """What a job over several processes can do about a folder that changed (it has no --overwrite).
+
+    Args:
+      job: the frozen ShardedJob.
+      changes: Changes of its folder.
+      rows: `committed_rows(job)`.
+    """
+    ways = []
+    stale = {rows[path] for path in changes.removed + changes.changed if path in rows}
+    if None in stale:  # the output is written: its rows are no longer in shards
+        ways.append("run once without --distributed and with --overwrite to compute %s afresh" % job.output)
+    elif stale:
+        shards = sorted(stale)
+        folders = ", ".join(str(job.shard_folder(index)) for index in shards[:3]) + (", ..." if len(shards) > 3 else "")
+        ways.append("remove %s and rerun to recompute %s" % (folders, "it" if len(shards) == 1 else "them"))
+    if changes.added:
+        ways.append("move the added images away, or remove %s and rerun to start over the images as they are now "
+                    "(the shards whose images did not change are kept)" % job.manifest)
+    return "; ".join(ways) + "; or choose another --output"

@@ -29,12 +29,13 @@ import os
 import socket
 import time
 
-from parallel.devices import available_gpus, resolve_devices
-from parallel.jobs.distributed import ShardWorker, add, committed_summary, conclude, freeze
+from parallel.devices.selection import available_gpus, resolve_devices
 from parallel.engine import RunError
+from parallel.jobs.distributed import ShardWorker, add, committed_summary, conclude
+from parallel.jobs.identity import freeze_sharded
+from parallel.jobs.shards import ShardedJob
 from parallel.loop import Summary
 from parallel.messages import Progress, first_line
-from parallel.jobs.shards import ShardedJob
 from parallel.signals import StopRequest
 
 log = logging.getLogger("parallel")
@@ -143,7 +144,7 @@ def run(config):
         pool = None
         if not ShardedJob(config.output).manifest.exists():  # checks first: freezing writes the manifest
             pool = _checked_pool(cluster, config)
-        job = freeze(config, check_folder=True)
+        job = freeze_sharded(config, check_folder=True)
         todo = job.missing()
         summary = Summary()
         for index in sorted(set(range(job.shard_count)) - set(todo)):

@@ -37,7 +37,7 @@ def job_identity(recorded):
     """The identity of a job whose shards are interchangeable: 32 hex digits.
 
     Args:
-      recorded: what the manifest records (`parallel.manifest.read_job`): its job and shard
+      recorded: what the manifest records (`parallel.inputs.manifest.read_job`): its job and shard
         size make the identity; its images do not, so that a manifest made anew keeps the
         shards whose images did not change.
     """

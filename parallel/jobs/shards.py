@@ -23,7 +23,7 @@ holds images i * shard_size .. (i + 1) * shard_size - 1 of the manifest, whateve
 processes, so a job can resume on another number of hosts.
 
 Nothing is trusted that storage or a user may have changed: the manifest carries checksums
-(parallel.manifest), a shard is counted as committed only if its record is of this job and shard
+(parallel.inputs.manifest), a shard is counted as committed only if its record is of this job and shard
 and its counts are its files' (else it is set aside and computed again), and before a byte of O is
 written every shard's rows and errors are checked to be exactly the manifest's images of that shard.
 
@@ -41,12 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
+from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.jobs import locks
-from parallel.manifest import DamagedManifest, Manifest, manifest_path, read_job
-from parallel.output import ErrorLog, OutputError, open_writer, read_record
-from parallel.output.durable import fsync
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
                                         job_identity, quick_problem, set_aside, write_record)
+from parallel.output import ErrorLog, OutputError, open_writer, read_record
+from parallel.output.durable import fsync
 
 log = logging.getLogger("parallel")
 
@@ -98,7 +98,7 @@ class ShardedJob:
           ValueError: the manifest records another job or shard size, or another process held
             its lock for `wait_seconds`.
         """
-        from parallel.manifest import DEFAULT_SHARD_SIZE
+        from parallel.inputs.manifest import DEFAULT_SHARD_SIZE
         self.output.parent.mkdir(parents=True, exist_ok=True)
         try:
             with self._manifest_errors(), \

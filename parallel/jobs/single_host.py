@@ -11,7 +11,8 @@ import logging
 import time
 from pathlib import Path
 
-from parallel.devices import set_float32_precision
+from parallel.devices.selection import set_float32_precision
+from parallel.devices.staging import open_runner
 from parallel.engine import disk_full_errors, extract_into, run_errors
 from parallel.jobs import locks
 from parallel.jobs.identity import check_job, freeze_job, job_record
@@ -20,7 +21,6 @@ from parallel.loop import log_stage_times
 from parallel.messages import Progress, counted
 from parallel.output import ErrorLog, OutputError, open_writer
 from parallel.signals import StopRequest
-from parallel.staging import open_runner
 
 log = logging.getLogger("parallel")
 

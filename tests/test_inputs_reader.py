@@ -6,13 +6,13 @@ import time
 
 import numpy as np
 import pytest
-from image_files import BLUE, RED, solid, write_bad_files
 from PIL import Image
 
-from parallel import reader
-from parallel.decode import ImageError, decode_row, load_image
-from parallel.manifest import discover_images
-from parallel.reader import Batch, Failure, ImageReader
+from image_files import BLUE, RED, solid, write_bad_files
+from parallel.inputs import reader
+from parallel.inputs.decode import ImageError, decode_row, load_image
+from parallel.inputs.manifest import discover_images
+from parallel.inputs.reader import Batch, Failure, ImageReader
 
 
 def reader_threads():

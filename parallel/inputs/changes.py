@@ -1,6 +1,6 @@
 """What changed in a job's folder since its manifest was frozen, and the refusal of a rerun it makes stale.
 
-The rules (see parallel.manifest): an image added is refused (its row would land out of sorted
+The rules (see parallel.inputs.manifest): an image added is refused (its row would land out of sorted
 order); an image removed or changed after its row was committed is refused (the row would be
 stale); one without a row is simply processed as it is now.
 """

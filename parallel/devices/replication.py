@@ -7,7 +7,7 @@ element per device, anything else is given to every device unchanged.
 import numpy as np
 import tensorflow as tf
 
-from parallel.placement import Placement, SharedVariables
+from parallel.devices.placement import Placement, SharedVariables
 
 tf1 = tf.compat.v1
 

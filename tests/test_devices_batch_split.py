@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpu_devices, cpu_session
-from parallel.shard_features import shard_features, shard_sizes
+from parallel.devices.batch_split import shard_features, shard_sizes
 
 tf1 = tf.compat.v1
 

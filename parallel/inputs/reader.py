@@ -1,10 +1,10 @@
 """Image files -> decoded uint8 batches, in order, decoded on a thread pool ahead of the devices.
 
-    relative paths ("a/b.jpg", from parallel.manifest)
+    relative paths ("a/b.jpg", from parallel.inputs.manifest)
     paths --ImageReader(batch_size, workers, prefetch_batches)--> Batch(paths, images, failures), ...
         images: uint8 [N, H, W, 3] RGB, one row per decoded image, in input order
 
-Each worker decodes one image at a time with `parallel.decode.decode_row` (the decode rules and
+Each worker decodes one image at a time with `parallel.inputs.decode.decode_row` (the decode rules and
 the failure kinds are there), or with the `decode` callable given to ImageReader.
 
 While the caller runs one batch on the devices, the next `prefetch_batches` batches are being
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from parallel.decode import MAX_PIXELS, check_image_arguments, decode_row, failure_of
+from parallel.inputs.decode import MAX_PIXELS, check_image_arguments, decode_row, failure_of
 
 _THREAD_PREFIX = "ImageReader"
 
@@ -33,7 +33,7 @@ class Failure:
 
     Attributes:
       path: the path as given to ImageReader (relative to its root).
-      kind: one of parallel.decode.KINDS.
+      kind: one of parallel.inputs.decode.KINDS.
       message: one line saying what went wrong.
     """
 
@@ -91,10 +91,10 @@ class ImageReader:
 
         Args:
           root: folder the paths are relative to, str or Path.
-          paths: relative paths ("a/b.jpg"), e.g. from `parallel.manifest.discover_images`.
+          paths: relative paths ("a/b.jpg"), e.g. from `parallel.inputs.manifest.discover_images`.
           batch_size: input paths per batch (>= 1).
           size: (H, W) of every image.
-          resize: "crop" or "stretch" (see parallel.decode).
+          resize: "crop" or "stretch" (see parallel.inputs.decode).
           workers: decode threads (>= 1); None: os.cpu_count().
           prefetch_batches: batches decoded ahead of the one the caller holds (>= 1).
           max_pixels: larger images fail with kind "too_large".
@@ -103,7 +103,7 @@ class ImageReader:
             [len(chunk), H, W, 3] and `size`, `max_pixels` as checked here. It writes
             `images[row]` and returns None, or returns (kind, message) for an image that cannot
             be used. An exception it raises is a failure of that image only, as
-            `parallel.decode.failure_of` words it. Default: `parallel.decode.decode_row`.
+            `parallel.inputs.decode.failure_of` words it. Default: `parallel.inputs.decode.decode_row`.
           chunks: None (batches of `batch_size` paths), or the lengths of the consecutive
             batches `paths` is cut into, each 1 .. batch_size, adding up to len(paths): the
             engine's steps at fixed positions of a job (see `step_lengths`).

@@ -10,13 +10,12 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import kernels
 
-from parallel import staging
-from parallel.devices import Devices, resolve_devices
+from parallel.devices import Devices, resolve_devices, staging
+from parallel.devices.compute import DeviceRunner, build_graph
+from parallel.devices.staging import StagedRunner, StagingAreas, open_runner
+from parallel.inputs.reader import Batch, Failure
 from parallel.loop import run_loop
 from parallel.model import ModelSpec
-from parallel.reader import Batch, Failure
-from parallel.runner import DeviceRunner, build_graph
-from parallel.staging import StagedRunner, StagingAreas, open_runner
 from partition_graphs import CrossingRecorder
 
 tf1 = tf.compat.v1

@@ -16,7 +16,7 @@ folder with the frozen manifest (`Changes`):
   and the manifest records its new size and time.
 
 The paths list of a manifest never changes for the job; the many-hosts work cuts it into
-fixed shards. Discovery (which files are images) is `parallel.discovery`.
+fixed shards. Discovery (which files are images) is `parallel.inputs.discovery`.
 
 A manifest can be checked: its metadata records, beside the job, a digest of each shard's rows
 (path bytes, size, time) and a checksum of the whole record; every load verifies what it reads,
@@ -34,8 +34,8 @@ import os
 import sys
 from pathlib import Path
 
-from parallel.changes import Changes, describe_changes, other_source_message
-from parallel.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, size_and_time, walk
+from parallel.inputs.changes import Changes, describe_changes, other_source_message
+from parallel.inputs.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, size_and_time, walk
 from parallel.messages import first_line
 from parallel.output.durable import fsync, temporary_then_rename
 

@@ -8,10 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
-from image_files import BLUE, GREEN, RED, WHITE, noise_jpeg, solid, write_bad_files
 from PIL import Image, ImageFile, JpegImagePlugin
 
-from parallel.decode import KINDS, MAX_PIXELS, RESIZE_MODES, ImageError, decode_row, failure_of, load_image
+from image_files import BLUE, GREEN, RED, WHITE, noise_jpeg, solid, write_bad_files
+from parallel.inputs.decode import KINDS, MAX_PIXELS, RESIZE_MODES, ImageError, decode_row, failure_of, load_image
 
 
 def halves(size, left, right, mode="RGB"):

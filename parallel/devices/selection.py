@@ -12,7 +12,7 @@ tf1 = tf.compat.v1
 
 # Images per device per step when the run does not say: a CPU device is busy with a few images, an
 # 80 GB GPU needs many (tf_cnn_benchmarks runs VGG16 at 64 per GPU). A GPU that runs out of memory
-# halves the step and retries (parallel.runner), so the larger default is safe on a smaller GPU.
+# halves the step and retries (parallel.devices.compute), so the larger default is safe on a smaller GPU.
 CPU_BATCH = 12
 GPU_BATCH = 64
 

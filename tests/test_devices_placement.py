@@ -3,9 +3,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import DENSE_WEIGHTS, cpu_devices, cpu_session, dense_model
-from parallel.data_parallelism import data_parallelism
-from parallel.placement import ReplicatedVariables, SharedVariables
-from parallel.shard_features import shard_features
+from parallel.devices.batch_split import shard_features
+from parallel.devices.placement import ReplicatedVariables, SharedVariables
+from parallel.devices.replication import data_parallelism
 from partition_graphs import cross_device_sources
 
 tf1 = tf.compat.v1

@@ -4,11 +4,11 @@ import errno
 import os
 
 import pytest
-from long_paths import make_deep_folder, write_relative
 from PIL import Image
 
-from parallel.manifest import (IMAGE_EXTENSIONS, Changes, DamagedManifest, Manifest, describe_changes, discover_images,
-                               manifest_path, read_job, scan_images)
+from long_paths import make_deep_folder, write_relative
+from parallel.inputs.manifest import (IMAGE_EXTENSIONS, Changes, DamagedManifest, Manifest, describe_changes,
+                                      discover_images, manifest_path, read_job, scan_images)
 
 RED, GREEN = (255, 0, 0), (0, 255, 0)
 

@@ -17,9 +17,9 @@ import collections
 
 import tensorflow as tf
 
-from parallel.data_parallelism import merge_results
-from parallel.runner import DeviceRunner, check_batch, joined
-from parallel.shard_features import shard_features, shard_sizes
+from parallel.devices.batch_split import shard_features, shard_sizes
+from parallel.devices.compute import DeviceRunner, check_batch, joined
+from parallel.devices.replication import merge_results
 
 tf1 = tf.compat.v1
 

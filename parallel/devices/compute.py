@@ -4,7 +4,7 @@
         --> float32 [N, D], rows in input order
 
 `DeviceRunner` feeds each step's shards to the devices with the step (`feed_dict`, synchronous);
-`parallel.staging.StagedRunner` puts the next step's shards on the devices during the current
+`parallel.devices.staging.StagedRunner` puts the next step's shards on the devices during the current
 step, so that on GPUs the host-to-device copy overlaps the compute.
 
 Weights are loaded from host arrays once per process and copied once onto each device
@@ -18,9 +18,9 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from parallel.data_parallelism import data_parallelism, merge_results
-from parallel.placement import ReplicatedVariables
-from parallel.shard_features import shard_features, shard_sizes
+from parallel.devices.batch_split import shard_features, shard_sizes
+from parallel.devices.placement import ReplicatedVariables
+from parallel.devices.replication import data_parallelism, merge_results
 
 tf1 = tf.compat.v1
 log = logging.getLogger("parallel")
@@ -47,7 +47,7 @@ def build_graph(model, device_names, replica_input=fed_input):
       device_names: graph device names, one replica each ("/device:GPU:0", ...).
       replica_input: called as `replica_input(tf.uint8, [None, H, W, 3])` in each replica's
         device and name scope; returns (the placeholder a step feeds, the images the model
-        reads). `fed_input`, or `parallel.staging.StagingAreas().replica_input`.
+        reads). `fed_input`, or `parallel.devices.staging.StagingAreas().replica_input`.
 
     Returns:
       (graph, placement, placeholders, outputs): the `tf.Graph`; its `ReplicatedVariables`

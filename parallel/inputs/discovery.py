@@ -28,7 +28,7 @@ def has_image_extension(name):
 def walk(root, exclude):
     """(paths, sizes, mtimes) of the image files under `root`, in the order found.
 
-    Args: as `parallel.manifest.scan_images`.
+    Args: as `parallel.inputs.manifest.scan_images`.
     """
     top = os.fspath(root)
     if not os.path.isdir(top):
@@ -68,7 +68,7 @@ def size_and_time(name, folder_descriptor):
 
 def discover_images(root, exclude=()):
     """Every image file under `root`, recursively, as sorted relative paths (see
-    `parallel.manifest.scan_images`).
+    `parallel.inputs.manifest.scan_images`).
 
     Returns:
       list of str: paths relative to `root` with "/" separators, sorted.

@@ -7,9 +7,9 @@
         os.stat checks -> Image.open -> JPEG draft -> pixel limit -> load -> EXIF orientation
         -> first frame -> RGB (transparency over white) -> crop or stretch to (H, W) -> [H, W, 3]
 
-These are the decode rules; parallel.reader runs `decode_row` on a thread pool, a batch at a time.
+These are the decode rules; parallel.inputs.reader runs `decode_row` on a thread pool, a batch at a time.
 
-Links (which files are found is parallel.manifest's business): a symlink to a file is read
+Links (which files are found is parallel.inputs.manifest's business): a symlink to a file is read
 through the link, even when the target lies outside the folder (a link is how users add a
 file); a broken link or a symlink loop fails ("missing", "unreadable"), so that it shows in
 the errors file instead of vanishing. A path longer than the system allows fails as
@@ -57,7 +57,7 @@ RESIZE_MODES = ("crop", "stretch")
 MAX_PIXELS = 100_000_000
 KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt")
 
-# The Pillow formats behind the image extensions of parallel.manifest
+# The Pillow formats behind the image extensions of parallel.inputs.manifest
 # (MPO, a camera's multi-picture JPEG, opens as JPEG).
 _FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
 _FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF, WebP or PNM"
@@ -148,7 +148,7 @@ def failure_of(error):
 
 
 def check_image_arguments(size, resize, max_pixels):
-    """Checks the decode options, as load_image and parallel.reader.ImageReader take them.
+    """Checks the decode options, as load_image and parallel.inputs.reader.ImageReader take them.
 
     Args:
       size: (H, W), two integers >= 1.

@@ -3,8 +3,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import DENSE_WEIGHTS, cpu_devices, cpu_session, dense_model
-from parallel.data_parallelism import data_parallelism, merge_outputs, merge_results
-from parallel.placement import ReplicatedVariables
+from parallel.devices.placement import ReplicatedVariables
+from parallel.devices.replication import data_parallelism, merge_outputs, merge_results
 
 tf1 = tf.compat.v1
 
