@@ -171,7 +171,7 @@ def help_text(monkeypatch, capsys, program="run_inference.py"):
 @pytest.mark.parametrize("program", ["run-inference", "run_inference.py"])
 def test_help_is_named_after_the_command_that_was_run(monkeypatch, capsys, program):
     text = help_text(monkeypatch, capsys, program)
-    assert text.startswith("usage: %s [-h] [--images FOLDER]" % program), text[:80]
+    assert text.startswith("usage: %s [-h] [--images FOLDER [FOLDER ...]]" % program), text[:80]
     assert "\n  %s --images photos/ " % program in text  # the examples too
 
 
