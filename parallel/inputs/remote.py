@@ -94,6 +94,7 @@ def describe(url):
 def details(url):
     """(size, mtime_ns, etag) of the object at `url` (see `describe`); ImageError (kind as `fetch`) when gone."""
     fs, path = filesystem(url)
+    fs.invalidate_cache(path)  # the object now, not what an earlier listing of this process saw
     return _size_time_tag(_retried(url, lambda: fs.info(path)))
 
 
@@ -136,6 +137,7 @@ def list_objects(prefix, keep):
     """
     fs, path = filesystem(prefix)
     path = path.rstrip("/")
+    fs.invalidate_cache(path)  # the objects now, not an earlier listing of this process
     try:
         found = _retried(prefix, lambda: fs.find(path, detail=True))
     except ImageError as error:

@@ -142,6 +142,7 @@ def _glob(pattern):
     if not remote.is_url(pattern):
         return [os.path.abspath(path) for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
     fs, path = remote.filesystem(pattern)
+    fs.invalidate_cache()  # the store now, not an earlier listing of this process
     scheme = remote.scheme(pattern)
     return ["%s://%s" % (scheme, name) for name in fs.glob(path)]
 
