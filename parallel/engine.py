@@ -115,7 +115,8 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None):
             workers=_workers(config.workers, True), prefetch_batches=config.prefetch_batches))
         sink = stages.enter_context(WriterThread(writer))
         summary = run_loop(reader, runner, sink, errors, images=0, strict=config.strict, stop=stop, progress=progress)
-    return dataclasses.replace(summary, discovered=reader.count, skipped=reader.count - summary.written - summary.failed)
+    reached = summary.written + summary.failed
+    return dataclasses.replace(summary, discovered=reader.count, skipped=reader.count - reached)
 
 
 def _workers(workers, remote):

@@ -336,8 +336,8 @@ def read_list(list_file, root):
     """The Manifest of the images a list file names (--images-from).
 
     Args:
-      list_file: a text file of one path (or URL: s3://b/k.jpg, https://h/p.jpg) per line (blank lines and lines starting with # are
-        skipped), or a .parquet or .csv file with a column `path`.
+      list_file: a text file of one path (or URL: s3://b/k.jpg, https://h/p.jpg) per line (blank
+        lines and lines starting with # are skipped), or a .parquet or .csv file with a column `path`.
       root: the folder (or prefix URL) relative paths are relative to.
 
     Returns:

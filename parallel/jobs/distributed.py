@@ -24,6 +24,7 @@ from parallel.inputs.manifest import manifest_path, read_job
 from parallel.inputs.tars import MEMBERS_FILE, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
+from parallel.jobs.shard_record import shard_keys
 from parallel.jobs.shards import SHARD_FEATURES, ShardedJob
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
@@ -113,7 +114,7 @@ def committed_summary(job, index, images=None):
       index: a committed shard.
       images: its Manifest, if read already.
     """
-    keys = job.shard_keys(index) if job.tars else (images or job.shard_images(index)).paths
+    keys = shard_keys(job, index) if job.tars else (images or job.shard_images(index)).paths
     failed = job.failed_in(index, keys)
     return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
 

@@ -10,11 +10,8 @@ Files, for an output O:
     O.shards/shard-000007/    a committed shard: features.parquet (path, path_bytes, <layer>, rows in
                               path order), _errors.csv (its images that could not be read) and
                               _shard.json (its job, its images' digest, its counts: shard_record)
-                              A shard of a tar job (one tar: parallel.inputs.tars) also holds
-                              _members.parquet, every member's key, offset and size, in tar order:
-                              its images are those keys, known only once the tar was read
-    O.members.parquet         a tar job's members, every shard's in order, written with O: any
-                              image is read back by one byte range (parallel.inputs.tars.read_member)
+                              and, a tar's (parallel.inputs.tars), _members.parquet: its images
+    O.members.parquet         a tar job's members, written with O (parallel.inputs.tars.read_member)
     O.shards/_rejected-shard-000007.1/
                               a committed shard that did not check out, set aside to be computed again
     O                         written from the shards, in order, once all are committed (under O.lock)
@@ -47,12 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
-from parallel.inputs.tars import MEMBERS_FILE, index_keys, merge_indexes
+from parallel.inputs.tars import MEMBERS_FILE, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        job_identity, quick_problem, set_aside, write_record)
+                                        job_identity, quick_problem, set_aside, shard_keys, write_record)
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
-from parallel.messages import first_line
 from parallel.output.durable import fsync
 
 log = logging.getLogger("parallel")
@@ -140,21 +136,6 @@ class ShardedJob:
         self.identity, self.digests = job_identity(recorded), recorded.get("shards")
         self.tars = recorded["job"].get("input") == "tars"
         return recorded
-
-    def shard_keys(self, index, folder=None):
-        """The keys of shard `index`'s images, in order: the manifest's, or for a tar job its members' index.
-
-        Args:
-          index: the shard.
-          folder: where a tar shard's MEMBERS_FILE is (an attempt); None: the committed shard, or
-            the output's O.members.parquet once the shards are gone.
-        """
-        if not self.tars:
-            return self.shard_images(index).paths
-        folder = self.shard_folder(index) if folder is None else folder
-        if not (folder / MEMBERS_FILE).exists() and self.members.exists():  # O is written, the shards gone
-            return index_keys(self.members, tar=self.shard_images(index).paths[0])
-        return index_keys(folder / MEMBERS_FILE)
 
     def shard_images(self, index):
         """Manifest of shard `index` alone (a worker never holds the job's whole list), checked."""
@@ -278,11 +259,7 @@ class ShardedJob:
         if self.is_committed(index):  # another attempt was committed first; it is as good
             shutil.rmtree(attempt, ignore_errors=True)
             return False
-        try:
-            keys = self.shard_keys(index, attempt)
-        except OSError as error:  # a tar shard's index is missing or damaged
-            raise OutputError("shard %d of %s was not committed: its %s cannot be read (%s)"
-                              % (index, self.output, MEMBERS_FILE, first_line(error))) from None
+        keys = shard_keys(self, index, attempt)
         problem = content_problem(attempt / SHARD_FEATURES, errors, keys)
         if problem:
             raise OutputError("shard %d of %s was not committed: %s" % (index, self.output, problem))
@@ -294,12 +271,10 @@ class ShardedJob:
             os.rename(errors, ready / SHARD_ERRORS)
         else:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
-        names = (SHARD_ERRORS, SHARD_RECORD)
-        if self.tars:
+        if self.tars:  # its images: the members of its tar
             os.rename(attempt / MEMBERS_FILE, ready / MEMBERS_FILE)
-            names += (MEMBERS_FILE,)
         write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed)
-        for name in names:
+        for name in (SHARD_ERRORS, SHARD_RECORD) + ((MEMBERS_FILE,) if self.tars else ()):
             fsync(ready / name)
         fsync(ready)
         self.shards.mkdir(exist_ok=True)
@@ -345,8 +320,7 @@ class ShardedJob:
                     return False  # checked under the lock: a process that finished first did the rest
                 self._check_shards()
                 if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
-                    merge_indexes([self.shard_folder(index) / MEMBERS_FILE for index in range(self.shard_count)],
-                                  self.members)
+                    merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)], self.members)
                 self._assemble(output_format, column_prefix, settings)
                 if not keep_shards and self.shards.exists():
                     shutil.rmtree(self.shards)
@@ -371,13 +345,9 @@ class ShardedJob:
                 images = self.shard_images(index)
             except DamagedManifest as error:  # after this process wrote its shards: not a usage error
                 raise RunError(str(error)) from None
-            problem = quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
-            if problem is None:
-                try:
-                    keys = self.shard_keys(index) if self.tars else images.paths
-                    problem = content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS, keys)
-                except OSError as error:
-                    problem = "its %s cannot be read (%s)" % (MEMBERS_FILE, first_line(error))
+            problem = (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
+                       or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS,
+                                          shard_keys(self, index) if self.tars else images.paths))
             if problem:
                 target = self.set_aside(index, problem)
                 rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))
