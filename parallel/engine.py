@@ -96,7 +96,7 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
                         progress=progress)
 
 
-def extract_stream(config, runner, writer, items, stop=None, progress=None):
+def extract_stream(config, runner, writer, items, stop=None, progress=None, remote=False):
     """`extract_into` for images that arrive as a stream: a tar's members, read front to back once.
 
     Args:
@@ -104,6 +104,7 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None):
       items: iterable of (key, bytes or ImageError), e.g. `parallel.inputs.tars.stream_members`:
         the whole of a shard, so its steps are its items 0 .. host_batch - 1, host_batch .., the
         same whatever the number of processes (`parallel.inputs.streams`).
+      remote: the stream comes from a store: decode on REMOTE_THREADS threads at least.
 
     Returns:
       Summary of the loop; `discovered` counts the items read.
@@ -112,7 +113,7 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None):
         errors = stages.enter_context(ErrorLog(writer.output))
         reader = stages.enter_context(StreamReader(
             items, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-            workers=_workers(config.workers, True), prefetch_batches=config.prefetch_batches))
+            workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches))
         sink = stages.enter_context(WriterThread(writer))
         summary = run_loop(reader, runner, sink, errors, images=0, strict=config.strict, stop=stop, progress=progress)
     reached = summary.written + summary.failed

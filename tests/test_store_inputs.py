@@ -2,7 +2,7 @@
 process or many, through kills and resumes (real S3 and HTTP on loopback; the colour model)."""
 
 import csv
-import os
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -206,3 +206,13 @@ def test_an_image_list_of_urls_retries_a_throttled_store_then_records_it(job_ima
     assert errors(output) == [(http_server.url + "/b/03.png", "unreachable")]
     expected = dict(rows(folder_output))
     assert rows(output) == [(http_server.url + "/" + name, expected[name]) for name in names[:3]]
+
+
+def test_overwrite_starts_a_tar_job_afresh_on_one_process(local_tars, tmp_path):
+    pattern = str(local_tars[0].parent / "*.tar")
+    output = tmp_path / "out.csv"
+    first = jobs.run(job_child.config(pattern, output, "csv"))
+    before = job_outputs(output)
+    again = jobs.run(dataclasses.replace(job_child.config(pattern, output, "csv"), overwrite=True))
+    assert (first.written, again.written, again.already_done) == (23, 23, 0)
+    assert job_outputs(output) == before and Path(str(output) + ".members.parquet").exists()

@@ -64,10 +64,6 @@ class Source:
             return self.tars[0]
         return "%d tars %s .. %s (list %s)" % (len(self.tars), self.tars[0], self.tars[-1], digest)
 
-    @property
-    def is_remote(self):
-        return remote.is_url(self.root) or any(remote.is_url(tar) for tar in self.tars)
-
     def scan(self, exclude=()):
         """The Manifest of the images (a folder, a prefix) or of the tars (TARS) as they are now."""
         if self.kind == FOLDER:

@@ -8,10 +8,10 @@ from a list up front (parallel.inputs.reader). They are the next `batch_size` it
 order: for a stream that is a whole shard, steps start at the fixed positions 0, batch_size,
 2 * batch_size, ... of the shard's members, whatever the number of processes.
 
-One thread reads the stream ahead into a queue of at most `prefetch_batches` chunks; each chunk
-is decoded on the pool of `workers` threads (`parallel.inputs.decode.decode_bytes_row`, the rules
-of a file's decode) while the caller computes the previous batch. Memory: at most
-`prefetch_batches + 2` chunks of bytes and their decoded images. An error of the stream itself
+One thread reads the stream, a chunk ahead of the decoding; `prefetch_batches` chunks decode on
+the pool of `workers` threads (`parallel.inputs.decode.decode_bytes_row`, the rules of a file's
+decode) while the caller computes the batch it holds. Memory: at most `prefetch_batches + 3`
+chunks of bytes and their decoded images (held, decoding, queued, being read). An error of the stream itself
 (not an image's: those are items of kind ImageError) is raised to the caller.
 """
 
@@ -110,7 +110,7 @@ class StreamReader:
         return False
 
     def _batches(self):
-        chunks = queue.Queue(maxsize=self.prefetch_batches)
+        chunks = queue.Queue(maxsize=1)
         self._thread = threading.Thread(target=self._read_ahead, args=(chunks,), name=_THREAD_PREFIX, daemon=True)
         self._thread.start()
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix=_THREAD_PREFIX)
@@ -118,7 +118,7 @@ class StreamReader:
         ended = False
         try:
             while True:
-                while not ended and len(pending) <= 1:  # one chunk decoding ahead of the one handed out
+                while not ended and len(pending) <= self.prefetch_batches:  # as ImageReader: prefetch ahead
                     chunk = chunks.get()
                     if chunk is _END:
                         ended = True

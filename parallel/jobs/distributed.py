@@ -21,6 +21,7 @@ from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_stream, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
+from parallel.inputs.remote import is_url
 from parallel.inputs.tars import MEMBERS_FILE, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
@@ -75,8 +76,9 @@ class ShardWorker:
             with writer:
                 if self.job.tars:  # the tar, read once; its index (every member's offset) beside the rows
                     entries = []
-                    summary = extract_stream(self.config, self.runner, writer, stream_members(images.paths[0], entries),
-                                             stop=stop, progress=progress)
+                    tar = images.paths[0]
+                    summary = extract_stream(self.config, self.runner, writer, stream_members(tar, entries),
+                                             stop=stop, progress=progress, remote=is_url(tar))
                     images = entries
                     if not summary.interrupted:
                         with run_errors():
