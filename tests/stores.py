@@ -134,17 +134,23 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             super().do_HEAD()
 
 
-@pytest.fixture
-def http_server(tmp_path):
-    """An HTTP server on 127.0.0.1 serving tmp_path/"site": `.url`, `.root`, `.failures`, `.refused`."""
-    root = tmp_path / "site"
-    root.mkdir()
+def serve(root, port=0):
+    """An HTTP server on 127.0.0.1:`port` (0: a free one) serving `root`, started: `.url`, `.root`,
+    `.failures`, `.refused`; stop it with shutdown() and server_close()."""
     handler = lambda *args, **kwargs: _Handler(*args, directory=str(root), **kwargs)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.failures, server.refused = {}, []
     server.root, server.url = root, "http://127.0.0.1:%d" % server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """An HTTP server on 127.0.0.1 serving tmp_path/"site" (see `serve`)."""
+    root = tmp_path / "site"
+    root.mkdir()
+    server = serve(root)
     try:
         yield server
     finally:

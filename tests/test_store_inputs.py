@@ -16,7 +16,7 @@ import job_child
 from outputs import job_outputs
 from parallel import jobs
 from parallel.inputs.tars import read_index, read_member, split_key
-from stores import http_server, s3, store, upload, write_tars  # noqa: F401 (fixtures)
+from stores import http_server, s3, serve, store, upload, write_tars  # noqa: F401 (fixtures)
 
 CHILD = str(Path(job_child.__file__))
 
@@ -216,3 +216,43 @@ def test_overwrite_starts_a_tar_job_afresh_on_one_process(local_tars, tmp_path):
     again = jobs.run(dataclasses.replace(job_child.config(pattern, output, "csv"), overwrite=True))
     assert (first.written, again.written, again.already_done) == (23, 23, 0)
     assert job_outputs(output) == before and Path(str(output) + ".members.parquet").exists()
+
+
+def test_a_store_stopped_mid_run_stops_it_with_one_error_and_the_rerun_resumes(job_images, folder_output, http_server,
+                                                                               monkeypatch, tmp_path):
+    import threading
+
+    from parallel import engine
+    from parallel.inputs import remote
+    monkeypatch.setattr(remote, "BACKOFF_SECONDS", 0.01)
+    names = [key for key, _ in rows(folder_output)] + ["a/bad.png"]
+    for name in names:
+        (http_server.root / name).parent.mkdir(exist_ok=True)
+        (http_server.root / name).write_bytes((job_images / name).read_bytes())
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join("%s/%s\n" % (http_server.url, name) for name in names))
+    output, marker = tmp_path / "out.csv", tmp_path / "steps"
+    marker.write_text("")
+
+    def stop_the_store():
+        while marker.read_text().count("step") < 1:
+            time.sleep(0.01)
+        http_server.shutdown()
+        http_server.server_close()
+
+    stopper = threading.Thread(target=stop_the_store)
+    stopper.start()
+    with pytest.raises(engine.RunError, match="cannot connect to the store of http://127.0.0.1.*rerun the same command"):
+        jobs.run(job_child.config(tmp_path, output, "csv", images_from=listing, step_seconds=0.2, marker=marker))
+    stopper.join()
+    done = len(rows(output))
+    assert 0 < done < 23 and errors(output) == []  # no image is blamed for the store
+    again = serve(http_server.root, http_server.server_address[1])  # the store is back
+    try:
+        rerun = jobs.run(job_child.config(tmp_path, output, "csv", images_from=listing))
+    finally:
+        again.shutdown()
+        again.server_close()
+    assert (rerun.already_done, rerun.written, rerun.failed) == (done, 23 - done, 1)
+    expected = dict(rows(folder_output))
+    assert rows(output) == [(http_server.url + "/" + name, expected[name]) for name in sorted(expected)]

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from parallel.inputs.decode import MAX_PIXELS, check_image_arguments, decode_row, failure_of
-from parallel.inputs.remote import is_url, locate
+from parallel.inputs.remote import StoreUnavailable, is_url, locate
 
 _THREAD_PREFIX = "ImageReader"
 
@@ -223,6 +223,8 @@ class ImageReader:
             path = self.paths[start + row]
             try:
                 failed = future.result()
+            except StoreUnavailable:  # no image's failure: the run stops, and resumes once the store is back
+                raise
             except Exception as error:  # decode_row does not raise; a decoder handed in may
                 failed = failure_of(error)
             if failed is None:

@@ -18,7 +18,9 @@ MinIO, read here in one place (`store_options`) whatever the s3fs version.
 Failures of the store: a missing object is `missing` and a refused one `unreadable`, at once;
 anything else (a timeout, a 5xx, throttling, a dropped connection) is tried again, TRIES times in
 all with a doubling wait from BACKOFF_SECONDS, then recorded as that image's failure, kind
-`unreachable`, naming the last error. fsspec, s3fs and their stores are imported on first use:
+`unreachable`, naming the last error; but a store that cannot be connected to at all (refused,
+no such host) is no image's fault: StoreUnavailable stops the run (exit status 1), committed rows
+are kept, and the same command resumes once the store is back. fsspec, s3fs and their stores are imported on first use:
 a folder job never imports them.
 """
 
@@ -41,6 +43,10 @@ STREAM_BLOCK = 8 << 20  # bytes read at a time from a stream (a tar): few reques
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 _EXTRAS = {"s3": ("s3fs", "cloud"), "s3a": ("s3fs", "cloud"), "gs": ("gcsfs", "gcsfs"), "gcs": ("gcsfs", "gcsfs"),
            "http": ("aiohttp", "cloud"), "https": ("aiohttp", "cloud")}
+
+
+class StoreUnavailable(OSError):
+    """The store cannot be connected to (after TRIES tries): the run stops; no image is failed for it."""
 
 
 def is_url(text):
@@ -184,12 +190,28 @@ def _retried(url, operation):
         except PermissionError as error:
             raise ImageError("unreadable", "access refused by the store: %s" % _words(error)) from None
         except Exception as error:  # a timeout, a 5xx, throttling, a dropped connection: the store's, for now
+            if attempt == TRIES and _cannot_connect(error):
+                raise StoreUnavailable("cannot connect to the store of %s after %d tries: %s"
+                                       % (url, TRIES, _words(error))) from None
             if attempt == TRIES:
                 raise ImageError("unreachable", "the store did not answer after %d tries: %s"
                                  % (TRIES, _words(error))) from None
             log.debug("%s: %s; trying again in %.2f s", url, _words(error), wait)
             time.sleep(wait)
             wait *= 2
+
+
+def _cannot_connect(error):
+    """Whether `error` (or what caused it) says that no connection could be made: the store is down."""
+    import socket
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (ConnectionRefusedError, socket.gaierror)) or \
+                type(error).__name__ in ("EndpointConnectionError", "ClientConnectorError"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _words(error):

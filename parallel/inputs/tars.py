@@ -26,7 +26,8 @@ What cannot be read is accounted for, each a failure of the errors file:
     a tar that cannot be opened or fetched  the tar's path or URL, kind "missing", "unreadable"
                                             or "unreachable" (parallel.inputs.remote)
 
-so a damaged tar costs only its own images. The index records those too (offset of the damage,
+so a damaged tar costs only its own images. A store that cannot be connected to at all is no
+tar's fault: remote.StoreUnavailable stops the run, and the tar is read again by the rerun. The index records those too (offset of the damage,
 size -1), so that a shard's rows and errors are exactly its index's keys.
 """
 
@@ -35,7 +36,7 @@ import os
 
 from parallel.inputs.decode import ImageError
 from parallel.inputs.discovery import has_image_extension
-from parallel.inputs.remote import fetch, is_url, open_stream
+from parallel.inputs.remote import StoreUnavailable, fetch, is_url, open_stream
 
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
 _BLOCK = 512
@@ -150,7 +151,7 @@ def _read(stream, count):
     while left:
         try:
             chunk = stream.read(left)
-        except ImageError:
+        except (ImageError, StoreUnavailable):
             raise
         except OSError as error:
             raise ImageError("unreadable", "cannot read it: %s" % (error.strerror or error)) from None
