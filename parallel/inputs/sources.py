@@ -77,6 +77,7 @@ class Source:
 
 
 def is_tar(value):
+    """Whether --images `value` names a tar, or a pattern (braces, a glob) of tars: it ends in .tar."""
     return str(value).lower().endswith(".tar")
 
 
@@ -95,14 +96,14 @@ def parse_images(values):
     values = [os.fspath(value) for value in values]
     if not values:
         raise ValueError("images= names nothing; give a folder, a prefix (s3://bucket/photos/) or tars")
-    if len(values) == 1 and not _names_tars(values[0]):
+    if len(values) == 1 and not is_tar(values[0]):
         value = values[0]
         if remote.is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
         if not os.path.isdir(value):
             raise ValueError("images=%s is not a folder" % value)
         return Source(FOLDER, str(Path(value).resolve()))
-    others = [value for value in values if not _names_tars(value)]
+    others = [value for value in values if not is_tar(value)]
     if others:
         raise ValueError("images= takes one folder or prefix, or tars; got %d values, of which %s is not a .tar: "
                          "quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
@@ -115,11 +116,6 @@ def parse_images(values):
         raise ValueError("images=%s: a tar whose path holds '::' cannot be keyed (tar://<member>::<tar>); "
                          "rename it" % odd[0])
     return Source(TARS, "", tuple(tars))
-
-
-def _names_tars(value):
-    """Whether `value` is a tar, or a pattern (braces, glob) of tars."""
-    return is_tar(value)
 
 
 def _expand(value):
