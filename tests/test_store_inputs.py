@@ -256,3 +256,11 @@ def test_a_store_stopped_mid_run_stops_it_with_one_error_and_the_rerun_resumes(j
     assert (rerun.already_done, rerun.written, rerun.failed) == (done, 23 - done, 1)
     expected = dict(rows(folder_output))
     assert rows(output) == [(http_server.url + "/" + name, expected[name]) for name in sorted(expected)]
+
+
+def test_a_shard_size_for_tars_is_refused_before_anything_is_written(local_tars, tmp_path):
+    output = tmp_path / "out.csv"
+    spread = jobs.Distribution(kind="static", rank=0, world_size=2, shard_size=5)
+    with pytest.raises(ValueError, match="shard_size=5 does not apply to tars: each tar is a shard of its own"):
+        jobs.run(job_child.config(str(local_tars[0].parent / "*.tar"), output, "csv", spread))
+    assert list(tmp_path.iterdir()) == []
