@@ -6,7 +6,7 @@ from PIL import Image
 
 from parallel.inputs import remote
 from parallel.inputs.decode import ImageError, decode_row
-from stores import http_server, s3, store  # noqa: F401 (fixtures)
+from stores import store
 
 
 @pytest.fixture(autouse=True)

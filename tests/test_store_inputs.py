@@ -16,7 +16,7 @@ import job_child
 from outputs import job_outputs
 from parallel import jobs
 from parallel.inputs.tars import read_index, read_member, split_key
-from stores import http_server, s3, serve, store, upload, write_tars  # noqa: F401 (fixtures)
+from stores import serve, store, upload, write_tars
 
 CHILD = str(Path(job_child.__file__))
 
