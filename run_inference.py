@@ -96,10 +96,12 @@ def parse_args(argv=None):
     # "usage: run-inference" and the script's "usage: run_inference.py".
     parser = _Parser(description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", metavar="FOLDER",
+    parser.add_argument("--images", metavar="FOLDER", nargs="+",
                         help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...); "
-                             "with --images-from, the folder its relative paths start from (default: the "
-                             "current folder)")
+                             "or a prefix of a store (s3://bucket/photos/); or tar shards: a .tar path or URL, "
+                             "a pattern 'shards/{000000..000099}.tar' or 'shards/*.tar', or several tars (see "
+                             "docs/images.md); with --images-from, the folder its relative paths start from "
+                             "(default: the current folder)")
     parser.add_argument("--images-from", metavar="FILE",
                         help="the images listed in FILE instead of a folder's: one path per line, or the column "
                              "'path' of a .csv or .parquet file")
@@ -276,12 +278,20 @@ def _run(args, output, output_format):
 
     config = jobs.Config(
         model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
-        images=args.images or os.curdir, output=output, devices=resolve_devices(args.gpus, args.devices),
+        images=_images(args.images), output=output, devices=resolve_devices(args.gpus, args.devices),
         images_from=args.images_from, distribution=_distribution(args, jobs),
         per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
         workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
         progress=not args.quiet and sys.stderr.isatty())
     return jobs.run(config)
+
+
+def _images(values):
+    """--images as a Config's images: one folder, prefix or tar pattern, or a tuple of tars (a pattern the shell
+    expanded: the same job as the quoted pattern)."""
+    if not values:
+        return os.curdir
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _distribution(args, jobs):

@@ -4,6 +4,7 @@
     device)--> float32 features --WriterThread--> FeatureWriter --> output
 
     extract_into(config, runner, writer, paths, positions)   a list of images into an open writer
+    extract_stream(config, runner, writer, items)            a stream of (key, bytes), a tar's, likewise
     extract(model, images)     a folder or a list of files into (paths, features) in memory
 
 The stages overlap: the reader decodes the next batches while the devices compute, and a
@@ -15,6 +16,7 @@ layer's (`parallel.jobs`), which calls it. It imports nothing from there.
 """
 
 import contextlib
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -28,6 +30,8 @@ from parallel.devices.staging import open_runner
 from parallel.inputs.decode import RESIZE_MODES
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import ImageReader, step_lengths
+from parallel.inputs.remote import is_url
+from parallel.inputs.streams import StreamReader
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
 from parallel.messages import counted, first_line
 from parallel.model import ModelSpec
@@ -37,8 +41,10 @@ from parallel.signals import EXIT_INTERRUPTED
 
 log = logging.getLogger("parallel")
 
+REMOTE_THREADS = 16  # reader threads for images in a store: fetches wait on the network, not the cores
+
 __all__ = ["DeviceRunner", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE", "ModelSpec",
-           "RunError", "Summary", "build_graph", "extract", "extract_into"]
+           "RunError", "Summary", "build_graph", "extract", "extract_into", "extract_stream"]
 
 
 class RunError(RuntimeError):
@@ -77,15 +83,48 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
     Raises:
       RunError: the loop stopped part-way (disk full, a device error, strict and a bad image).
     """
+    root = getattr(config, "image_root", config.images)
+    remote = is_url(root) or any(map(is_url, paths))
     with run_errors(), contextlib.ExitStack() as stages:
         errors = stages.enter_context(ErrorLog(writer.output))
         reader = stages.enter_context(ImageReader(
-            config.images, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-            workers=config.workers, prefetch_batches=config.prefetch_batches,
+            root, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
+            workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches,
             chunks=step_lengths(positions, config.host_batch)))
         sink = stages.enter_context(WriterThread(writer))
         return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)
+
+
+def extract_stream(config, runner, writer, items, stop=None, progress=None, remote=False):
+    """`extract_into` for images that arrive as a stream: a tar's members, read front to back once.
+
+    Args:
+      config, runner, writer, stop, progress: as extract_into.
+      items: iterable of (key, bytes or ImageError), e.g. `parallel.inputs.tars.stream_members`:
+        the whole of a shard, so its steps are its items 0 .. host_batch - 1, host_batch .., the
+        same whatever the number of processes (`parallel.inputs.streams`).
+      remote: the stream comes from a store: decode on REMOTE_THREADS threads at least.
+
+    Returns:
+      Summary of the loop; `discovered` counts the items read.
+    """
+    with run_errors(), contextlib.ExitStack() as stages:
+        errors = stages.enter_context(ErrorLog(writer.output))
+        reader = stages.enter_context(StreamReader(
+            items, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
+            workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches))
+        sink = stages.enter_context(WriterThread(writer))
+        summary = run_loop(reader, runner, sink, errors, images=0, strict=config.strict, stop=stop, progress=progress)
+    reached = summary.written + summary.failed
+    return dataclasses.replace(summary, discovered=reader.count, skipped=reader.count - reached)
+
+
+def _workers(workers, remote):
+    """Reader threads: `workers` (None: a core each); for a store's images at least REMOTE_THREADS,
+    so that their fetches, which wait on the network, run ahead of the devices."""
+    workers = workers or os.cpu_count() or 1
+    return max(workers, REMOTE_THREADS) if remote else workers
 
 
 @contextlib.contextmanager

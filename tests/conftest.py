@@ -1,5 +1,6 @@
 """Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs;
-from tests/faults.py, nodes that are not regular files and a disk that fills up."""
+from tests/faults.py, nodes that are not regular files and a disk that fills up; from tests/stores.py, an S3
+server and an HTTP server on loopback."""
 
 import os
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from faults import make_node, small_disk  # noqa: F401 -- fixtures for every test file (fault injection)
+from stores import http_server, s3  # noqa: F401 -- stores on loopback, one S3 server for the whole session
 
 tf1 = tf.compat.v1
 

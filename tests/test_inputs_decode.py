@@ -45,7 +45,8 @@ def fail_to_open(monkeypatch, name, error):
 def test_constants():
     assert RESIZE_MODES == ("crop", "stretch")
     assert MAX_PIXELS == 100_000_000
-    assert KINDS == ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt")
+    assert KINDS == ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt",
+                     "unreachable")
 
 
 # --- one image: pixels -------------------------------------------------------------------------------------

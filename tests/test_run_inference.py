@@ -171,7 +171,7 @@ def help_text(monkeypatch, capsys, program="run_inference.py"):
 @pytest.mark.parametrize("program", ["run-inference", "run_inference.py"])
 def test_help_is_named_after_the_command_that_was_run(monkeypatch, capsys, program):
     text = help_text(monkeypatch, capsys, program)
-    assert text.startswith("usage: %s [-h] [--images FOLDER]" % program), text[:80]
+    assert text.startswith("usage: %s [-h] [--images FOLDER [FOLDER ...]]" % program), text[:80]
     assert "\n  %s --images photos/ " % program in text  # the examples too
 
 
@@ -560,4 +560,27 @@ def test_a_world_size_that_disagrees_with_slurm_is_one_line_naming_both_flags(tm
     assert capsys.readouterr().err == ("run_inference: error: --world-size 8 but Slurm (SLURM_PROCID, SLURM_NTASKS) "
                                        "says 4 ranks; pass the world size the scheduler started, or both --rank and "
                                        "--world-size\n")
+    assert not output.parent.exists()
+
+
+def test_several_images_values_are_the_tars_an_unquoted_pattern_expanded_to(fake_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for number in range(3):
+        (tmp_path / ("%02d.tar" % number)).write_bytes(b"")
+    assert main("--images", "00.tar", "01.tar", "02.tar", "--devices", "cpu:0", "--quiet") == 0  # the shell's
+    assert main("--images", "{00..02}.tar", "--devices", "cpu:0", "--quiet") == 0  # quoted: the same job
+    expanded, quoted = fake_run.configs
+    assert expanded.images == ("00.tar", "01.tar", "02.tar") and quoted.images == "{00..02}.tar"
+    assert expanded.settings == quoted.settings and expanded.source.tars == quoted.source.tars
+    assert main("--images", "s3://bucket/photos/", "--devices", "cpu:0", "--quiet") == 0
+    assert fake_run.configs[-1].settings["images"] == "s3://bucket/photos/"
+
+
+def test_several_images_values_that_are_not_all_tars_are_one_line_and_exit_2(tmp_path, capsys, weights_file):
+    (tmp_path / "photos").mkdir()
+    output = tmp_path / "out" / "features.csv"
+    assert main("--images", tmp_path / "photos", tmp_path / "a.tar", "--output", output, "--weights", weights_file,
+                "--quiet") == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "got 2 values, of which %s is not a .tar" % (tmp_path / "photos") in error
     assert not output.parent.exists()

@@ -1,13 +1,21 @@
 """The input layer: which images a job has, and each image decoded, a batch at a time.
 
+    sources       what --images names: a folder, a prefix of a store (s3://b/photos/), tar shards
+                  (a path or URL, a brace pattern, a glob, several tars)
     discovery     which files under a folder are images, with their sizes and times
-    manifest      the job's images: a list file, the frozen manifest and its checksums
+    remote        objects of a store through fsspec: listed, described (size, time, ETag), fetched
+                  and retried; where a job's image is (a path or a URL)
+    manifest      the job's images (or tars): a list file, the frozen manifest and its checksums
     changes       what changed in the folder since the job started, and the refusal
-    decode        one image file -> uint8 [H, W, 3] RGB, or why not (the failure kinds)
-    reader        paths -> decoded uint8 batches [B, 224, 224, 3], in order, on a pool of threads
+    decode        one image file, or its bytes -> uint8 [H, W, 3] RGB, or why not (the failure kinds)
+    reader        paths or URLs -> decoded uint8 batches [B, 224, 224, 3], in order, on a pool of threads
+    tars          a tar read front to back once: its image members, their keys and offsets, the
+                  index of a shard; any member read back by one byte range
+    streams       a stream of (key, bytes), a tar's members -> decoded batches, in order, read ahead
 
-It knows files and images, not devices, outputs or jobs. May import: parallel.messages,
-parallel.output.durable (the manifest is written durably), NumPy, Pillow, pyarrow. No TensorFlow.
+It knows files, objects and images, not devices, outputs or jobs. May import: parallel.messages,
+parallel.output.durable (the manifest and a tar index are written durably), NumPy, Pillow,
+pyarrow; fsspec and its stores (s3fs, aiohttp) on first use, for URLs only. No TensorFlow.
 
 The names below are imported on first use (PEP 562).
 """
@@ -22,6 +30,9 @@ _EXPORTS = {
     "ImageError": "parallel.inputs.decode", "load_image": "parallel.inputs.decode",
     "RESIZE_MODES": "parallel.inputs.decode",
     "ImageReader": "parallel.inputs.reader", "step_lengths": "parallel.inputs.reader",
+    "Source": "parallel.inputs.sources", "parse_images": "parallel.inputs.sources",
+    "read_member": "parallel.inputs.tars", "read_index": "parallel.inputs.tars",
+    "StreamReader": "parallel.inputs.streams",
 }
 
 __all__ = sorted(_EXPORTS)

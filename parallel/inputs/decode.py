@@ -2,6 +2,7 @@
 
     load_image(path, size=(H, W))                -> uint8 [H, W, 3], or raises ImageError(kind, message)
     decode_row(path, images, row, size, ...)     -> None (images[row] written) or (kind, message); never raises
+    decode_bytes_row(data, images, row, ...)     the same for an image's bytes (an object, a tar member)
 
     one image:
         os.stat checks -> Image.open -> JPEG draft -> pixel limit -> load -> EXIF orientation
@@ -25,6 +26,11 @@ Failure kinds (`ImageError.kind`, the `kind` column of the errors file):
     too_large     more than `max_pixels` pixels (checked before decoding), or over Pillow's
                   own decompression-bomb limit
     corrupt       truncated or damaged data, or pixels that cannot be made RGB
+    unreachable   the object store did not answer (timeouts, 5xx, throttling) after its retries
+                  (parallel.inputs.remote)
+
+Bytes (an object of a store, a member of a tar) follow the same rules from Image.open on; a
+0-byte object is "empty".
 
 Only those formats are tried, whatever the extension says (a PNG named .jpg is read; an EPS
 named .jpg is not_an_image, so Ghostscript is never run on a user's file).
@@ -43,6 +49,7 @@ full-size decode, deterministically.
 """
 
 import contextlib
+import io
 import os
 import stat
 import struct
@@ -55,7 +62,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 RESIZE_MODES = ("crop", "stretch")
 MAX_PIXELS = 100_000_000
-KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt")
+KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt", "unreachable")
 
 # The Pillow formats behind the image extensions of parallel.inputs.manifest
 # (MPO, a camera's multi-picture JPEG, opens as JPEG).
@@ -132,6 +139,26 @@ def decode_row(path, images, row, size, resize, max_pixels):
         return failure_of(error)
 
 
+def decode_bytes_row(data, images, row, size, resize, max_pixels):
+    """Decodes one image's bytes into a row of a batch: `decode_row` for bytes, same rules, same result.
+
+    Args:
+      data: bytes of the image (an object of a store, a member of a tar), or an ImageError: a
+        failure met before decoding (the fetch), returned as (kind, message).
+      images, row, size, resize, max_pixels: as decode_row.
+    """
+    try:
+        if isinstance(data, ImageError):
+            raise data
+        if not len(data):
+            raise ImageError("empty", "empty file (0 bytes)")
+        with io.BytesIO(data) as file:
+            images[row] = np.asarray(_decode_open(file, size, resize, max_pixels))
+        return None
+    except Exception as error:  # unexpected ones too: a failure of this image, not of the run
+        return failure_of(error)
+
+
 def failure_of(error):
     """The (kind, message) of an exception raised while decoding one image.
 
@@ -176,53 +203,58 @@ def check_image_arguments(size, resize, max_pixels):
 
 def _decode(path, size, resize, max_pixels):
     """The RGB PIL image of `path`, resized to `size` = (H, W); ImageError when it cannot be."""
-    height, width = size
     with _open_regular_file(path) as file:
+        return _decode_open(file, size, resize, max_pixels)
+
+
+def _decode_open(file, size, resize, max_pixels):
+    """The RGB PIL image in the open binary `file`, resized to `size` = (H, W); ImageError when it cannot be."""
+    height, width = size
+    try:
         try:
-            try:
-                with _bomb_warnings_silenced():
-                    image = Image.open(file, formats=_FORMATS)
-            except UnidentifiedImageError:
-                file.seek(0)
-                raise ImageError("not_an_image", "not a %s image; it starts with %r"
-                                 % (_FORMAT_NAMES, file.read(16))) from None
-            stored_size = image.size
-            # Only JPEG implements draft (a no-op for other formats). Asking for a square of
-            # the larger target side keeps the short side >= it, whatever the EXIF rotation.
-            image.draft("RGB", (max(size), max(size)))
-            pixels = image.size[0] * image.size[1]
-            if pixels > max_pixels:
-                raise ImageError("too_large", "image of %dx%d pixels%s is more than the limit of %d pixels"
-                                 % (image.size + (" (decoding JPEG at reduced scale)"
-                                                  if image.size != stored_size else "", max_pixels)))
-            # A GIF frame or TIFF tile can trip Pillow's warning again while loading; only
-            # images above Pillow's warning size can, and they are rare, so only they wait.
-            may_warn = Image.MAX_IMAGE_PIXELS is not None and pixels > Image.MAX_IMAGE_PIXELS
-            with _bomb_warnings_silenced() if may_warn else contextlib.nullcontext():
-                image.load()  # the first frame of an animation: the frame open() leaves current
-            image = _upright(image)
-            image = _rgb_or_rgba(image)
-            width_now, height_now = image.size
-            box = None
-            if resize == "crop":
-                side = min(width_now, height_now)
-                left, top = (width_now - side) // 2, (height_now - side) // 2
-                box = (left, top, left + side, top + side)
-            image = image.resize((width, height), Image.Resampling.BILINEAR, box=box)
-            if image.mode == "RGBA":  # resized first: Pillow resamples RGBA premultiplied
-                opaque = Image.new("RGB", image.size, _WHITE)
-                opaque.paste(image, mask=image.getchannel("A"))
-                image = opaque
-            return image
-        except ImageError:
-            raise
-        except Image.DecompressionBombError as error:
-            raise ImageError("too_large", _one_line("refused by Pillow's decompression-bomb check: %s"
-                                                    % error)) from error
-        except MemoryError as error:
-            raise ImageError("too_large", "not enough memory to decode it") from error
-        except _DECODE_ERRORS as error:
-            raise _decode_error(error) from error
+            with _bomb_warnings_silenced():
+                image = Image.open(file, formats=_FORMATS)
+        except UnidentifiedImageError:
+            file.seek(0)
+            raise ImageError("not_an_image", "not a %s image; it starts with %r"
+                             % (_FORMAT_NAMES, file.read(16))) from None
+        stored_size = image.size
+        # Only JPEG implements draft (a no-op for other formats). Asking for a square of
+        # the larger target side keeps the short side >= it, whatever the EXIF rotation.
+        image.draft("RGB", (max(size), max(size)))
+        pixels = image.size[0] * image.size[1]
+        if pixels > max_pixels:
+            raise ImageError("too_large", "image of %dx%d pixels%s is more than the limit of %d pixels"
+                             % (image.size + (" (decoding JPEG at reduced scale)"
+                                              if image.size != stored_size else "", max_pixels)))
+        # A GIF frame or TIFF tile can trip Pillow's warning again while loading; only
+        # images above Pillow's warning size can, and they are rare, so only they wait.
+        may_warn = Image.MAX_IMAGE_PIXELS is not None and pixels > Image.MAX_IMAGE_PIXELS
+        with _bomb_warnings_silenced() if may_warn else contextlib.nullcontext():
+            image.load()  # the first frame of an animation: the frame open() leaves current
+        image = _upright(image)
+        image = _rgb_or_rgba(image)
+        width_now, height_now = image.size
+        box = None
+        if resize == "crop":
+            side = min(width_now, height_now)
+            left, top = (width_now - side) // 2, (height_now - side) // 2
+            box = (left, top, left + side, top + side)
+        image = image.resize((width, height), Image.Resampling.BILINEAR, box=box)
+        if image.mode == "RGBA":  # resized first: Pillow resamples RGBA premultiplied
+            opaque = Image.new("RGB", image.size, _WHITE)
+            opaque.paste(image, mask=image.getchannel("A"))
+            image = opaque
+        return image
+    except ImageError:
+        raise
+    except Image.DecompressionBombError as error:
+        raise ImageError("too_large", _one_line("refused by Pillow's decompression-bomb check: %s"
+                                                % error)) from error
+    except MemoryError as error:
+        raise ImageError("too_large", "not enough memory to decode it") from error
+    except _DECODE_ERRORS as error:
+        raise _decode_error(error) from error
 
 
 def _open_regular_file(path):

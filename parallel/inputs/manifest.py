@@ -36,6 +36,7 @@ from pathlib import Path
 
 from parallel.inputs.changes import Changes, describe_changes, other_source_message
 from parallel.inputs.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, size_and_time, walk
+from parallel.inputs.remote import describe_all, is_url, locate
 from parallel.messages import first_line
 from parallel.output.durable import fsync, temporary_then_rename
 
@@ -81,14 +82,19 @@ class Manifest:
     """The images of a job: sorted relative paths with the size and time each had.
 
     Attributes:
-      paths: list of str, sorted, relative to the images folder.
+      paths: list of str, sorted, relative to the images folder (or prefix); URLs; or, for a
+        job of tars, the tars.
       sizes: int64 array.array, bytes (-1: could not be stat'ed).
       mtimes: int64 array.array, modification times in nanoseconds (-1 likewise).
+      etags: None for files; for objects of a store, each one's ETag or generation (str, ""
+        when the store gives none): part of what a change is, of the digest and of the file
+        (column "etag"), only when present, so a folder's manifest is what it always was.
     """
 
     paths: list
     sizes: array.array
     mtimes: array.array
+    etags: list = None
 
     def __post_init__(self):
         for name in ("sizes", "mtimes"):  # 8 bytes an image, where a list of ints takes 36
@@ -119,29 +125,35 @@ class Manifest:
           Changes: paths only in `current` (added), only in this one (removed), and in both
           with another size or modification time (changed).
         """
-        frozen = {path: (size, mtime) for path, size, mtime in zip(self.paths, self.sizes, self.mtimes)}
+        frozen = dict(zip(self.paths, self._states()))
         added, changed = [], []
         seen = set()
-        for path, size, mtime in zip(current.paths, current.sizes, current.mtimes):
+        for path, state in zip(current.paths, current._states()):
             seen.add(path)
             before = frozen.get(path)
             if before is None:
                 added.append(path)
-            elif before != (size, mtime):
+            elif before != state:
                 changed.append(path)
         removed = [path for path in self.paths if path not in seen]
         return Changes(added=added, removed=removed, changed=changed)
 
+    def _states(self):
+        """(size, mtime, etag) of each image, in order (etag "" for files)."""
+        return zip(self.sizes, self.mtimes, self.etags if self.etags is not None else [""] * len(self.paths))
+
     def updated(self, current, paths):
-        """This manifest with the size and time of `paths` taken from `current` (same path list)."""
+        """This manifest with the size, time (and etag) of `paths` taken from `current` (same path list)."""
         paths = set(paths)
-        now = {path: (size, mtime) for path, size, mtime in zip(current.paths, current.sizes, current.mtimes)
-               if path in paths}
+        now = {path: state for path, state in zip(current.paths, current._states()) if path in paths}
         sizes, mtimes = list(self.sizes), list(self.mtimes)
+        etags = list(self.etags) if self.etags is not None else None
         for index, path in enumerate(self.paths):
             if path in now:
-                sizes[index], mtimes[index] = now[path]
-        return Manifest(list(self.paths), sizes, mtimes)
+                sizes[index], mtimes[index], etag = now[path]
+                if etags is not None:
+                    etags[index] = etag
+        return Manifest(list(self.paths), sizes, mtimes, etags)
 
     def save(self, path, shard_size=DEFAULT_SHARD_SIZE, job=None):
         """Writes the manifest to `path` atomically (Parquet: path, path_bytes, size, mtime_ns).
@@ -166,9 +178,11 @@ class Manifest:
         except UnicodeEncodeError:  # some names are not: their bytes, and a readable text with escapes
             raw = pa.array([name.encode("utf-8", "surrogateescape") for name in self.paths], pa.binary())
             readable = pa.array([name.decode("utf-8", "backslashreplace") for name in raw.to_pylist()], pa.string())
-        table = pa.table({"path": readable, "path_bytes": raw,
-                          "size": pa.array(np.frombuffer(self.sizes, np.int64)),
-                          "mtime_ns": pa.array(np.frombuffer(self.mtimes, np.int64))})
+        columns = {"path": readable, "path_bytes": raw, "size": pa.array(np.frombuffer(self.sizes, np.int64)),
+                   "mtime_ns": pa.array(np.frombuffer(self.mtimes, np.int64))}
+        if self.etags is not None:
+            columns["etag"] = pa.array(self.etags, pa.string())
+        table = pa.table(columns)
         record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {}),
                   "shards": [self.digest(start, start + shard_size) for start in range(0, len(self), shard_size)]}
         record["checksum"] = _checksum(record)
@@ -188,6 +202,10 @@ class Manifest:
         digest.update(b"".join(raws))
         digest.update(_little_endian(self.sizes[start:stop]))
         digest.update(_little_endian(self.mtimes[start:stop]))
+        if self.etags is not None:  # objects of a store: their versions too (files have none)
+            tags = [tag.encode("utf-8", "surrogateescape") for tag in self.etags[start:stop]]
+            digest.update(_little_endian(map(len, tags)))
+            digest.update(b"".join(tags))
         return digest.hexdigest()[:32]
 
     @classmethod
@@ -203,7 +221,7 @@ class Manifest:
             return None
         with _damaged(path), pq.ParquetFile(path) as file:
             record = _record(path, file.schema_arrow.metadata)
-            manifest = cls._from_table(file.read(columns=["path_bytes", "size", "mtime_ns"]))
+            manifest = cls._from_table(file.read(columns=_columns(file)))
         if "checksum" in record:  # a manifest of an earlier version has none: it is taken as it is
             size = record["shard_size"]
             if len(manifest) != record["images"] or [manifest.digest(start, start + size) for start in
@@ -225,7 +243,7 @@ class Manifest:
             record = _record(path, file.schema_arrow.metadata)
             if not 0 <= index < file.num_row_groups:
                 raise ValueError("shard %r does not exist: the job has %d" % (index, file.num_row_groups))
-            shard = cls._from_table(file.read_row_group(index, columns=["path_bytes", "size", "mtime_ns"]))
+            shard = cls._from_table(file.read_row_group(index, columns=_columns(file)))
         if "checksum" in record and (file.num_row_groups != len(record["shards"])
                                      or shard.digest() != record["shards"][index]):
             raise DamagedManifest(path, "checksum")
@@ -235,7 +253,13 @@ class Manifest:
     def _from_table(cls, table):
         paths = [raw.decode("utf-8", "surrogateescape") for raw in table.column("path_bytes").to_pylist()]
         return cls(paths, array.array("q", table.column("size").to_numpy().astype("int64").tobytes()),
-                   array.array("q", table.column("mtime_ns").to_numpy().astype("int64").tobytes()))
+                   array.array("q", table.column("mtime_ns").to_numpy().astype("int64").tobytes()),
+                   table.column("etag").to_pylist() if "etag" in table.column_names else None)
+
+
+def _columns(file):
+    """The columns of a manifest to read: an etag column only where the images are objects of a store."""
+    return ["path_bytes", "size", "mtime_ns"] + (["etag"] if "etag" in file.schema_arrow.names else [])
 
 
 def read_job(path):
@@ -312,9 +336,9 @@ def read_list(list_file, root):
     """The Manifest of the images a list file names (--images-from).
 
     Args:
-      list_file: a text file of one path per line (blank lines and lines starting with # are
-        skipped), or a .parquet or .csv file with a column `path`.
-      root: the folder relative paths are relative to.
+      list_file: a text file of one path (or URL: s3://b/k.jpg, https://h/p.jpg) per line (blank
+        lines and lines starting with # are skipped), or a .parquet or .csv file with a column `path`.
+      root: the folder (or prefix URL) relative paths are relative to.
 
     Returns:
       Manifest of the listed paths, sorted, each with its size and time (-1 when it cannot
@@ -348,9 +372,14 @@ def read_list(list_file, root):
     twice = sorted({first for first, second in zip(paths, paths[1:]) if first == second})
     if twice:
         raise ValueError("--images-from %s lists %d paths twice (%s)" % (list_file, len(twice), ", ".join(twice[:3])))
-    sizes, mtimes = array.array("q"), array.array("q")
-    for path in paths:
-        size, mtime = size_and_time(os.path.join(os.fspath(root), path), None)
-        sizes.append(size)
-        mtimes.append(mtime)
-    return Manifest(paths, sizes, mtimes)
+    root = root if is_url(root) else os.fspath(root)
+    if not is_url(root) and not any(map(is_url, paths)):  # files: as they always were (no etags)
+        sizes, mtimes = array.array("q"), array.array("q")
+        for path in paths:
+            size, mtime = size_and_time(os.path.join(root, path), None)
+            sizes.append(size)
+            mtimes.append(mtime)
+        return Manifest(paths, sizes, mtimes)
+    described = describe_all([locate(root, path) for path in paths])  # URLs: concurrently
+    return Manifest(paths, [entry[0] for entry in described], [entry[1] for entry in described],
+                    [entry[2] for entry in described])

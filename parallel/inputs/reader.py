@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from parallel.inputs.decode import MAX_PIXELS, check_image_arguments, decode_row, failure_of
+from parallel.inputs.remote import StoreUnavailable, is_url, locate
 
 _THREAD_PREFIX = "ImageReader"
 
@@ -90,8 +91,9 @@ class ImageReader:
         """Checks the arguments; no thread starts before iteration.
 
         Args:
-          root: folder the paths are relative to, str or Path.
-          paths: relative paths ("a/b.jpg"), e.g. from `parallel.inputs.manifest.discover_images`.
+          root: folder the paths are relative to, str or Path; or a prefix URL (s3://b/photos/).
+          paths: relative paths ("a/b.jpg"), e.g. from `parallel.inputs.manifest.discover_images`,
+            or URLs (fetched through `parallel.inputs.remote`, retried; see `locate`).
           batch_size: input paths per batch (>= 1).
           size: (H, W) of every image.
           resize: "crop" or "stretch" (see parallel.inputs.decode).
@@ -99,7 +101,7 @@ class ImageReader:
           prefetch_batches: batches decoded ahead of the one the caller holds (>= 1).
           max_pixels: larger images fail with kind "too_large".
           decode: what a worker runs for each image, `decode(path, images, row, size, resize,
-            max_pixels)`, with `path` joined to `root`, `images` the chunk's uint8
+            max_pixels)`, with `path` joined to `root` (`parallel.inputs.remote.locate`), `images` the chunk's uint8
             [len(chunk), H, W, 3] and `size`, `max_pixels` as checked here. It writes
             `images[row]` and returns None, or returns (kind, message) for an image that cannot
             be used. An exception it raises is a failure of that image only, as
@@ -125,7 +127,7 @@ class ImageReader:
         self.chunks = self._check_chunks(chunks, len(self.paths), int(batch_size))
         self.size, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.resize = resize
-        self.root = os.path.abspath(os.fspath(root))
+        self.root = root if is_url(root) else os.path.abspath(os.fspath(root))
         self.batch_size = int(batch_size)
         self.workers = int(workers)
         self.prefetch_batches = int(prefetch_batches)
@@ -203,10 +205,17 @@ class ImageReader:
     def _submit(self, executor, start, length):
         chunk = self.paths[start:start + length]
         images = np.empty((len(chunk),) + self.size + (3,), np.uint8)
-        futures = [executor.submit(self.decode, os.path.join(self.root, path), images, row,
-                                   self.size, self.resize, self.max_pixels)
-                   for row, path in enumerate(chunk)]
+        futures = [executor.submit(self._decoder(location), location, images, row, self.size, self.resize,
+                                   self.max_pixels)
+                   for row, location in enumerate(locate(self.root, path) for path in chunk)]
         return start, images, futures
+
+    def _decoder(self, location):
+        """What decodes the image at `location`: `decode`; by default, for a URL, its fetch and decode."""
+        if self.decode is decode_row and is_url(location):
+            from parallel.inputs.remote import decode_url_row
+            return decode_url_row
+        return self.decode
 
     def _collect(self, start, images, futures):
         paths, failures, rows = [], [], []
@@ -214,6 +223,8 @@ class ImageReader:
             path = self.paths[start + row]
             try:
                 failed = future.result()
+            except StoreUnavailable:  # no image's failure: the run stops, and resumes once the store is back
+                raise
             except Exception as error:  # decode_row does not raise; a decoder handed in may
                 failed = failure_of(error)
             if failed is None:

@@ -20,6 +20,9 @@ The one variation, a job spread over processes: the frozen list is cut into fixe
 computed as a single-host job (steps 3 and 4) in its own attempt folder and committed by rename;
 whoever commits the last shard writes the output (shards, shard_record). Static ranks
 (distributed, ranks) and Ray actors (ray_job) only decide which process computes which shard.
+A job of tars is always this variation, on one host a single rank: the manifest freezes the tars,
+each tar is a shard, and the process computing it reads it front to back once (engine.extract_stream,
+parallel.inputs.tars); its members, known only then, are its images, recorded with the shard.
 
     runner.run(config)    one process (single_host) or many (distributed, ray_job)
     config                Config (one run, what the CLI parses), Distribution (how it is spread)
@@ -30,8 +33,8 @@ whoever commits the last shard writes the output (shards, shard_record). Static 
     ray_job               a Ray cluster's actors pull shards
     locks                 flock locks: one writer per output, one manifest writer
 
-May import: the engine (parallel.engine: extract_into, run_errors, RunError), the input layer
-(parallel.inputs.manifest, discovery, changes), the device layer, the output layer, loop, messages,
+May import: the engine (parallel.engine: extract_into, extract_stream, run_errors, RunError), the
+input layer (parallel.inputs.manifest, discovery, changes, sources, tars), the device layer, the output layer, loop, messages,
 signals. Nothing below imports this package: the engine knows no job.
 
 The names below are imported on first use (PEP 562).

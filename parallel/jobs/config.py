@@ -5,12 +5,14 @@ over several (`config.distribution`).
 """
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Optional
 
 from parallel.devices.selection import CPU_BATCH, GPU_BATCH, Devices
 from parallel.engine import check_batching
-from parallel.inputs.manifest import Manifest, read_list
+from parallel.inputs.manifest import read_list
+from parallel.inputs.sources import FOLDER, TARS, parse_images
 from parallel.jobs.identity import own_files
 from parallel.model import ModelSpec
 from parallel.output import FORMATS
@@ -22,7 +24,9 @@ class Config:
 
     Attributes:
       model: the model to run (see `ModelSpec`).
-      images: folder searched recursively for images.
+      images: folder searched recursively for images; or an object-store prefix
+        ("s3://bucket/photos/"), tars (a path or URL, a brace pattern, a glob), or a list of
+        tars: see `parallel.inputs.sources` (`source` is what it names).
       output: output file; its sidecars sit beside it.
       devices: checked `Devices` (see `parallel.devices.resolve_devices`).
       per_device_batch: images per device per step; a host batch is this times the devices.
@@ -40,7 +44,7 @@ class Config:
     """
 
     model: ModelSpec
-    images: Path
+    images: object
     output: Path
     devices: Devices
     per_device_batch: Optional[int] = None
@@ -70,20 +74,37 @@ class Config:
             raise ValueError("overwrite with a distributed job would let each process erase the others' shards: "
                              "remove %s and its files yourself, or choose another output" % self.output)
 
+    @functools.cached_property
+    def source(self):
+        """The `parallel.inputs.sources.Source` that `images` names (ValueError when it names none)."""
+        source = parse_images(self.images)
+        if source.kind == TARS and self.images_from is not None:
+            raise ValueError("images_from= lists images, and images= names tars: give one or the other")
+        return source
+
+    @property
+    def image_root(self):
+        """What the job's image keys are relative to: the folder (resolved) or the prefix URL; "" for tars."""
+        return self.source.root
+
     @property
     def settings(self):
         """What the output records and a rerun must match: the model's settings, the images, the resizing."""
-        source = {"images": str(Path(self.images).resolve())}
+        source = {"images": self.source.description}
+        if self.source.kind == TARS:  # a shard per tar, its members found as it is read (parallel.jobs.shards)
+            source["input"] = "tars"
         if self.images_from is not None:
             source["images_from"] = str(Path(self.images_from).resolve())
         return dict(self.model.settings, **source, resize=self.resize,
                     image_size="%dx%d" % tuple(self.model.image_size))
 
     def scan(self):
-        """The Manifest of the job's images as they are now (the folder, or the list file)."""
+        """The Manifest of the job's images as they are now (the folder, the prefix, the list file), or of its tars."""
         if self.images_from is not None:
-            return read_list(self.images_from, self.images)
-        return Manifest.scan(self.images, exclude=own_files(Path(self.images), Path(self.output)))
+            return read_list(self.images_from, self.image_root)
+        if self.source.kind == FOLDER:
+            return self.source.scan(exclude=own_files(Path(self.image_root), Path(self.output)))
+        return self.source.scan()
 
     @property
     def host_batch(self):

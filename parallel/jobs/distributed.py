@@ -19,10 +19,13 @@ from pathlib import Path
 
 from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
-from parallel.engine import RunError, extract_into, run_errors
+from parallel.engine import RunError, extract_into, extract_stream, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
+from parallel.inputs.remote import is_url
+from parallel.inputs.tars import MEMBERS_FILE, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
+from parallel.jobs.shard_record import shard_keys
 from parallel.jobs.shards import SHARD_FEATURES, ShardedJob
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
@@ -71,9 +74,19 @@ class ShardWorker:
                                      feature_size=self.runner.feature_size,
                                      settings=dict(self.settings, shard=str(index)))
             with writer:
-                first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
-                summary = extract_into(self.config, self.runner, writer, images.paths,
-                                       range(first, first + len(images)), stop=stop, progress=progress)
+                if self.job.tars:  # the tar, read once; its index (every member's offset) beside the rows
+                    entries = []
+                    tar = images.paths[0]
+                    summary = extract_stream(self.config, self.runner, writer, stream_members(tar, entries),
+                                             stop=stop, progress=progress, remote=is_url(tar))
+                    images = entries
+                    if not summary.interrupted:
+                        with run_errors():
+                            write_index(attempt / MEMBERS_FILE, entries)
+                else:
+                    first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
+                    summary = extract_into(self.config, self.runner, writer, images.paths,
+                                           range(first, first + len(images)), stop=stop, progress=progress)
                 if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
                     writer.abort()
                     return dataclasses.replace(summary, discovered=len(images), written=0, failed=0,
@@ -103,10 +116,9 @@ def committed_summary(job, index, images=None):
       index: a committed shard.
       images: its Manifest, if read already.
     """
-    if images is None:
-        images = job.shard_images(index)
-    failed = job.failed_in(index, images.paths)
-    return Summary(discovered=len(images), already_done=len(images) - failed, failed=failed)
+    keys = shard_keys(job, index) if job.tars else (images or job.shard_images(index)).paths
+    failed = job.failed_in(index, keys)
+    return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
 
 
 def add(total, part):
@@ -211,7 +223,7 @@ def _run_static(config):
     started = time.perf_counter()
     images = sum(_shard_length(job, index) for index in mine)
     with ShardWorker(config, job) as worker, run_errors(), StopRequest() as stop, \
-            Progress(config.progress, total=images, initial=0) as progress:
+            Progress(config.progress, total=None if job.tars else images, initial=0) as progress:
         for index in mine:
             summary = add(summary, worker.process(index, stop=stop, progress=progress))
             if summary.interrupted:
@@ -237,6 +249,8 @@ def conclude(config, job, summary, images, started):
       images: how many images the part holds (those not reached are skipped).
       started: `time.perf_counter()` when the part began.
     """
+    if job.tars:  # a tar's members are known once it is read: the job's images are those of its shards
+        images = summary.discovered
     summary = dataclasses.replace(summary, seconds=time.perf_counter() - started, discovered=images,
                                   skipped=images - summary.written - summary.failed - summary.already_done)
     log_stage_times(summary)

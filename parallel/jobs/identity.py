@@ -24,6 +24,7 @@ from pathlib import Path
 
 from parallel.inputs.manifest import (DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path,
                                       other_source_message, read_job)
+from parallel.inputs.sources import TARS
 from parallel.jobs.shard_record import error_paths
 from parallel.jobs.shards import SHARD_ERRORS, ShardedJob
 from parallel.output import PARTS_SUFFIX, ErrorLog, OutputError, check_settings, read_record, sidecar_path
@@ -232,6 +233,10 @@ def freeze_sharded(config, check_folder):
     """
     job = ShardedJob(config.output)
     existed = job.manifest.exists()
+    tars = config.source.kind == TARS
+    if tars and config.distribution.shard_size not in (None, 1):
+        raise ValueError("shard_size=%d does not apply to tars: each tar is a shard of its own"
+                         % config.distribution.shard_size)
     if existed:  # before the generic comparison: a rank started with other flags is told which
         change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
         if change:
@@ -241,17 +246,17 @@ def freeze_sharded(config, check_folder):
     # Shards that start where a single process's steps start give the rows a single process computes,
     # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
     host_batch = int(config.step_geometry["per_device_batch"]) * int(config.step_geometry["devices"])
-    job.freeze(job_record(config), lambda: _scan(config), config.distribution.shard_size,
+    job.freeze(job_record(config), lambda: _scan(config), 1 if tars else config.distribution.shard_size,
                config.distribution.wait_seconds,
                default_shard_size=max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
-    if job.shard_size % host_batch:
+    if job.shard_size % host_batch and not tars:
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
         changes = job.load_manifest().changes(_scan(config))
         if changes:
             rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
-            refusal = describe_changes(changes, config.images, config.output, committed=rows,
+            refusal = describe_changes(changes, config.source.description, config.output, committed=rows,
                                        way_out=_way_out(job, changes, rows))
             if refusal:
                 raise ValueError(refusal)
@@ -263,7 +268,7 @@ def freeze_sharded(config, check_folder):
 def _scan(config):
     """The job's images now (`Config.scan`), of which the output is never one."""
     current = config.scan()
-    refuse_output_among_images(Path(config.output), Path(config.images), current)
+    refuse_output_among_images(Path(config.output), config.image_root, current)
     return current
 
 

@@ -7,10 +7,14 @@
 `parallel.run`, `parallel.Config` and the CLI come here; the engine below knows none of it.
 """
 
+import dataclasses
+import shutil
 from pathlib import Path
 
+from parallel.inputs.sources import TARS
 from parallel.jobs import distributed, single_host
 from parallel.jobs.config import Config, Distribution
+from parallel.jobs.shards import MEMBERS_SUFFIX
 
 __all__ = ["Config", "Distribution", "run"]
 
@@ -36,9 +40,8 @@ def run(config):
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.
     """
-    images_root = Path(config.images)
-    if not images_root.is_dir():
-        raise ValueError("images=%s is not a folder" % images_root)
+    if config.source.kind == TARS and config.distribution is None:  # a tar job is sharded: a shard per tar
+        config = as_one_rank(config)
     if config.distribution is None:
         return single_host.run(config)
     if config.distribution.kind == "ray":
@@ -46,3 +49,31 @@ def run(config):
         with distributed.advised(config.output):
             return ray_job.run(config)
     return distributed.run(config)
+
+
+def as_one_rank(config):
+    """A tar job on one process: the sharded job with one static rank (a shard per tar, resumed shard by shard).
+
+    --overwrite removes the job's files first (one process: no other's shards to erase).
+    """
+    if config.overwrite:
+        _remove_job(Path(config.output))
+    one = Distribution(kind="static", rank=0, world_size=1)
+    return dataclasses.replace(config, overwrite=False, distribution=one)
+
+
+# What a job writes beside its output O (files, and the folders of a sharded job and of parts).
+_JOB_FILES = (".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX)
+_JOB_FOLDERS = (".shards", ".attempts", ".parts")
+
+
+def _remove_job(output):
+    """--overwrite of a tar job: O and what the job wrote beside it (regular files and real folders only)."""
+    for suffix in ("",) + _JOB_FILES:
+        path = Path(str(output) + suffix)
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+    for suffix in _JOB_FOLDERS:
+        path = Path(str(output) + suffix)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)

@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 
+from parallel.inputs.tars import MEMBERS_FILE, index_keys
 from parallel.messages import first_line
 
 SHARD_FEATURES = "features.parquet"
@@ -49,6 +50,29 @@ def write_record(folder, identity, index, images_digest, rows, failed):
     """Writes `folder`/_shard.json (the caller makes it durable with the folder)."""
     record = {"job": identity, "shard": index, "images": images_digest, "rows": rows, "failed": failed}
     (folder / SHARD_RECORD).write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def shard_keys(job, index, folder=None):
+    """The keys of a shard's images, in order: the manifest's; a tar's from its index of members.
+
+    Args:
+      job: the frozen ShardedJob.
+      index: the shard.
+      folder: where a tar shard's index (MEMBERS_FILE) is, an attempt; None: the committed
+        shard's, or the output's O.members.parquet once the shards are gone.
+
+    Returns:
+      list of str; None when a tar's index cannot be read.
+    """
+    if not job.tars:
+        return job.shard_images(index).paths
+    folder = job.shard_folder(index) if folder is None else folder
+    try:
+        if not (folder / MEMBERS_FILE).exists() and job.members.exists():  # O is written, the shards gone
+            return index_keys(job.members, tar=job.shard_images(index).paths[0])
+        return index_keys(folder / MEMBERS_FILE)
+    except (OSError, ValueError):
+        return None
 
 
 def quick_problem(folder, identity, index, images_digest):
@@ -95,12 +119,15 @@ def content_problem(features, errors, paths):
     Args:
       features: Path of its features.parquet (rows: path_bytes, in order).
       errors: Path of its errors file (absent: no image failed).
-      paths: list of str, the shard's images in the manifest, in order.
+      paths: list of str, the shard's images in the manifest, in order (a tar's: in its index of
+        members); None when that index cannot be read.
 
     Returns:
       str, one clause for a message, or None when rows + errors are exactly `paths`, the rows
       in the manifest's order.
     """
+    if paths is None:
+        return "its index of tar members (_members.parquet) cannot be read"
     try:
         rows = row_paths(features)
         failed = error_paths(errors) if errors.exists() else []

@@ -10,6 +10,8 @@ Files, for an output O:
     O.shards/shard-000007/    a committed shard: features.parquet (path, path_bytes, <layer>, rows in
                               path order), _errors.csv (its images that could not be read) and
                               _shard.json (its job, its images' digest, its counts: shard_record)
+                              and, a tar's (parallel.inputs.tars), _members.parquet: its images
+    O.members.parquet         a tar job's members, written with O (parallel.inputs.tars.read_member)
     O.shards/_rejected-shard-000007.1/
                               a committed shard that did not check out, set aside to be computed again
     O                         written from the shards, in order, once all are committed (under O.lock)
@@ -42,9 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
+from parallel.inputs.tars import MEMBERS_FILE, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        job_identity, quick_problem, set_aside, write_record)
+                                        job_identity, quick_problem, set_aside, shard_keys, write_record)
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
 from parallel.output.durable import fsync
 
@@ -54,6 +57,7 @@ SHARDS_SUFFIX = ".shards"
 ATTEMPTS_SUFFIX = ".attempts"
 LOCK_SUFFIX = ".lock"
 ATTEMPT_LOCK = ".lock"
+MEMBERS_SUFFIX = ".members.parquet"
 _ERRORS_HEADER = "path,kind,message\n"
 
 
@@ -75,6 +79,8 @@ class ShardedJob:
         self.lock = self.output.with_name(self.output.name + LOCK_SUFFIX)
         self.shard_size = self.shard_count = self.images = None
         self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
+        self.tars = False  # a shard per tar, whose images are its members (known once it is read)
+        self.members = self.output.with_name(self.output.name + MEMBERS_SUFFIX)
 
     # -- the manifest ------------------------------------------------------------------------
 
@@ -128,6 +134,7 @@ class ShardedJob:
         self.shard_size, self.images = recorded["shard_size"], recorded["images"]
         self.shard_count = -(-self.images // self.shard_size)
         self.identity, self.digests = job_identity(recorded), recorded.get("shards")
+        self.tars = recorded["job"].get("input") == "tars"
         return recorded
 
     def shard_images(self, index):
@@ -252,8 +259,8 @@ class ShardedJob:
         if self.is_committed(index):  # another attempt was committed first; it is as good
             shutil.rmtree(attempt, ignore_errors=True)
             return False
-        images = self.shard_images(index)
-        problem = content_problem(attempt / SHARD_FEATURES, errors, images.paths)
+        keys = shard_keys(self, index, attempt)
+        problem = content_problem(attempt / SHARD_FEATURES, errors, keys)
         if problem:
             raise OutputError("shard %d of %s was not committed: %s" % (index, self.output, problem))
         failed = len(error_paths(errors)) if errors.exists() else 0
@@ -264,8 +271,10 @@ class ShardedJob:
             os.rename(errors, ready / SHARD_ERRORS)
         else:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
-        write_record(ready, self.identity, index, self.shard_digest(index), len(images) - failed, failed)
-        for name in (SHARD_ERRORS, SHARD_RECORD):
+        if self.tars:  # its images: the members of its tar
+            os.rename(attempt / MEMBERS_FILE, ready / MEMBERS_FILE)
+        write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed)
+        for name in (SHARD_ERRORS, SHARD_RECORD) + ((MEMBERS_FILE,) if self.tars else ()):
             fsync(ready / name)
         fsync(ready)
         self.shards.mkdir(exist_ok=True)
@@ -310,6 +319,8 @@ class ShardedJob:
                 if self.missing():
                     return False  # checked under the lock: a process that finished first did the rest
                 self._check_shards()
+                if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
+                    merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)], self.members)
                 self._assemble(output_format, column_prefix, settings)
                 if not keep_shards and self.shards.exists():
                     shutil.rmtree(self.shards)
@@ -335,7 +346,8 @@ class ShardedJob:
             except DamagedManifest as error:  # after this process wrote its shards: not a usage error
                 raise RunError(str(error)) from None
             problem = (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
-                       or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS, images.paths))
+                       or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS,
+                                          shard_keys(self, index) if self.tars else images.paths))
             if problem:
                 target = self.set_aside(index, problem)
                 rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))

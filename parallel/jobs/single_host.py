@@ -30,7 +30,7 @@ def run(config):
 
     Args, returns and raises: as `parallel.jobs.run`.
     """
-    images_root = Path(config.images)
+    images_root = config.image_root  # a folder, or a prefix of a store
     output = Path(config.output)
     settings = config.settings
     _, current, frozen = check_job(images_root, output, dict(settings, format=config.output_format,

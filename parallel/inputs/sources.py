@@ -1,0 +1,168 @@
+"""Where a job's images are: what `--images` names, and the manifest of what is there now.
+
+    parse_images(values)   -> Source: a folder, an object-store prefix, or tar shards
+    source.scan(exclude)   -> Manifest of its images (a folder, a prefix) or of its tars, sorted
+
+What --images takes (one value, or several tars):
+
+    photos/                        a folder: every image under it; keys relative to it (as always)
+    s3://bucket/photos/            a prefix of a store: every object with an image extension under
+                                   it, in sorted order; keys relative to the prefix, like a folder's
+                                   ("a/b.jpg"), so a folder uploaded to a prefix gives the same rows
+    shards/000000.tar              one tar, a path or a URL (s3://b/shards/000000.tar)
+    'shards/{000000..000099}.tar'  a brace pattern: numeric ranges {000..099} (zero-padded as
+                                   written) and lists {a,b}; names that do not exist fail as missing
+    'shards/*.tar'                 a glob (local, or in a store: s3://b/shards/*.tar)
+    shards/000000.tar shards/...   several tars: what the shell passes when it expands an unquoted
+                                   pattern; the same job as the quoted pattern (the same tars)
+
+Several values are taken only when each is a tar (or a pattern of tars): a folder among them is
+refused with one line saying so. Tars are the job's inputs in sorted order (absolute paths, or
+URLs), each a shard of its own (parallel.inputs.tars gives their members and keys). What a
+job records as its images (`Source.description`) is the folder or prefix, or, for tars, their
+count, first, last and a digest of the whole list: the quoted pattern and its expansion by the
+shell are one job.
+"""
+
+import dataclasses
+import glob
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from parallel.inputs import remote
+from parallel.inputs.discovery import has_image_extension
+from parallel.inputs.manifest import Manifest
+
+FOLDER, PREFIX, TARS = "folder", "prefix", "tars"
+_RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What --images names.
+
+    Attributes:
+      kind: FOLDER, PREFIX or TARS.
+      root: the folder (resolved), or the prefix (a URL ending in "/"); for TARS, "".
+      tars: for TARS, the tars' absolute paths or URLs, sorted; else ().
+    """
+
+    kind: str
+    root: str
+    tars: tuple = ()
+
+    @property
+    def description(self):
+        """What the job's settings record as its images (see the module docstring)."""
+        if self.kind != TARS:
+            return self.root
+        digest = hashlib.sha256("\n".join(self.tars).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        if len(self.tars) == 1:
+            return self.tars[0]
+        return "%d tars %s .. %s (list %s)" % (len(self.tars), self.tars[0], self.tars[-1], digest)
+
+    def scan(self, exclude=()):
+        """The Manifest of the images (a folder, a prefix) or of the tars (TARS) as they are now."""
+        if self.kind == FOLDER:
+            return Manifest.scan(self.root, exclude)
+        if self.kind == PREFIX:
+            entries = remote.list_objects(self.root, has_image_extension)
+        else:
+            entries = [(tar,) + tuple(described) for tar, described in zip(self.tars, remote.describe_all(self.tars))]
+        return Manifest([entry[0] for entry in entries], [entry[1] for entry in entries],
+                        [entry[2] for entry in entries], [entry[3] for entry in entries])
+
+
+def is_tar(value):
+    """Whether --images `value` names a tar, or a pattern (braces, a glob) of tars: it ends in .tar."""
+    return str(value).lower().endswith(".tar")
+
+
+def parse_images(values):
+    """The Source that --images `values` names (see the module docstring).
+
+    Args:
+      values: str or Path, or a list of them (several tars).
+
+    Raises:
+      ValueError: no value, several values that are not all tars, a tar path holding "::", a
+        pattern or glob that names no tar, or a folder that does not exist.
+    """
+    if isinstance(values, (str, os.PathLike)):
+        values = [values]
+    values = [os.fspath(value) for value in values]
+    if not values:
+        raise ValueError("images= names nothing; give a folder, a prefix (s3://bucket/photos/) or tars")
+    if len(values) == 1 and not is_tar(values[0]):
+        value = values[0]
+        if remote.is_url(value):
+            return Source(PREFIX, value if value.endswith("/") else value + "/")
+        if not os.path.isdir(value):
+            raise ValueError("images=%s is not a folder" % value)
+        return Source(FOLDER, str(Path(value).resolve()))
+    others = [value for value in values if not is_tar(value)]
+    if others:
+        raise ValueError("images= takes one folder or prefix, or tars; got %d values, of which %s is not a .tar: "
+                         "quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
+                         % (len(values), others[0]))
+    tars = sorted({tar for value in values for tar in _expand(value)})
+    if not tars:
+        raise ValueError("images=%s names no tar" % " ".join(values))
+    odd = [tar for tar in tars if "::" in tar]
+    if odd:
+        raise ValueError("images=%s: a tar whose path holds '::' cannot be keyed (tar://<member>::<tar>); "
+                         "rename it" % odd[0])
+    return Source(TARS, "", tuple(tars))
+
+
+def _expand(value):
+    """The tars `value` names: itself, its brace expansion, or its glob's matches (absolute paths, or URLs)."""
+    names = expand_braces(value)
+    found = []
+    for name in names:
+        if _GLOB.search(name.split("://", 1)[-1]):
+            found.extend(_glob(name))
+        else:
+            found.append(name if remote.is_url(name) else os.path.abspath(name))
+    return found
+
+
+def _glob(pattern):
+    if not remote.is_url(pattern):
+        return [os.path.abspath(path) for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
+    fs, path = remote.filesystem(pattern)
+    fs.invalidate_cache()  # the store now, not an earlier listing of this process
+    scheme = remote.scheme(pattern)
+    return ["%s://%s" % (scheme, name) for name in fs.glob(path)]
+
+
+def expand_braces(text):
+    """Bash's brace expansion of `text`: {000..099} (zero-padded as written, either direction), {a,b,c}.
+
+    Returns:
+      list of str, in the order bash gives them.
+    """
+    start = text.find("{")
+    while start != -1:
+        stop = text.find("}", start)
+        if stop == -1:
+            break
+        inner = text[start + 1:stop]
+        head, tail = text[:start], text[stop + 1:]
+        numbers = _RANGE.fullmatch(text[start:stop + 1])
+        if numbers:
+            first, last = numbers.group(1), numbers.group(2)
+            width = max(len(first), len(last)) if first.lstrip("-").startswith("0") or \
+                last.lstrip("-").startswith("0") else 0
+            step = 1 if int(last) >= int(first) else -1
+            choices = [str(number).zfill(width) for number in range(int(first), int(last) + step, step)]
+        elif "," in inner:
+            choices = inner.split(",")
+        else:
+            start = text.find("{", stop)
+            continue
+        return [expanded for choice in choices for expanded in expand_braces(head + choice + tail)]
+    return [text]

@@ -1,0 +1,296 @@
+"""Tar shards (WebDataset, img2dataset): members read front to back once, and read back by one byte range.
+
+    member_key("a/0001.jpg", "s3://b/shards/000007.tar") -> "tar://a/0001.jpg::s3://b/shards/000007.tar"
+    stream_members(tar)          -> (key, bytes or ImageError), ... of its image members, in tar order;
+                                    the index (key, offset, size of each) grows as they are read
+    write_index(path, entries) / read_index(path)          the index of a shard: MEMBERS_FILE
+    read_member(key, index)      -> the member's bytes, by one byte range (no tar read again)
+
+A tar is read with our own header parser (ustar, GNU long names, pax `path` and `size`), once,
+from its first byte to its end marker, on a stream of large blocks (parallel.inputs.remote): no
+seek, no listing read before, so a tar in a store costs one pass of ranged GETs.
+
+The key of a member names the tar and the member: fsspec's chained form
+`tar://<member>::<tar>`, where <tar> is the absolute path or the URL of the tar. It is split at
+its LAST "::", so a member's name may hold "::" and a tar's path may not (such a tar is refused
+when the job starts). fsspec opens the key as it is (`fsspec.open(key)`; it reads the tar's
+headers to find the member); `read_member` reads it by one byte range from the index.
+
+Only members with an image extension (parallel.inputs.discovery) are images; others (.json,
+.txt, .cls of a WebDataset sample), folders and links are skipped, as a folder's other files are.
+What cannot be read is accounted for, each a failure of the errors file:
+
+    a member whose data is cut short        its key, kind "corrupt" ("truncated ...")
+    a damaged header (bad checksum)         the tar's path or URL, kind "corrupt": its members from
+                                            there on cannot be found, the earlier ones have rows
+    a tar that cannot be opened or fetched  the tar's path or URL, kind "missing", "unreadable"
+                                            or "unreachable" (parallel.inputs.remote)
+
+so a damaged tar costs only its own images. A store that cannot be connected to at all is no
+tar's fault: remote.StoreUnavailable stops the run, and the tar is read again by the rerun. The index records those too (offset of the damage,
+size -1), so that a shard's rows and errors are exactly its index's keys.
+"""
+
+import dataclasses
+import os
+
+from parallel.inputs.decode import ImageError
+from parallel.inputs.discovery import has_image_extension
+from parallel.inputs.remote import StoreUnavailable, fetch, is_url, open_stream
+
+MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
+_BLOCK = 512
+_PREFIX = "tar://"
+_SEPARATOR = "::"
+_FILE_TYPES = (b"0", b"\0", b"7")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One line of a tar's index.
+
+    Attributes:
+      key: the member's key (`member_key`), or the tar's path or URL for a failure of the tar.
+      offset: where the member's data starts in the tar (for a damaged tar, where the damage is).
+      size: the member's size in bytes; -1 for a failure of the tar.
+    """
+
+    key: str
+    offset: int
+    size: int
+
+
+def member_key(member, tar):
+    """The key of `member` (its name in the tar) of the tar at `tar` (an absolute path or a URL)."""
+    return "%s%s%s%s" % (_PREFIX, member, _SEPARATOR, tar)
+
+
+def split_key(key):
+    """(member, tar) of a member's key; ValueError when `key` is not one."""
+    if not key.startswith(_PREFIX) or _SEPARATOR not in key:
+        raise ValueError("%r is not the key of a tar member (tar://<member>::<tar>)" % (key,))
+    member, tar = key[len(_PREFIX):].rsplit(_SEPARATOR, 1)
+    return member, tar
+
+
+def stream_members(tar, index):
+    """The image members of the tar at `tar`, read front to back once.
+
+    Args:
+      tar: absolute path or URL of the tar.
+      index: a list; an Entry is appended for every item yielded, before it is yielded.
+
+    Yields:
+      (key, data): data is the member's bytes, or an ImageError when it (or the rest of the tar)
+      cannot be read (see the module docstring for the keys and kinds).
+    """
+    try:
+        stream = open_stream(tar)
+    except ImageError as error:
+        index.append(Entry(tar, -1, -1))
+        yield tar, ImageError(error.kind, "the tar cannot be read: %s" % error.message)
+        return
+    with stream:
+        yield from _members(stream, tar, index)
+
+
+def _members(stream, tar, index):
+    offset, names = 0, {}  # names: what a GNU long-name or pax header says of the next member
+    while True:
+        try:
+            header = _read(stream, _BLOCK)
+        except ImageError as error:
+            index.append(Entry(tar, offset, -1))
+            yield tar, ImageError(error.kind, "the tar broke off at byte %d: %s" % (offset, error.message))
+            return
+        if len(header) < _BLOCK or not header.strip(b"\0"):
+            return  # the end marker (or a tar that ends at a member's boundary)
+        problem = _header_problem(header)
+        if problem:
+            index.append(Entry(tar, offset, -1))
+            yield tar, ImageError("corrupt", "damaged tar: the header at byte %d %s; its members from there on "
+                                             "cannot be read" % (offset, problem))
+            return
+        kind = header[156:157]
+        size = int(names.pop("size", None) or _number(header[124:136]))
+        name = names.pop("path", None) or _name(header)
+        data_offset = offset + _BLOCK
+        padded = -(-size // _BLOCK) * _BLOCK
+        wanted = kind in _FILE_TYPES and has_image_extension(name)
+        data = b""
+        try:
+            if kind in (b"L", b"x") or wanted:
+                data = _read(stream, padded)
+                got = len(data)
+                data = data[:size]
+            else:  # not an image: its bytes pass by unkept
+                got = _skip(stream, padded)
+        except ImageError as error:
+            data, got = error, -1
+        offset = data_offset + padded
+        if got < size:
+            key = member_key(name, tar) if wanted else tar
+            index.append(Entry(key, data_offset, size if wanted else -1))
+            why = data.message if isinstance(data, ImageError) else "the tar ends %d bytes into it" % got
+            yield key, ImageError(getattr(data, "kind", "corrupt"), "truncated: %s of %d bytes at byte %d: %s"
+                                  % (name, size, data_offset, why))
+            return
+        if kind == b"L":
+            names["path"] = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
+        elif kind == b"x":
+            names.update(_pax(data))
+        elif wanted:
+            key = member_key(name, tar)
+            index.append(Entry(key, data_offset, size))
+            yield key, data
+
+
+def _read(stream, count):
+    """Up to `count` bytes of `stream` (fewer only at its end); a store's failure as ImageError."""
+    chunks, left = [], count
+    while left:
+        try:
+            chunk = stream.read(left)
+        except (ImageError, StoreUnavailable):
+            raise
+        except OSError as error:
+            raise ImageError("unreadable", "cannot read it: %s" % (error.strerror or error)) from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _skip(stream, count):
+    """Reads past `count` bytes of `stream`; returns how many there were (fewer only at its end)."""
+    skipped = 0
+    while skipped < count:
+        chunk = _read(stream, min(count - skipped, 1 << 20))
+        if not chunk:
+            break
+        skipped += len(chunk)
+    return skipped
+
+
+def _header_problem(header):
+    """Why a 512-byte block is not a tar header, or None."""
+    try:
+        recorded = _number(header[148:156])
+    except ValueError:
+        return "has no checksum"
+    computed = sum(header[:148]) + 8 * 32 + sum(header[156:])
+    if recorded != computed:
+        return "has a wrong checksum"
+    try:
+        _number(header[124:136])
+    except ValueError:
+        return "has no size"
+    return None
+
+
+def _number(field):
+    """A tar header's number: octal text, or base-256 when its first bit is set (GNU, for large sizes)."""
+    if field[:1] and field[0] & 0x80:
+        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    text = field.replace(b"\0", b" ").strip()
+    return int(text, 8) if text else 0
+
+
+def _name(header):
+    name = header[:100].split(b"\0", 1)[0]
+    if header[257:262] == b"ustar":
+        prefix = header[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _pax(data):
+    """The `path` and `size` a pax extended header gives the next member."""
+    values, position = {}, 0
+    while position < len(data) and data[position:position + 1] != b"\0":
+        length_text, _, _ = data[position:].partition(b" ")
+        try:
+            length = int(length_text)
+        except ValueError:
+            break
+        record = data[position + len(length_text) + 1:position + length - 1]
+        key, _, value = record.partition(b"=")
+        if key in (b"path", b"size"):
+            values[key.decode()] = value.decode("utf-8", "surrogateescape")
+        position += length
+    return values
+
+
+def write_index(path, entries):
+    """Writes a tar's index (Parquet: key, key_bytes, offset, size; one row per Entry, in tar order)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    raw = [entry.key.encode("utf-8", "surrogateescape") for entry in entries]
+    table = pa.table({"key": pa.array([value.decode("utf-8", "backslashreplace") for value in raw], pa.string()),
+                      "key_bytes": pa.array(raw, pa.binary()),
+                      "offset": pa.array([entry.offset for entry in entries], pa.int64()),
+                      "size": pa.array([entry.size for entry in entries], pa.int64())})
+    pq.write_table(table, path)
+
+
+def read_index(path):
+    """The entries of the index at `path` (a shard's MEMBERS_FILE, or an output's O.members.parquet)."""
+    import pyarrow.parquet as pq
+    table = pq.read_table(path, columns=["key_bytes", "offset", "size"])
+    return [Entry(raw.decode("utf-8", "surrogateescape"), offset, size)
+            for raw, offset, size in zip(table.column("key_bytes").to_pylist(), table.column("offset").to_pylist(),
+                                         table.column("size").to_pylist())]
+
+
+def index_keys(path, tar=None):
+    """The keys of the index at `path`, in order; only those of the tar `tar` when given."""
+    import pyarrow.parquet as pq
+    keys = [raw.decode("utf-8", "surrogateescape") for raw in pq.read_table(path, columns=["key_bytes"])
+            .column("key_bytes").to_pylist()]
+    if tar is None:
+        return keys
+    return [key for key in keys if key == tar or (key.startswith(_PREFIX) and split_key(key)[1] == tar)]
+
+
+def merge_indexes(paths, target):
+    """Writes the indexes at `paths`, one after the other, as one index at `target`, durably."""
+    from parallel.output.durable import fsync
+    entries = [entry for path in paths for entry in read_index(path)]
+    temporary = target.with_name(target.name + ".tmp")
+    write_index(temporary, entries)
+    fsync(temporary)
+    os.replace(temporary, target)
+    fsync(target.parent)
+
+
+def read_member(key, index):
+    """The bytes of one tar member, read by one byte range: the tar is not read again.
+
+        from parallel.inputs.tars import read_member
+        data = read_member("tar://a/0001.jpg::s3://b/shards/000007.tar", "feats.parquet.members.parquet")
+        image = PIL.Image.open(io.BytesIO(data))
+
+    Args:
+      key: a member's key, as the output's rows name it.
+      index: the path of an index (the output's `<output>.members.parquet`, or a kept shard's
+        _members.parquet), or a {key: Entry} already read (`{e.key: e for e in read_index(path)}`).
+
+    Returns:
+      bytes.
+
+    Raises:
+      ValueError: `key` is not in the index, or not a readable member.
+      ImageError: the tar cannot be read (kind as `parallel.inputs.remote.fetch`).
+    """
+    _, tar = split_key(key)
+    entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index)}
+    entry = entries.get(key)
+    if entry is None or entry.size < 0:
+        raise ValueError("%s is not a member in the index %s" % (key, "given" if isinstance(index, dict) else index))
+    if is_url(tar):
+        return fetch(tar, entry.offset, entry.offset + entry.size)
+    with open(tar, "rb") as file:
+        file.seek(entry.offset)
+        return file.read(entry.size)

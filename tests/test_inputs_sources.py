@@ -1,0 +1,49 @@
+"""What --images names: a folder, a prefix of a store, tars (a path, braces quoted or expanded, a glob)."""
+
+import pytest
+
+from parallel.inputs import sources
+from parallel.inputs.sources import FOLDER, PREFIX, TARS, expand_braces, parse_images
+
+
+def test_brace_patterns_expand_as_bash_expands_them():
+    assert expand_braces("s/{000..003}.tar") == ["s/000.tar", "s/001.tar", "s/002.tar", "s/003.tar"]
+    assert expand_braces("s/{8..11}.tar") == ["s/8.tar", "s/9.tar", "s/10.tar", "s/11.tar"]
+    assert expand_braces("s/{2..0}.tar") == ["s/2.tar", "s/1.tar", "s/0.tar"]
+    assert expand_braces("{a,b}/{0..1}.tar") == ["a/0.tar", "a/1.tar", "b/0.tar", "b/1.tar"]
+    assert expand_braces("plain{x}.tar") == ["plain{x}.tar"]
+
+
+def test_a_folder_a_prefix_and_tars(tmp_path, monkeypatch):
+    assert parse_images(tmp_path) == sources.Source(FOLDER, str(tmp_path.resolve()))
+    assert parse_images("s3://bucket/photos") == sources.Source(PREFIX, "s3://bucket/photos/")
+    for number in range(3):
+        (tmp_path / ("%06d.tar" % number)).write_bytes(b"")
+    tars = tuple(str(tmp_path / ("%06d.tar" % number)) for number in range(3))
+    monkeypatch.chdir(tmp_path)
+    quoted = parse_images("{000000..000002}.tar")
+    assert quoted == sources.Source(TARS, "", tars)
+    assert parse_images(["000002.tar", "000000.tar", "000001.tar"]) == quoted  # what the shell passes unquoted
+    assert parse_images("*.tar") == quoted
+    assert quoted.description == "3 tars %s .. %s (list %s)" % (tars[0], tars[2], quoted.description[-17:-1])
+    assert parse_images("s3://b/s/{0..1}.tar").tars == ("s3://b/s/0.tar", "s3://b/s/1.tar")
+    assert parse_images("000001.tar").description == tars[1]
+
+
+@pytest.mark.parametrize("values, message", [
+    (["photos", "a.tar"], "got 2 values, of which photos is not a .tar: quote a pattern"),
+    ("nowhere", "images=nowhere is not a folder"),
+    ("none-*.tar", "names no tar"),
+    ("a::b.tar", "whose path holds '::'"),
+])
+def test_what_is_refused_says_why(tmp_path, monkeypatch, values, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("*", r"\*")):
+        parse_images(values)
+
+
+def test_a_tar_job_scans_its_tars_not_their_members(tmp_path):
+    (tmp_path / "1.tar").write_bytes(b"x" * 1024)
+    manifest = parse_images([str(tmp_path / "1.tar"), str(tmp_path / "2.tar")]).scan()
+    assert manifest.paths == [str(tmp_path / "1.tar"), str(tmp_path / "2.tar")]
+    assert list(manifest.sizes) == [1024, -1] and manifest.etags == ["", ""]  # 2.tar fails as missing when read

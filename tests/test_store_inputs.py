@@ -1,0 +1,266 @@
+"""Jobs over images in a store and in tars: the same rows as the same images in a folder, on one
+process or many, through kills and resumes (real S3 and HTTP on loopback; the colour model)."""
+
+import csv
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import job_child
+from outputs import job_outputs
+from parallel import jobs
+from parallel.inputs.tars import read_index, read_member, split_key
+from stores import serve, store, upload, write_tars
+
+CHILD = str(Path(job_child.__file__))
+
+
+def rows(output):
+    """[(key, features as text)] of a CSV output, in order."""
+    with open(output, newline="") as file:
+        return [(row[0], tuple(row[1:])) for row in list(csv.reader(file))[1:]]
+
+
+def errors(output):
+    path = Path(str(output) + ".errors.csv")
+    if not path.exists():
+        return []
+    with open(path, newline="") as file:
+        return [(row["path"], row["kind"]) for row in csv.DictReader(file)]
+
+
+def member(key):
+    """The member name of a tar key ("a/00.png"): the folder key of the same image."""
+    return split_key(key)[0]
+
+
+@pytest.fixture(scope="module")
+def folder_output(job_images, tmp_path_factory):
+    output = tmp_path_factory.mktemp("folder") / "out.csv"
+    jobs.run(job_child.config(job_images, output, "csv"))
+    return output
+
+
+@pytest.fixture(scope="module")
+def local_tars(job_images, tmp_path_factory):
+    """The 24 images as 3 tars of 8 (each with a .json member that is not an image)."""
+    extra = {number: [("meta/%d.json" % number, b'{"caption": "x"}')] for number in range(3)}
+    return write_tars(job_images, tmp_path_factory.mktemp("tars") / "shards", 8, extra)
+
+
+def test_a_prefix_of_a_store_gives_the_folder_s_output_byte_for_byte(job_images, folder_output, s3, tmp_path):
+    upload(job_images, "s3://bucket/prefix-job/photos/")
+    store().pipe("bucket/prefix-job/photos/notes.txt", b"not an image name: never listed")
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config("s3://bucket/prefix-job/photos/", output, "csv"))
+    assert (summary.written, summary.failed) == (23, 1)
+    assert output.read_bytes() == folder_output.read_bytes()  # keys relative to the prefix, as to a folder
+    assert Path(str(output) + ".errors.csv").read_bytes() == Path(str(folder_output) + ".errors.csv").read_bytes()
+
+
+def test_local_tars_give_the_folder_s_rows_in_order_and_one_process_resumes(job_images, folder_output, local_tars,
+                                                                             tmp_path):
+    pattern = str(local_tars[0].parent / "{000000..000002}.tar")
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config(pattern, output, "csv"))
+    assert (summary.written, summary.failed) == (23, 1)
+    got = rows(output)
+    assert [member(key) for key, _ in got] == [key for key, _ in rows(folder_output)]
+    assert [features for _, features in got] == [features for _, features in rows(folder_output)]
+    assert [(member(key), kind) for key, kind in errors(output)] == errors(folder_output)
+    assert got[0][0] == "tar://a/00.png::%s" % local_tars[0]
+    # Any image read back by one byte range, from the index written beside the output.
+    index = Path(str(output) + ".members.parquet")
+    assert read_member(got[9][0], index) == (job_images / "a" / member(got[9][0]).split("/", 1)[1]).read_bytes()
+    assert len(read_index(index)) == 24
+    again = jobs.run(job_child.config(pattern, output, "csv"))  # finished: nothing to do
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+
+
+def test_tars_in_a_store_and_tars_expanded_by_the_shell_are_the_same_job(job_images, folder_output, local_tars, s3,
+                                                                         tmp_path):
+    for tar in local_tars:
+        store().pipe("bucket/tar-job/%s" % tar.name, tar.read_bytes())
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config("s3://bucket/tar-job/*.tar", output, "csv"))
+    assert (summary.written, summary.failed) == (23, 1)
+    got = rows(output)
+    assert [features for _, features in got] == [features for _, features in rows(folder_output)]
+    assert got[0][0] == "tar://a/00.png::s3://bucket/tar-job/000000.tar"
+    assert read_member(got[20][0], Path(str(output) + ".members.parquet")) == \
+        (job_images / member(got[20][0])).read_bytes()
+    # The shell's expansion of the pattern (several --images values) is the job the pattern was.
+    listed = tuple("s3://bucket/tar-job/%06d.tar" % number for number in range(3))
+    again = jobs.run(job_child.config(listed, output, "csv"))
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+
+
+@pytest.fixture(scope="module")
+def s3_tars(local_tars, s3):
+    """The 3 tars in the store, under s3://bucket/ranks/: the pattern."""
+    for tar in local_tars:
+        store().pipe("bucket/ranks/%s" % tar.name, tar.read_bytes())
+    return "s3://bucket/ranks/{000000..000002}.tar"
+
+
+def static(rank, world_size):
+    return jobs.Distribution(kind="static", rank=rank, world_size=world_size, wait_seconds=5)
+
+
+def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_one_process_s_bytes(s3_tars, tmp_path):
+    single = tmp_path / "single.parquet"
+    jobs.run(job_child.config(s3_tars, single, "parquet"))
+    output = tmp_path / "out.parquet"
+    marker = tmp_path / "steps"
+    marker.write_text("")
+    child = subprocess.Popen([sys.executable, CHILD, s3_tars, str(output), "parquet", "--distributed", "static",
+                              "--rank", "1", "--world-size", "3", "--step-seconds", "0.5", "--marker", str(marker)],
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while marker.read_text().count("step") < 2:  # tar 1 (4 steps of 2 images) under way
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not (Path(str(output) + ".shards") / "shard-000001").exists()
+    for rank in (0, 2):
+        jobs.run(job_child.config(s3_tars, output, "parquet", static(rank, 3)))
+    assert not output.exists()  # tar 1 is missing
+    first = jobs.run(job_child.config(s3_tars, output, "parquet", static(0, 2)))  # tars 0 and 2: done
+    assert (first.written, first.already_done, first.pending_shards) == (0, 16, (1,))
+    last = jobs.run(job_child.config(s3_tars, output, "parquet", static(1, 2)))  # tar 1, read again whole
+    assert (last.written, last.failed) == (7, 1)  # a/bad.png is in tar 1
+    assert job_outputs(output) == job_outputs(single)
+    assert Path(str(output) + ".members.parquet").read_bytes() == Path(str(single) + ".members.parquet").read_bytes()
+    keys = pq.read_table(output, columns=["path"]).column("path").to_pylist()
+    assert keys[8] == "tar://a/16.png::s3://bucket/ranks/000001.tar"
+
+
+def test_a_damaged_tar_costs_only_its_own_images_each_accounted_for(job_images, local_tars, tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for tar in local_tars:
+        (shards / tar.name).write_bytes(tar.read_bytes())
+    middle = (shards / "000001.tar").read_bytes()
+    (shards / "000001.tar").write_bytes(middle[:512 * 7 + 100])  # 3 members whole (2 blocks each), the 4th cut
+    (shards / "000003.tar").write_bytes(b"a text file, not a tar" * 30)
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config(shards / "*.tar", output, "csv"))
+    assert summary.exit_status == 3
+    keys = [key for key, _ in rows(output)]
+    failed = errors(output)
+    index = [entry.key for entry in read_index(Path(str(output) + ".members.parquet"))]
+    assert sorted(keys + [key for key, _ in failed]) == sorted(index)  # every image: a row or an error
+    assert sum(key.endswith("000000.tar") for key in keys) == 8 and sum(key.endswith("000002.tar") for key in keys) == 8
+    assert [member(key) for key in keys if key.endswith("000001.tar")] == ["a/16.png", "a/18.png", "a/20.png"]
+    assert [(key, kind) for key, kind in failed if key.endswith("000001.tar")] == [
+        ("tar://a/22.png::%s" % (shards / "000001.tar"), "corrupt")]  # the rest of the tar was never there
+    assert (str(shards / "000003.tar"), "corrupt") in failed
+
+
+def test_an_object_changed_after_its_row_was_written_refuses_the_rerun(job_images, s3, tmp_path):
+    upload(job_images / "a", "s3://bucket/changing/photos/")
+    output = tmp_path / "out.csv"
+    jobs.run(job_child.config("s3://bucket/changing/photos/", output, "csv"))
+    data = store().cat("bucket/changing/photos/00.png")
+    store().pipe("bucket/changing/photos/00.png", data[:-1] + bytes([data[-1] ^ 1]))  # same size: its ETag tells
+    with pytest.raises(ValueError, match=r"1 image changed after its row was written \(00.png\)"):
+        jobs.run(job_child.config("s3://bucket/changing/photos/", output, "csv"))
+    store().pipe("bucket/changing/photos/00.png", data)
+    store().pipe("bucket/changing/photos/zz.png", data)
+    with pytest.raises(ValueError, match=r"1 image added \(zz.png\)"):
+        jobs.run(job_child.config("s3://bucket/changing/photos/", output, "csv"))
+
+
+def test_a_tar_replaced_after_its_shard_was_committed_is_refused_naming_the_shard(local_tars, s3, tmp_path):
+    for tar in local_tars:
+        store().pipe("bucket/replaced/%s" % tar.name, tar.read_bytes())
+    pattern = "s3://bucket/replaced/*.tar"
+    output = tmp_path / "out.csv"
+    jobs.run(job_child.config(pattern, output, "csv", static(0, 1)))
+    store().pipe("bucket/replaced/000001.tar", local_tars[0].read_bytes())
+    with pytest.raises(ValueError, match="000001.tar"):
+        jobs.run(job_child.config(pattern, output, "csv"))
+
+
+def test_an_image_list_of_urls_retries_a_throttled_store_then_records_it(job_images, folder_output, http_server,
+                                                                          monkeypatch, tmp_path):
+    from parallel.inputs import remote
+    monkeypatch.setattr(remote, "BACKOFF_SECONDS", 0.01)
+    names = ["a/00.png", "a/02.png", "b/01.png", "b/03.png"]
+    for name in names:
+        (http_server.root / name).parent.mkdir(exist_ok=True)
+        (http_server.root / name).write_bytes((job_images / name).read_bytes())
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join("%s/%s\n" % (http_server.url, name) for name in names))
+    http_server.failures.update({"/a/02.png": remote.TRIES - 1, "/b/03.png": 100})
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config(tmp_path, output, "csv", images_from=listing))
+    assert (summary.written, summary.failed) == (3, 1)
+    assert errors(output) == [(http_server.url + "/b/03.png", "unreachable")]
+    expected = dict(rows(folder_output))
+    assert rows(output) == [(http_server.url + "/" + name, expected[name]) for name in names[:3]]
+
+
+def test_overwrite_starts_a_tar_job_afresh_on_one_process(local_tars, tmp_path):
+    pattern = str(local_tars[0].parent / "*.tar")
+    output = tmp_path / "out.csv"
+    first = jobs.run(job_child.config(pattern, output, "csv"))
+    before = job_outputs(output)
+    again = jobs.run(dataclasses.replace(job_child.config(pattern, output, "csv"), overwrite=True))
+    assert (first.written, again.written, again.already_done) == (23, 23, 0)
+    assert job_outputs(output) == before and Path(str(output) + ".members.parquet").exists()
+
+
+def test_a_store_stopped_mid_run_stops_it_with_one_error_and_the_rerun_resumes(job_images, folder_output, http_server,
+                                                                               monkeypatch, tmp_path):
+    import threading
+
+    from parallel import engine
+    from parallel.inputs import remote
+    monkeypatch.setattr(remote, "BACKOFF_SECONDS", 0.01)
+    names = [key for key, _ in rows(folder_output)] + ["a/bad.png"]
+    for name in names:
+        (http_server.root / name).parent.mkdir(exist_ok=True)
+        (http_server.root / name).write_bytes((job_images / name).read_bytes())
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join("%s/%s\n" % (http_server.url, name) for name in names))
+    output, marker = tmp_path / "out.csv", tmp_path / "steps"
+    marker.write_text("")
+
+    def stop_the_store():
+        while marker.read_text().count("step") < 1:
+            time.sleep(0.01)
+        http_server.shutdown()
+        http_server.server_close()
+
+    stopper = threading.Thread(target=stop_the_store)
+    stopper.start()
+    with pytest.raises(engine.RunError, match="cannot connect to the store of http://127.0.0.1.*rerun the same command"):
+        jobs.run(job_child.config(tmp_path, output, "csv", images_from=listing, step_seconds=0.2, marker=marker))
+    stopper.join()
+    done = len(rows(output))
+    assert 0 < done < 23 and errors(output) == []  # no image is blamed for the store
+    again = serve(http_server.root, http_server.server_address[1])  # the store is back
+    try:
+        rerun = jobs.run(job_child.config(tmp_path, output, "csv", images_from=listing))
+    finally:
+        again.shutdown()
+        again.server_close()
+    assert (rerun.already_done, rerun.written, rerun.failed) == (done, 23 - done, 1)
+    expected = dict(rows(folder_output))
+    assert rows(output) == [(http_server.url + "/" + name, expected[name]) for name in sorted(expected)]
+
+
+def test_a_shard_size_for_tars_is_refused_before_anything_is_written(local_tars, tmp_path):
+    output = tmp_path / "out.csv"
+    spread = jobs.Distribution(kind="static", rank=0, world_size=2, shard_size=5)
+    with pytest.raises(ValueError, match="shard_size=5 does not apply to tars: each tar is a shard of its own"):
+        jobs.run(job_child.config(str(local_tars[0].parent / "*.tar"), output, "csv", spread))
+    assert list(tmp_path.iterdir()) == []
