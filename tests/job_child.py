@@ -58,7 +58,7 @@ def config(images, output, output_format, distribution=None, images_from=None, s
     from parallel import jobs
     from parallel.devices import resolve_devices
     return jobs.Config(model=colour_model(step_seconds, marker, batch_dependent), images=Path(images),
-                         output=Path(output), output_format=output_format,
+                         output=output if "://" in str(output) else Path(output), output_format=output_format,
                          devices=resolve_devices(devices=devices, gpu_count=0),
                          per_device_batch=per_device_batch, workers=1, images_from=images_from,
                          distribution=distribution)

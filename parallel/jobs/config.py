@@ -14,6 +14,7 @@ from parallel.jobs.identity import own_files
 from parallel.manifest import Manifest, read_list
 from parallel.model import ModelSpec
 from parallel.output import FORMATS
+from parallel.output.stores import is_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +24,8 @@ class Config:
     Attributes:
       model: the model to run (see `ModelSpec`).
       images: folder searched recursively for images.
-      output: output file; its sidecars sit beside it.
+      output: output file (a Path), or an object-store URL (a str: s3://bucket/feats.parquet); its
+        sidecars sit beside it.
       devices: checked `Devices` (see `parallel.devices.resolve_devices`).
       per_device_batch: images per device per step; a host batch is this times the devices.
         None: by device kind (`Devices.default_batch`: 12 on CPU devices, 64 on GPUs).
@@ -83,6 +85,8 @@ class Config:
         """The Manifest of the job's images as they are now (the folder, or the list file)."""
         if self.images_from is not None:
             return read_list(self.images_from, self.images)
+        if is_url(self.output):  # an object in a store is never among the local images
+            return Manifest.scan(self.images)
         return Manifest.scan(self.images, exclude=own_files(Path(self.images), Path(self.output)))
 
     @property

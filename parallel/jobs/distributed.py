@@ -25,21 +25,25 @@ from parallel.messages import Progress, counted, first_line
 from parallel.manifest import DEFAULT_SHARD_SIZE, describe_changes, manifest_path, read_job
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs.shard_record import error_paths
-from parallel.jobs.shards import SHARD_ERRORS, SHARD_FEATURES, ShardedJob
+from parallel.jobs.shards import SHARD_FEATURES
+from parallel.jobs.store_shards import open_job
 from parallel.signals import StopRequest
 from parallel.staging import open_runner
 from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
+from parallel.output.record import ERRORS_SUFFIX, SIDECAR_SUFFIX
+from parallel.output.stores import is_url
 
 log = logging.getLogger("parallel")
 
 
-def freeze(config, check_folder):
+def freeze(config, check_folder, job=None):
     """The job's manifest, written by the first process to come (the others wait for it).
 
     Args:
       config: Config with a distribution.
       check_folder: compare the images now with the frozen manifest (one process does it: it
         holds the whole list while it does).
+      job: the job's ShardedJob, not frozen yet (`open_job(config.output)` when None).
 
     Returns:
       ShardedJob, with its shard size and count known.
@@ -50,7 +54,7 @@ def freeze(config, check_folder):
         removed: the message names the shards to recompute), a damaged manifest, or no manifest
         in time.
     """
-    job = ShardedJob(config.output)
+    job = job or open_job(config.output)
     existed = job.manifest.exists()
     if existed:  # before the generic comparison: a rank started with other flags is told which
         change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
@@ -83,7 +87,8 @@ def freeze(config, check_folder):
 def _scan(config):
     """The job's images now (`Config.scan`), of which the output is never one."""
     current = config.scan()
-    refuse_output_among_images(Path(config.output), Path(config.images), current)
+    if not is_url(config.output):  # an object in a store is never one of the local images
+        refuse_output_among_images(Path(config.output), Path(config.images), current)
     return current
 
 
@@ -94,18 +99,18 @@ def committed_rows(job):
     manifest's images less those of its errors file.
     """
     if job.is_finished():
-        errors = ErrorLog.path_for(job.output)
+        errors = job.output_errors()
         failed = set(error_paths(errors)) if errors.exists() else set()
         return {path: None for path in job.load_manifest().paths if path not in failed}
     rows = {}
     for index in range(job.shard_count):
         if job.is_committed(index):
-            try:
-                failed = set(error_paths(job.shard_folder(index) / SHARD_ERRORS))
-            except FileNotFoundError:  # the output was written meanwhile: its rows are all there is
+            errors = job.shard_errors(index)
+            if errors is None:  # the output was written meanwhile: its rows are all there is
                 if job.is_finished():
                     return committed_rows(job)
-                raise
+                raise FileNotFoundError("shard %d of %s has no errors file" % (index, job.location))
+            failed = set(error_paths(errors))
             rows.update((path, index) for path in job.shard_images(index).paths if path not in failed)
     return rows
 
@@ -231,8 +236,17 @@ def finish(config, job, summary):
         log.info("%d of %s %s not committed yet (%s): the output is written by the process that commits the "
                  "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
                  "is" if len(missing) == 1 else "are", _some(missing))
-    return dataclasses.replace(summary, output=Path(config.output), errors_file=ErrorLog.path_for(config.output),
+    return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config),
                                pending_shards=tuple(missing))
+
+
+def _output(config):
+    """The output as the summary names it: a Path, or the store's URL."""
+    return config.output if is_url(config.output) else Path(config.output)
+
+
+def _errors_file(config):
+    return "%s%s" % (config.output, ERRORS_SUFFIX) if is_url(config.output) else ErrorLog.path_for(config.output)
 
 
 def _which_shards(indexes):
@@ -293,11 +307,11 @@ def _run_static(config):
     RunError: something was written, and the same command resumes.
     """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
-    _check_output(Path(config.output))
-    if not ShardedJob(config.output).manifest.exists():  # checks first: freezing writes the manifest
+    job = _check_output(config.output)
+    if not job.manifest.exists():  # checks first: freezing writes the manifest
         config.model.load_weights()  # a bad weights= fails here, before anything is written (as Ray's driver)
     try:
-        job = freeze(config, check_folder=rank.rank == 0)
+        job = freeze(config, check_folder=rank.rank == 0, job=job)
     except PermissionError as error:  # nothing written: the output's folder is the wrong one
         raise ValueError("cannot write the manifest %s: %s: choose another output"
                          % (manifest_path(config.output), error.strerror or first_line(error))) from None
@@ -320,12 +334,24 @@ def _run_static(config):
 
 
 def _check_output(output):
-    """Refuses, before anything is written, an output the job's last process could never write."""
+    """Refuses, before anything is written, an output the job's last process could never write.
+
+    Returns:
+      the job's ShardedJob (not frozen yet); for a store, reached and checked (bucket, credentials).
+    """
+    job = open_job(output)
+    if is_url(output):
+        if job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None:
+            raise OutputError("%s exists and was not written by this program (no %s.run.json): choose another "
+                              "output" % (output, job.name))
+        return job
+    output = Path(output)
     if output.is_dir():
         raise OutputError("output=%s is a folder; give a file name" % output)
     if os.path.lexists(output) and read_record(output) is None:
         raise OutputError("%s exists and was not written by this program (no %s): choose another output"
                           % (output, sidecar_path(output).name))
+    return job
 
 
 def conclude(config, job, summary, images, started):
@@ -341,7 +367,7 @@ def conclude(config, job, summary, images, started):
                                   skipped=images - summary.written - summary.failed - summary.already_done)
     log_stage_times(summary)
     if summary.interrupted:
-        return dataclasses.replace(summary, output=Path(config.output))
+        return dataclasses.replace(summary, output=_output(config))
     return finish(config, job, summary)
 
 

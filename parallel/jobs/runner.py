@@ -7,10 +7,12 @@
 `parallel.run`, `parallel.Config` and the CLI come here; the engine below knows none of it.
 """
 
+import dataclasses
 from pathlib import Path
 
 from parallel.jobs import distributed, single_host
 from parallel.jobs.config import Config, Distribution
+from parallel.output.stores import is_url
 
 __all__ = ["Config", "Distribution", "run"]
 
@@ -39,10 +41,32 @@ def run(config):
     images_root = Path(config.images)
     if not images_root.is_dir():
         raise ValueError("images=%s is not a folder" % images_root)
+    if config.distribution is None and is_url(config.output):
+        return _run_in_store(config)
     if config.distribution is None:
         return single_host.run(config)
     if config.distribution.kind == "ray":
+        if is_url(config.output):
+            raise ValueError("--output %s: a Ray job writes to a local path every host sees (an object store "
+                             "output is for one host or --distributed static)" % config.output)
         from parallel.jobs import ray_job  # Ray itself is imported only when a job runs
         with distributed.advised(config.output):
             return ray_job.run(config)
     return distributed.run(config)
+
+
+def _run_in_store(config):
+    """A job on this process alone into an object store: the sharded protocol with one process.
+
+    Object stores have no rename or append, so the single-host writer's commit (a part per batch,
+    the record replaced) cannot run there; the sharded job's (an attempt per shard, a marker last,
+    parallel.jobs.store_shards) can, and with one rank its output is the single-host one, byte for
+    byte. A kill loses the shard being computed, not the committed ones.
+    """
+    if config.overwrite:
+        from parallel.jobs.store_shards import open_job
+        job = open_job(config.output)
+        job.store.remove(name for name in job.store.list(job.name)
+                         if name == job.name or name.startswith(job.name + "."))
+    distribution = Distribution(kind="static", rank=0, world_size=1)
+    return distributed.run(dataclasses.replace(config, overwrite=False, distribution=distribution))

@@ -69,6 +69,7 @@ class ShardedJob:
 
     def __init__(self, output):
         self.output = Path(output)
+        self.location = self.output  # what messages name (a URL for a job in a store)
         self.manifest = Path(manifest_path(self.output))
         self.shards = self.output.with_name(self.output.name + SHARDS_SUFFIX)
         self.attempts = self.output.with_name(self.output.name + ATTEMPTS_SUFFIX)
@@ -377,6 +378,15 @@ class ShardedJob:
         finally:
             errors.close()
 
+    def shard_errors(self, index):
+        """Path of committed shard `index`'s errors file (None once the shards are gone)."""
+        errors = self.shard_folder(index) / SHARD_ERRORS
+        return errors if errors.exists() else None
+
+    def output_errors(self):
+        """Path of the output's errors file (absent when no image failed)."""
+        return ErrorLog.path_for(self.output)
+
     def failed_in(self, index, paths):
         """How many of shard `index`'s images failed: from its errors file, or the output's once it is gone.
 
@@ -384,9 +394,9 @@ class ShardedJob:
           index: a committed shard.
           paths: the shard's image paths (from the manifest).
         """
-        errors = self.shard_folder(index) / SHARD_ERRORS
-        if not errors.exists():
-            errors, paths = ErrorLog.path_for(self.output), set(paths)
+        errors = self.shard_errors(index)
+        if errors is None:
+            errors, paths = self.output_errors(), set(paths)
             if not errors.exists():
                 return 0
         with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
