@@ -204,7 +204,7 @@ class ObjectStore(Store):
         """Any failure of the store as a StoreError of one line naming the object."""
         try:
             yield
-        except (FileNotFoundError, FileExistsError, StoreError):
+        except StoreError:
             raise
         except Exception as error:  # botocore, aiohttp and fsspec raise many kinds; all mean the same here
             raise StoreError("cannot %s %s: %s" % (what, self.url(name), _describe(error))) from error
@@ -291,7 +291,7 @@ def _describe(error):
             or "Could not connect" in text or "Cannot connect" in text:
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         return "the store is not reachable (%s%s)" % (text, "; AWS_ENDPOINT_URL_S3=%s" % endpoint if endpoint else "")
-    return "%s: %s" % (kind, text) if kind not in text else text
+    return text if isinstance(error, OSError) or kind in text else "%s: %s" % (kind, text)
 
 
 def read_json(store, name):
