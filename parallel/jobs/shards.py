@@ -341,12 +341,7 @@ class ShardedJob:
                 target = self.set_aside(index, problem)
                 rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))
         if rejected:
-            one = len(rejected) == 1
-            raise RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
-                           "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
-                           "--world-size 1); the output is then written"
-                           % (self.output, len(rejected), "" if one else "s", "was" if one else "were",
-                              "; ".join(rejected), "it" if one else "them"))
+            raise rejection(self.location, rejected)
 
     def _assemble(self, output_format, column_prefix, settings):
         import pyarrow.parquet as pq
@@ -401,3 +396,19 @@ class ShardedJob:
                 return 0
         with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
             return sum(1 for row in csv.DictReader(file) if row["path"] in paths)
+
+
+def rejection(output, rejected):
+    """The RunError of shards set aside before the output was written.
+
+    Args:
+      output: the output, for the message.
+      rejected: list of str, "shard 3 (what was wrong), now <where it was set aside>".
+    """
+    from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
+    one = len(rejected) == 1
+    return RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
+                    "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
+                    "--world-size 1); the output is then written"
+                    % (output, len(rejected), "" if one else "s", "was" if one else "were",
+                       "; ".join(rejected), "it" if one else "them"))

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
                                         job_identity)
-from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER
+from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER, rejection
 from parallel.manifest import MANIFEST_SUFFIX, read_job
 from parallel.output import ErrorLog, OutputError
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, SIDECAR_SUFFIX
@@ -58,6 +58,10 @@ log = logging.getLogger("parallel")
 
 REJECTED = "_rejected"
 _PARTS = (SHARD_FEATURES, SHARD_ERRORS)
+
+
+class PartChanged(OutputError):
+    """A committed attempt's part is not what its marker lists (changed or removed in the store)."""
 
 
 def open_job(output):
@@ -191,11 +195,11 @@ class StoreShardedJob(ShardedJob):
         (folder / SHARD_RECORD).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
         for part in _PARTS if features else (SHARD_ERRORS,):
             if not self.store.download(prefix + part, folder / part):
-                raise OutputError("%s%s vanished after its marker was read" % (self.store.url(prefix), part))
+                raise PartChanged("its %s was removed from the store" % part)
             size, digest = file_digest(folder / part)
             if (size, digest) != (marker["files"][part]["size"], marker["files"][part]["sha256"]):
-                raise OutputError("%s%s does not match its marker (size or SHA-256): it was changed in the store"
-                                  % (self.store.url(prefix), part))
+                raise PartChanged("its %s does not match its marker (size or SHA-256): it was changed in the store"
+                                  % part)
         self._fetched[index] = (attempt, features)
         return folder
 
@@ -210,7 +214,8 @@ class StoreShardedJob(ShardedJob):
 
     def set_aside(self, index, problem):
         """Marks the chosen attempt of shard `index` rejected (a `_rejected` object): it is computed again."""
-        attempt = self._chosen.pop(index, None)
+        attempt = self.chosen_attempt(index)
+        self._chosen.pop(index, None)
         self._fetched.pop(index, None)
         if attempt is None:
             return None
@@ -247,6 +252,7 @@ class StoreShardedJob(ShardedJob):
                   "rows": len(images) - failed, "failed": failed, "files": files}
         self.store.write(prefix + SHARD_RECORD, (json.dumps(marker, sort_keys=True) + "\n").encode("utf-8"))
         shutil.rmtree(attempt, ignore_errors=True)
+        self._chosen.pop(index, None)  # chosen anew, among the finished attempts now
         return self.chosen_attempt(index) == name
 
     def remove_parts(self):
@@ -263,8 +269,15 @@ class StoreShardedJob(ShardedJob):
             return True
         if self.missing():
             return False
+        rejected = []
         for index in range(self.shard_count):
-            self._fetch(index, features=True)
+            try:
+                self._fetch(index, features=True)
+            except PartChanged as error:
+                target = self.set_aside(index, str(error))
+                rejected.append("shard %d (%s), now %s" % (index, error, target))
+        if rejected:
+            raise rejection(self.location, rejected)
         self._check_shards()
         self._assemble(output_format, column_prefix, settings)
         for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX):
