@@ -81,7 +81,8 @@ def _check_in_child(url, env):
     """store.check(...) in a fresh process (s3fs keeps credentials per process): (exit status, stderr)."""
     code = ("import sys; from parallel.output.stores import open_store\n"
             "store, name = open_store(sys.argv[1])\n"
-            "try:\n    store.check(name)\nexcept ValueError as error:\n    print(error, file=sys.stderr); sys.exit(2)\n")
+            "try:\n    store.check(name)\n"
+            "except ValueError as error:\n    print(error, file=sys.stderr); sys.exit(2)\n")
     done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=60,
                           env=dict(env, PYTHONPATH=str(REPOSITORY)))
     return done.returncode, done.stderr

@@ -46,7 +46,7 @@ from parallel.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
 from parallel.output.durable import fsync
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        job_identity, quick_problem, set_aside, write_record)
+                                        job_identity, quick_problem, rejection, set_aside, write_record)
 
 log = logging.getLogger("parallel")
 
@@ -397,18 +397,3 @@ class ShardedJob:
         with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
             return sum(1 for row in csv.DictReader(file) if row["path"] in paths)
 
-
-def rejection(output, rejected):
-    """The RunError of shards set aside before the output was written.
-
-    Args:
-      output: the output, for the message.
-      rejected: list of str, "shard 3 (what was wrong), now <where it was set aside>".
-    """
-    from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
-    one = len(rejected) == 1
-    return RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
-                    "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
-                    "--world-size 1); the output is then written"
-                    % (output, len(rejected), "" if one else "s", "was" if one else "were",
-                       "; ".join(rejected), "it" if one else "them"))

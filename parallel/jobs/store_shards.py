@@ -47,8 +47,8 @@ import weakref
 from pathlib import Path
 
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        job_identity)
-from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER, rejection
+                                        rejection)
+from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER
 from parallel.manifest import MANIFEST_SUFFIX, read_job
 from parallel.output import ErrorLog, OutputError
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, SIDECAR_SUFFIX
