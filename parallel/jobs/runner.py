@@ -65,8 +65,6 @@ def _run_in_store(config):
     """
     if config.overwrite:
         from parallel.jobs.store_shards import open_job
-        job = open_job(config.output)
-        job.store.remove(name for name in job.store.list(job.name)
-                         if name == job.name or name.startswith(job.name + "."))
+        open_job(config.output).remove_everything()
     distribution = Distribution(kind="static", rank=0, world_size=1)
     return distributed.run(dataclasses.replace(config, overwrite=False, distribution=distribution))

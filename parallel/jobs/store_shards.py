@@ -107,7 +107,13 @@ class StoreShardedJob(ShardedJob):
 
     def output_exists(self):
         """Whether the output object exists (with or without its record)."""
-        return self.name in self.store.list(self.name)
+        return self.store.exists(self.name)
+
+    def remove_everything(self):
+        """The output and every object of its job (--overwrite on one host): the data before the record."""
+        names = [self.name + suffix for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX, MANIFEST_SUFFIX)]
+        self.store.remove(names + list(self.store.list(self.name + SHARDS_SUFFIX + "/")))
+        self.store.remove([self.name + SIDECAR_SUFFIX])
 
     # -- the manifest: created once, with a conditional PUT instead of a lock ---------------------
 

@@ -107,8 +107,16 @@ class Store:
         """Makes `name` hold the local file `local` unless it exists: True, or False when it did."""
         raise NotImplementedError
 
-    def list(self, prefix):
-        """{name: size in bytes} of the objects whose names start with `prefix`, at any depth."""
+    def exists(self, name):
+        """Whether the object `name` exists."""
+        raise NotImplementedError
+
+    def list(self, folder):
+        """{name: size in bytes} of the objects under `folder` (a name ending in "/"), at any depth.
+
+        Only that folder is listed, never the one holding it: an output at the top of a bucket of
+        millions of images lists its own objects.
+        """
         raise NotImplementedError
 
     def remove(self, names):
@@ -170,13 +178,16 @@ class LocalStore(Store):
         finally:
             os.unlink(temporary)
 
-    def list(self, prefix):
+    def exists(self, name):
+        return (self.folder / name).is_file()
+
+    def list(self, folder):
+        _check_folder(folder)
         found = {}
-        for root, _, files in os.walk(self.folder):
+        for root, _, files in os.walk(self.folder / folder):
             for file in files:
-                name = Path(root, file).relative_to(self.folder).as_posix()
-                if name.startswith(prefix) and not name.endswith(".tmp"):
-                    found[name] = Path(root, file).stat().st_size
+                if not file.endswith(".tmp"):
+                    found[Path(root, file).relative_to(self.folder).as_posix()] = Path(root, file).stat().st_size
         return found
 
     def remove(self, names):
@@ -244,18 +255,22 @@ class ObjectStore(Store):
                 self.filesystem.put_file(str(local), self._path(name))
         return True
 
-    def list(self, prefix):
-        with self._errors("list", prefix):
+    def exists(self, name):
+        with self._errors("read", name):
+            self.filesystem.invalidate_cache()
+            return self.filesystem.isfile(self._path(name))
+
+    def list(self, folder):
+        _check_folder(folder)
+        with self._errors("list", folder):
             self.filesystem.invalidate_cache()  # other processes write here: never a cached listing
-            base = self._path(prefix)
-            folder = base.rpartition("/")[0]
             try:
-                found = self.filesystem.find(folder, detail=True)
+                found = self.filesystem.find(self._path(folder), detail=True)
             except FileNotFoundError:
                 return {}
             start = len(self.folder) + 1
             return {path[start:]: int(info.get("size") or 0) for path, info in found.items()
-                    if path.startswith(base) and info.get("type") != "directory"}
+                    if info.get("type") != "directory"}
 
     def remove(self, names):
         names = list(names)
@@ -278,6 +293,11 @@ class ObjectStore(Store):
                               % (self.url(name), _describe(error))) from None
         except Exception as error:
             raise OutputError("--output %s: %s" % (self.url(name), _describe(error))) from None
+
+
+def _check_folder(folder):
+    if not folder.endswith("/"):
+        raise ValueError("a store lists folders (a name ending in /); got %r" % (folder,))
 
 
 def _describe(error):
