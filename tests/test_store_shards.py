@@ -202,3 +202,29 @@ def test_a_ray_job_refuses_a_store_output_with_one_line(job_images, s3):
 
 def test_a_local_output_is_still_the_rename_protocol(tmp_path):
     assert type(open_job(tmp_path / "out.csv")) is ShardedJob
+
+
+def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_images, single_outputs, s3, tmp_path):
+    """The child reaches the store through a server of its own, stopped once shard 0 is committed; the objects
+    (moto keeps them per process, whichever server serves them) are still there for the rerun."""
+    import s3_server
+    server, endpoint = s3_server.start()
+    url = s3.url("out.csv")
+    marker = tmp_path / "steps"
+    marker.write_text("")
+    running = child(job_images, url, "csv", dict(s3_server.environment(endpoint), AWS_MAX_ATTEMPTS="1"),
+                    "--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "5",
+                    "--step-seconds", "0.3", "--marker", str(marker))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(name.endswith("/_shard.json") for name in s3.objects()):
+            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    _, error = running.communicate(timeout=60)
+    assert running.returncode == 1, error
+    failed = [line for line in error.splitlines() if line.startswith("failed:")]
+    assert len(failed) == 1 and "the store is not reachable" in failed[0] and "rerun" in failed[0], error
+    rerun = run_rank(job_images, url, "csv", 0, 1)
+    assert rerun.already_done >= 5 and store_outputs(s3, "out.csv") == single_outputs["csv"]  # shard 0 was kept
