@@ -184,6 +184,16 @@ def test_usage_errors_are_refused_with_nothing_written(job_images, s3, tmp_path,
     assert s3.objects() == ["theirs.csv"] and list(tmp_path.iterdir()) == []
 
 
+def test_a_rank_of_another_job_is_refused_naming_the_store_s_objects(job_images, s3):
+    url = s3.url("out.csv")
+    run_rank(job_images, url, "csv", 0, 3)
+    with pytest.raises(ValueError, match=r"^s3://\S+/out.csv was cut into shards of 5 images, not 4"):
+        run_rank(job_images, url, "csv", 1, 3, shard_size=4)
+    s3.filesystem.pipe_file("%s/out.csv.manifest.parquet" % s3.bucket, b"damaged")
+    with pytest.raises(ValueError, match=r"s3://\S+/out.csv.manifest.parquet"):
+        run_rank(job_images, url, "csv", 1, 3)
+
+
 def test_overwrite_on_one_host_starts_the_store_output_afresh(job_images, single_outputs, s3):
     import dataclasses
     url = s3.url("out.csv")

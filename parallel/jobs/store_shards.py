@@ -35,6 +35,7 @@ A job on one host to a store is this protocol with one process (rank 0 of 1): it
 first shard not committed.
 """
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -94,7 +95,25 @@ class StoreShardedJob(ShardedJob):
         self._chosen = {}  # shard -> the attempt chosen (a committed attempt stays committed)
         self._fetched = {}  # shard -> (attempt, with its features) of the staging copy
         self.store.check(self.name)
-        self._pull(self.name + MANIFEST_SUFFIX, self.manifest)
+        if self._pull(self.name + MANIFEST_SUFFIX, self.manifest):
+            with self._manifest_errors():  # a damaged one is named here, by its URL
+                read_job(self.manifest)
+
+    @contextlib.contextmanager
+    def _named_by_url(self):
+        """Errors of the shared code name the staging copies: they name the store's objects instead."""
+        try:
+            yield
+        except Exception as error:
+            if error.args and isinstance(error.args[0], str):
+                staging = str(self.output.parent) + os.sep
+                error.args = (error.args[0].replace(staging, self.store.url("")),) + error.args[1:]
+            raise
+
+    @contextlib.contextmanager
+    def _manifest_errors(self):
+        with self._named_by_url(), super()._manifest_errors():
+            yield
 
     def _pull(self, name, local):
         """The store's `name` into the staging file `local` (removed when the store has none): bool."""
@@ -119,12 +138,13 @@ class StoreShardedJob(ShardedJob):
 
     def freeze(self, job, scan, shard_size=None, wait_seconds=600.0, default_shard_size=None):
         name = self.name + MANIFEST_SUFFIX
-        self._pull(name, self.manifest)
-        fresh = not self.manifest.exists()
-        recorded = super().freeze(job, scan, shard_size, wait_seconds, default_shard_size)
-        if fresh and not self.store.create(name, self.manifest):  # another process froze the job first
+        with self._named_by_url():
             self._pull(name, self.manifest)
+            fresh = not self.manifest.exists()
             recorded = super().freeze(job, scan, shard_size, wait_seconds, default_shard_size)
+            if fresh and not self.store.create(name, self.manifest):  # another process froze the job first
+                self._pull(name, self.manifest)
+                recorded = super().freeze(job, scan, shard_size, wait_seconds, default_shard_size)
         return recorded
 
     # -- shards -----------------------------------------------------------------------------------
@@ -271,6 +291,10 @@ class StoreShardedJob(ShardedJob):
 
         Two processes doing it at once write the same bytes; the record goes last.
         """
+        with self._named_by_url():
+            return self._assemble_in_store(output_format, column_prefix, settings, keep_shards)
+
+    def _assemble_in_store(self, output_format, column_prefix, settings, keep_shards):
         if self.is_finished():
             return True
         if self.missing():
