@@ -238,3 +238,15 @@ def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_i
     assert len(failed) == 1 and "the store is not reachable" in failed[0] and "rerun" in failed[0], error
     rerun = run_rank(job_images, url, "csv", 0, 1)
     assert rerun.already_done >= 5 and store_outputs(s3, "out.csv") == single_outputs["csv"]  # shard 0 was kept
+
+
+def test_an_image_changed_after_its_row_is_refused_naming_the_shard_in_the_store(job_images, s3, tmp_path):
+    import shutil
+    images = tmp_path / "images"
+    shutil.copytree(job_images, images)
+    url = s3.url("out.csv")
+    run_rank(images, url, "csv", 0, 3)  # shards 0 and 3 committed
+    first = sorted(path for path in images.rglob("*.png"))[0]
+    first.write_bytes(first.read_bytes() + b"\0")  # an image of shard 0, changed after its row
+    with pytest.raises(ValueError, match=r"Remove s3://\S+/out.csv.shards/shard-000000 and rerun to recompute it"):
+        run_rank(images, url, "csv", 0, 3)

@@ -72,16 +72,22 @@ def freeze(config, check_folder, job=None):
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
-        changes = job.load_manifest().changes(_scan(config))
-        if changes:
-            rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
-            refusal = describe_changes(changes, config.images, config.output, committed=rows,
-                                       way_out=_way_out(job, changes, rows))
-            if refusal:
-                raise ValueError(refusal)
-            log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
-                        "computed as they are now", len(changes.removed) + len(changes.changed))
+        with job.named():
+            _check_folder(config, job)
     return job
+
+
+def _check_folder(config, job):
+    """Refuses a folder changed in a way that would make committed rows stale (see `freeze`)."""
+    changes = job.load_manifest().changes(_scan(config))
+    if changes:
+        rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
+        refusal = describe_changes(changes, config.images, config.output, committed=rows,
+                                   way_out=_way_out(job, changes, rows))
+        if refusal:
+            raise ValueError(refusal)
+        log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
+                    "computed as they are now", len(changes.removed) + len(changes.changed))
 
 
 def _scan(config):

@@ -61,15 +61,13 @@ class ShardedJob:
     """The files of a sharded job writing `output` (see the module docstring).
 
     Attributes:
-      output: Path of the final output.
-      shard_size: images per shard (known once the manifest is frozen or read).
-      shard_count: number of shards.
-      images: number of images of the job.
+      output: Path of the final output; location: what messages name (a URL for a job in a store).
+      shard_size, shard_count, images: per shard, shards, of the job (once the manifest is frozen or read).
     """
 
     def __init__(self, output):
         self.output = Path(output)
-        self.location = self.output  # what messages name (a URL for a job in a store)
+        self.location = self.output
         self.manifest = Path(manifest_path(self.output))
         self.shards = self.output.with_name(self.output.name + SHARDS_SUFFIX)
         self.attempts = self.output.with_name(self.output.name + ATTEMPTS_SUFFIX)
@@ -123,6 +121,8 @@ class ShardedJob:
             raise OutputError("%s was cut into shards of %d images, not %d: leave --shard-size out, or pass "
                               "--overwrite" % (self.output, recorded["shard_size"], shard_size))
         return self._take(recorded)
+
+    named = staticmethod(contextlib.nullcontext)  # `with job.named():` errors name the files as users see them
 
     def _take(self, recorded):
         """Knows the job recorded in its manifest (`read_job`); returns it."""

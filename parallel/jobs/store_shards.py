@@ -100,7 +100,7 @@ class StoreShardedJob(ShardedJob):
                 read_job(self.manifest)
 
     @contextlib.contextmanager
-    def _named_by_url(self):
+    def named(self):
         """Errors of the shared code name the staging copies: they name the store's objects instead."""
         try:
             yield
@@ -112,7 +112,7 @@ class StoreShardedJob(ShardedJob):
 
     @contextlib.contextmanager
     def _manifest_errors(self):
-        with self._named_by_url(), super()._manifest_errors():
+        with self.named(), super()._manifest_errors():
             yield
 
     def _pull(self, name, local):
@@ -138,7 +138,7 @@ class StoreShardedJob(ShardedJob):
 
     def freeze(self, job, scan, shard_size=None, wait_seconds=600.0, default_shard_size=None):
         name = self.name + MANIFEST_SUFFIX
-        with self._named_by_url():
+        with self.named():
             self._pull(name, self.manifest)
             fresh = not self.manifest.exists()
             recorded = super().freeze(job, scan, shard_size, wait_seconds, default_shard_size)
@@ -291,7 +291,7 @@ class StoreShardedJob(ShardedJob):
 
         Two processes doing it at once write the same bytes; the record goes last.
         """
-        with self._named_by_url():
+        with self.named():
             return self._assemble_in_store(output_format, column_prefix, settings, keep_shards)
 
     def _assemble_in_store(self, output_format, column_prefix, settings, keep_shards):
