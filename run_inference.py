@@ -23,6 +23,7 @@ from parallel.loop import EXIT_FAILED, EXIT_USAGE
 from parallel.messages import first_line
 from parallel.output import FORMATS
 from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal
+from parallel.locations import is_url
 
 DEFAULT_FORMAT = "csv"
 DEFAULT_FOLDER = "results"
@@ -214,6 +215,14 @@ def resolve_output(output, output_format):
     if not output:
         raise ValueError("--output is empty; give a file or a folder")
     separators = tuple(separator for separator in (os.sep, os.altsep) if separator)
+    if is_url(output):  # s3://bucket/feats.parquet: kept as typed (a Path would fold its "//")
+        if output.endswith("/"):
+            output_format = output_format or DEFAULT_FORMAT
+            return "%s%s.%s" % (output, FILE_NAME, output_format), output_format
+        named = os.path.splitext(output.rpartition("/")[2])[1][1:].lower()
+        if output_format is not None and named in FORMATS and named != output_format:
+            raise ValueError("--output %s ends in .%s but --format is %s" % (output, named, output_format))
+        return output, output_format or (named if named in FORMATS else DEFAULT_FORMAT)
     if output.endswith(separators) or os.path.isdir(output):
         output_format = output_format or DEFAULT_FORMAT
         return Path(output) / ("%s.%s" % (FILE_NAME, output_format)), output_format

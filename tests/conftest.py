@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from faults import make_node, small_disk  # noqa: F401 -- fixtures for every test file (fault injection)
-from stores import http_server, s3  # noqa: F401 -- stores on loopback, one S3 server for the whole session
+from stores import http_server, s3_store  # noqa: F401 -- stores on loopback, one S3 server for the whole session
 
 tf1 = tf.compat.v1
 
@@ -108,3 +108,39 @@ def single_outputs(job_images, tmp_path_factory):
         assert (summary.written, summary.failed) == (23, 1)
         result[output_format] = job_outputs(output)
     return result
+
+
+# --- an S3-compatible server on loopback (tests/s3_server.py) ------------------------------------------
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_store):
+    """The endpoint URL of the session's moto server on 127.0.0.1 (tests/stores.py)."""
+    return s3_store
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    """A fresh bucket on the loopback server, this process's environment pointing s3fs at it.
+
+    Attributes: bucket (its name), endpoint, filesystem (an s3fs filesystem), env (for child processes).
+    """
+    import fsspec
+    import s3_server
+    for key, value in s3_server.environment(s3_endpoint).items():
+        monkeypatch.setenv(key, value)
+    for key in s3_server.AWS_NAMES:
+        if key not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL_S3"):
+            monkeypatch.delenv(key, raising=False)
+    filesystem = fsspec.filesystem("s3")
+    bucket = s3_server.new_bucket(filesystem)
+
+    class S3:
+        pass
+
+    s3 = S3()
+    s3.bucket, s3.endpoint, s3.filesystem = bucket, s3_endpoint, filesystem
+    s3.env = s3_server.environment(s3_endpoint)
+    s3.url = lambda name: "s3://%s/%s" % (bucket, name)
+    s3.objects = lambda: sorted(path.split("/", 1)[1] for path in (filesystem.invalidate_cache()
+                                                                   or filesystem.find(bucket)))
+    return s3

@@ -60,7 +60,7 @@ def config(images, output, output_format, distribution=None, images_from=None, s
     if not isinstance(images, (tuple, list)) and "://" not in str(images):
         images = Path(images)  # a folder or tars; a URL (a prefix of a store) stays as it is
     return jobs.Config(model=colour_model(step_seconds, marker, batch_dependent), images=images,
-                         output=Path(output), output_format=output_format,
+                         output=output if "://" in str(output) else Path(output), output_format=output_format,
                          devices=resolve_devices(devices=devices, gpu_count=0),
                          per_device_batch=per_device_batch, workers=1, images_from=images_from,
                          distribution=distribution)

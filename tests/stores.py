@@ -1,6 +1,6 @@
 """Stores on loopback for the tests of remote inputs: an S3 server (moto) and an HTTP server, and tars.
 
-    s3 (session fixture)      -> S3 endpoint "http://127.0.0.1:PORT"; AWS_* variables set for this
+    s3_store (session fixture) -> S3 endpoint "http://127.0.0.1:PORT"; AWS_* variables set for this
                                  process and its children (AWS_ENDPOINT_URL_S3: the store's convention)
     http_server (fixture)     -> HTTPServer over a folder; `failures[path] = n`: the next n GETs of
                                  path answer 503 (a throttled or failing store)
@@ -31,7 +31,7 @@ def free_port():
 
 
 @pytest.fixture(scope="session")
-def s3():
+def s3_store():
     """A moto S3 server on 127.0.0.1, with BUCKET made; the AWS variables point every process at it."""
     from moto.server import ThreadedMotoServer
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

@@ -93,7 +93,7 @@ def test_a_circle_is_found():
 # What each layer may import of the project (its package docstring says the same). The engine and
 # loop sit on the three layers below them; the job layer on the engine; none of the three layers
 # knows another, but for the manifest's durable write.
-SHARED = {"parallel", "parallel.lazy", "parallel.messages", "parallel.model", "parallel.signals"}
+SHARED = {"parallel", "parallel.lazy", "parallel.locations", "parallel.messages", "parallel.model", "parallel.signals"}
 MAY_IMPORT = {
     "parallel.devices": SHARED,
     "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},

@@ -22,15 +22,15 @@ def test_urls_and_paths():
     assert remote.locate("/root", "a/b.jpg") == "/root/a/b.jpg"
 
 
-def test_the_endpoint_is_the_store_s_own_variable(s3, monkeypatch):
-    assert remote.store_options("s3://b/k") == {"endpoint_url": s3}
+def test_the_endpoint_is_the_store_s_own_variable(s3_store, monkeypatch):
+    assert remote.store_options("s3://b/k") == {"endpoint_url": s3_store}
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     assert remote.store_options("s3://b/k") == {"endpoint_url": "http://127.0.0.1:1"}
     assert remote.store_options("https://h/p") == {}
 
 
-def test_objects_listed_in_order_with_size_time_and_etag(s3):
+def test_objects_listed_in_order_with_size_time_and_etag(s3_store):
     store().pipe("bucket/listing/b.jpg", b"12345")
     store().pipe("bucket/listing/a/c.PNG", b"1")
     store().pipe("bucket/listing/readme.txt", b"1")

@@ -241,6 +241,22 @@ def test_resolve_output(tmp_path, monkeypatch, output, output_format, path, reso
     assert sorted(os.listdir(tmp_path)) == ["existing", "existing.npy"]  # nothing created
 
 
+@pytest.mark.parametrize("output, output_format, resolved, resolved_format", [
+    ("s3://bucket/runs/feats.parquet", None, "s3://bucket/runs/feats.parquet", "parquet"),
+    ("s3://bucket/feats.NPY", None, "s3://bucket/feats.NPY", "npy"),
+    ("s3://bucket/feats", "parquet", "s3://bucket/feats", "parquet"),
+    ("s3://bucket/runs/", "npy", "s3://bucket/runs/features.npy", "npy"),
+    ("gs://bucket/x.txt", None, "gs://bucket/x.txt", "csv"),
+])
+def test_resolve_output_keeps_a_store_url_as_typed(tmp_path, monkeypatch, output, output_format, resolved,
+                                                   resolved_format):
+    monkeypatch.chdir(tmp_path)
+    assert run_inference.resolve_output(output, output_format) == (resolved, resolved_format)
+    with pytest.raises(ValueError, match=r"^--output s3://b/x.csv ends in .csv but --format is npy"):
+        run_inference.resolve_output("s3://b/x.csv", "npy")
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("output, output_format, message", [
     ("x.csv", "parquet",
      "--output x.csv ends in .csv but --format is parquet; use --output x.parquet, or --format csv"),

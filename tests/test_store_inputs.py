@@ -54,7 +54,7 @@ def local_tars(job_images, tmp_path_factory):
     return write_tars(job_images, tmp_path_factory.mktemp("tars") / "shards", 8, extra)
 
 
-def test_a_prefix_of_a_store_gives_the_folder_s_output_byte_for_byte(job_images, folder_output, s3, tmp_path):
+def test_a_prefix_of_a_store_gives_the_folder_s_output_byte_for_byte(job_images, folder_output, s3_store, tmp_path):
     upload(job_images, "s3://bucket/prefix-job/photos/")
     store().pipe("bucket/prefix-job/photos/notes.txt", b"not an image name: never listed")
     output = tmp_path / "out.csv"
@@ -83,7 +83,7 @@ def test_local_tars_give_the_folder_s_rows_in_order_and_one_process_resumes(job_
     assert (again.written, again.already_done, again.failed) == (0, 23, 1)
 
 
-def test_tars_in_a_store_and_tars_expanded_by_the_shell_are_the_same_job(job_images, folder_output, local_tars, s3,
+def test_tars_in_a_store_and_tars_expanded_by_the_shell_are_the_same_job(job_images, folder_output, local_tars, s3_store,
                                                                          tmp_path):
     for tar in local_tars:
         store().pipe("bucket/tar-job/%s" % tar.name, tar.read_bytes())
@@ -102,7 +102,7 @@ def test_tars_in_a_store_and_tars_expanded_by_the_shell_are_the_same_job(job_ima
 
 
 @pytest.fixture(scope="module")
-def s3_tars(local_tars, s3):
+def s3_tars(local_tars, s3_store):
     """The 3 tars in the store, under s3://bucket/ranks/: the pattern."""
     for tar in local_tars:
         store().pipe("bucket/ranks/%s" % tar.name, tar.read_bytes())
@@ -164,7 +164,7 @@ def test_a_damaged_tar_costs_only_its_own_images_each_accounted_for(job_images, 
     assert (str(shards / "000003.tar"), "corrupt") in failed
 
 
-def test_an_object_changed_after_its_row_was_written_refuses_the_rerun(job_images, s3, tmp_path):
+def test_an_object_changed_after_its_row_was_written_refuses_the_rerun(job_images, s3_store, tmp_path):
     upload(job_images / "a", "s3://bucket/changing/photos/")
     output = tmp_path / "out.csv"
     jobs.run(job_child.config("s3://bucket/changing/photos/", output, "csv"))
@@ -178,7 +178,7 @@ def test_an_object_changed_after_its_row_was_written_refuses_the_rerun(job_image
         jobs.run(job_child.config("s3://bucket/changing/photos/", output, "csv"))
 
 
-def test_a_tar_replaced_after_its_shard_was_committed_is_refused_naming_the_shard(local_tars, s3, tmp_path):
+def test_a_tar_replaced_after_its_shard_was_committed_is_refused_naming_the_shard(local_tars, s3_store, tmp_path):
     for tar in local_tars:
         store().pipe("bucket/replaced/%s" % tar.name, tar.read_bytes())
     pattern = "s3://bucket/replaced/*.tar"

@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from parallel.inputs.decode import ImageError, decode_bytes_row
+from parallel.locations import is_url
 from parallel.inputs.discovery import size_and_time
 
 log = logging.getLogger("parallel")
@@ -47,11 +48,6 @@ _EXTRAS = {"s3": ("s3fs", "cloud"), "s3a": ("s3fs", "cloud"), "gs": ("gcsfs", "g
 
 class StoreUnavailable(OSError):
     """The store cannot be connected to (after TRIES tries): the run stops; no image is failed for it."""
-
-
-def is_url(text):
-    """Whether `text` (str or Path) is a URL such as s3://b/k or https://h/p, not a local path."""
-    return isinstance(text, str) and bool(_URL.match(text))
 
 
 def scheme(url):

@@ -18,7 +18,9 @@ one host and on many:
 
 The one variation, a job spread over processes: the frozen list is cut into fixed shards, each
 computed as a single-host job (steps 3 and 4) in its own attempt folder and committed by rename;
-whoever commits the last shard writes the output (shards, shard_record). Static ranks
+whoever commits the last shard writes the output (shards, shard_record). An output in an object
+store (s3://) is always this variation, on one process too, with a commit that needs no rename
+(store_shards). Static ranks
 (distributed, ranks) and Ray actors (ray_job) only decide which process computes which shard.
 A job of tars is always this variation, on one host a single rank: the manifest freezes the tars,
 each tar is a shard, and the process computing it reads it front to back once (engine.extract_stream,
@@ -29,6 +31,7 @@ parallel.inputs.tars); its members, known only then, are its images, recorded wi
     identity              job identity and freezing: one process, and sharded (one module, both ways)
     single_host           a job on one process into one output it resumes
     shards, shard_record  the sharded job: its files, the commit by rename, the shard's record
+    store_shards          the sharded job in an object store: attempts, a marker last, no rename
     distributed, ranks    static ranks (Slurm, torchrun, Kubernetes, TF_CONFIG); ShardWorker
     ray_job               a Ray cluster's actors pull shards
     locks                 flock locks: one writer per output, one manifest writer

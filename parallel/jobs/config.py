@@ -16,6 +16,7 @@ from parallel.inputs.sources import FOLDER, TARS, parse_images
 from parallel.jobs.identity import own_files
 from parallel.model import ModelSpec
 from parallel.output import FORMATS
+from parallel.locations import is_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +28,8 @@ class Config:
       images: folder searched recursively for images; or an object-store prefix
         ("s3://bucket/photos/"), tars (a path or URL, a brace pattern, a glob), or a list of
         tars: see `parallel.inputs.sources` (`source` is what it names).
-      output: output file; its sidecars sit beside it.
+      output: output file (a Path), or an object-store URL (a str: s3://bucket/feats.parquet); its
+        sidecars sit beside it.
       devices: checked `Devices` (see `parallel.devices.resolve_devices`).
       per_device_batch: images per device per step; a host batch is this times the devices.
         None: by device kind (`Devices.default_batch`: 12 on CPU devices, 64 on GPUs).
@@ -102,7 +104,7 @@ class Config:
         """The Manifest of the job's images as they are now (the folder, the prefix, the list file), or of its tars."""
         if self.images_from is not None:
             return read_list(self.images_from, self.image_root)
-        if self.source.kind == FOLDER:
+        if self.source.kind == FOLDER and not is_url(self.output):  # an object in a store is never a local image
             return self.source.scan(exclude=own_files(Path(self.image_root), Path(self.output)))
         return self.source.scan()
 

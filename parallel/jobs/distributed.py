@@ -21,16 +21,18 @@ from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_stream, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
-from parallel.inputs.remote import is_url
 from parallel.inputs.tars import MEMBERS_FILE, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs.shard_record import shard_keys
-from parallel.jobs.shards import SHARD_FEATURES, ShardedJob
+from parallel.jobs.shards import SHARD_FEATURES
+from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
 from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
 from parallel.signals import StopRequest
+from parallel.jobs.store_shards import open_job
+from parallel.output.record import ERRORS_SUFFIX, SIDECAR_SUFFIX
 
 log = logging.getLogger("parallel")
 
@@ -143,8 +145,17 @@ def finish(config, job, summary):
         log.info("%d of %s %s not committed yet (%s): the output is written by the process that commits the "
                  "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
                  "is" if len(missing) == 1 else "are", _some(missing))
-    return dataclasses.replace(summary, output=Path(config.output), errors_file=ErrorLog.path_for(config.output),
+    return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config),
                                pending_shards=tuple(missing))
+
+
+def _output(config):
+    """The output as the summary names it: a Path, or the store's URL."""
+    return config.output if is_url(config.output) else Path(config.output)
+
+
+def _errors_file(config):
+    return "%s%s" % (config.output, ERRORS_SUFFIX) if is_url(config.output) else ErrorLog.path_for(config.output)
 
 
 def _which_shards(indexes):
@@ -205,11 +216,11 @@ def _run_static(config):
     RunError: something was written, and the same command resumes.
     """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
-    _check_output(Path(config.output))
-    if not ShardedJob(config.output).manifest.exists():  # checks first: freezing writes the manifest
+    job = _check_output(config.output)
+    if not job.manifest.exists():  # checks first: freezing writes the manifest
         config.model.load_weights()  # a bad weights= fails here, before anything is written (as Ray's driver)
     try:
-        job = freeze_sharded(config, check_folder=rank.rank == 0)
+        job = freeze_sharded(config, check_folder=rank.rank == 0, job=job)
     except PermissionError as error:  # nothing written: the output's folder is the wrong one
         raise ValueError("cannot write the manifest %s: %s: choose another output"
                          % (manifest_path(config.output), error.strerror or first_line(error))) from None
@@ -232,12 +243,24 @@ def _run_static(config):
 
 
 def _check_output(output):
-    """Refuses, before anything is written, an output the job's last process could never write."""
+    """Refuses, before anything is written, an output the job's last process could never write.
+
+    Returns:
+      the job's ShardedJob (not frozen yet); for a store, reached and checked (bucket, credentials).
+    """
+    job = open_job(output)
+    if is_url(output):
+        if job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None:
+            raise OutputError("%s exists and was not written by this program (no %s.run.json): choose another "
+                              "output" % (output, job.name))
+        return job
+    output = Path(output)
     if output.is_dir():
         raise OutputError("output=%s is a folder; give a file name" % output)
     if os.path.lexists(output) and read_record(output) is None:
         raise OutputError("%s exists and was not written by this program (no %s): choose another output"
                           % (output, sidecar_path(output).name))
+    return job
 
 
 def conclude(config, job, summary, images, started):
@@ -255,7 +278,7 @@ def conclude(config, job, summary, images, started):
                                   skipped=images - summary.written - summary.failed - summary.already_done)
     log_stage_times(summary)
     if summary.interrupted:
-        return dataclasses.replace(summary, output=Path(config.output))
+        return dataclasses.replace(summary, output=_output(config))
     return finish(config, job, summary)
 
 

@@ -26,8 +26,8 @@ from parallel.inputs.manifest import (DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Mani
                                       other_source_message, read_job)
 from parallel.inputs.sources import TARS
 from parallel.jobs.shard_record import error_paths
-from parallel.jobs.shards import SHARD_ERRORS, ShardedJob
-from parallel.output import PARTS_SUFFIX, ErrorLog, OutputError, check_settings, read_record, sidecar_path
+from parallel.locations import is_url
+from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
 
 log = logging.getLogger("parallel")
 
@@ -214,13 +214,15 @@ def refuse_output_among_images(output, images_root, manifest):
                               % (output, path))
 
 
-def freeze_sharded(config, check_folder):
+def freeze_sharded(config, check_folder, job=None):
     """The job's manifest, written by the first process to come (the others wait for it).
 
     Args:
       config: Config with a distribution.
       check_folder: compare the images now with the frozen manifest (one process does it: it
         holds the whole list while it does).
+      job: the job's ShardedJob, not frozen yet (None: `store_shards.open_job(config.output)`,
+        a local job or one in an object store).
 
     Returns:
       ShardedJob, with its shard size and count known.
@@ -231,7 +233,9 @@ def freeze_sharded(config, check_folder):
         removed: the message names the shards to recompute), a damaged manifest, or no manifest
         in time.
     """
-    job = ShardedJob(config.output)
+    if job is None:
+        from parallel.jobs.store_shards import open_job  # the store's modules only when a job needs them
+        job = open_job(config.output)
     existed = job.manifest.exists()
     tars = config.source.kind == TARS
     if tars and config.distribution.shard_size not in (None, 1):
@@ -253,22 +257,29 @@ def freeze_sharded(config, check_folder):
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
-        changes = job.load_manifest().changes(_scan(config))
-        if changes:
-            rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
-            refusal = describe_changes(changes, config.source.description, config.output, committed=rows,
-                                       way_out=_way_out(job, changes, rows))
-            if refusal:
-                raise ValueError(refusal)
-            log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
-                        "computed as they are now", len(changes.removed) + len(changes.changed))
+        with job.named():
+            _check_folder(config, job)
     return job
+
+
+def _check_folder(config, job):
+    """Refuses a folder changed in a way that would make committed rows stale (see `freeze_sharded`)."""
+    changes = job.load_manifest().changes(_scan(config))
+    if changes:
+        rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
+        refusal = describe_changes(changes, config.source.description, config.output, committed=rows,
+                                   way_out=_way_out(job, changes, rows))
+        if refusal:
+            raise ValueError(refusal)
+        log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
+                    "computed as they are now", len(changes.removed) + len(changes.changed))
 
 
 def _scan(config):
     """The job's images now (`Config.scan`), of which the output is never one."""
     current = config.scan()
-    refuse_output_among_images(Path(config.output), config.image_root, current)
+    if not is_url(config.output):  # an object in a store is never one of the local images
+        refuse_output_among_images(Path(config.output), config.image_root, current)
     return current
 
 
@@ -279,18 +290,18 @@ def committed_rows(job):
     manifest's images less those of its errors file.
     """
     if job.is_finished():
-        errors = ErrorLog.path_for(job.output)
+        errors = job.output_errors()
         failed = set(error_paths(errors)) if errors.exists() else set()
         return {path: None for path in job.load_manifest().paths if path not in failed}
     rows = {}
     for index in range(job.shard_count):
         if job.is_committed(index):
-            try:
-                failed = set(error_paths(job.shard_folder(index) / SHARD_ERRORS))
-            except FileNotFoundError:  # the output was written meanwhile: its rows are all there is
+            errors = job.shard_errors(index)
+            if errors is None:  # the output was written meanwhile: its rows are all there is
                 if job.is_finished():
                     return committed_rows(job)
-                raise
+                raise FileNotFoundError("shard %d of %s has no errors file" % (index, job.location))
+            failed = set(error_paths(errors))
             rows.update((path, index) for path in job.shard_images(index).paths if path not in failed)
     return rows
 

@@ -15,6 +15,7 @@ from parallel.inputs.sources import TARS
 from parallel.jobs import distributed, single_host
 from parallel.jobs.config import Config, Distribution
 from parallel.jobs.shards import MEMBERS_SUFFIX
+from parallel.locations import is_url
 
 __all__ = ["Config", "Distribution", "run"]
 
@@ -40,11 +41,14 @@ def run(config):
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.
     """
-    if config.source.kind == TARS and config.distribution is None:  # a tar job is sharded: a shard per tar
-        config = as_one_rank(config)
+    if config.distribution is None and (config.source.kind == TARS or is_url(config.output)):
+        config = as_one_rank(config)  # a shard per tar; a store has no rename for the single-host commit
     if config.distribution is None:
         return single_host.run(config)
     if config.distribution.kind == "ray":
+        if is_url(config.output):
+            raise ValueError("--output %s: a Ray job writes to a local path every host sees (an object store "
+                             "output is for one host or --distributed static)" % config.output)
         from parallel.jobs import ray_job  # Ray itself is imported only when a job runs
         with distributed.advised(config.output):
             return ray_job.run(config)
@@ -52,11 +56,18 @@ def run(config):
 
 
 def as_one_rank(config):
-    """A tar job on one process: the sharded job with one static rank (a shard per tar, resumed shard by shard).
+    """A job on one process run as the sharded job with one static rank, resumed shard by shard.
 
-    --overwrite removes the job's files first (one process: no other's shards to erase).
+    So run a tar job (a shard per tar), and a job whose output is in an object store: stores
+    have no rename or append, so the single-host writer's commit (a part per batch, the record
+    replaced) cannot run there; the sharded job's (an attempt per shard, a marker last,
+    parallel.jobs.store_shards) can, and with one rank its output is the single-host one, byte
+    for byte. --overwrite removes the job's files first (one process: no other's to erase).
     """
-    if config.overwrite:
+    if config.overwrite and is_url(config.output):
+        from parallel.jobs.store_shards import open_job
+        open_job(config.output).remove_everything()
+    elif config.overwrite:
         _remove_job(Path(config.output))
     one = Distribution(kind="static", rank=0, world_size=1)
     return dataclasses.replace(config, overwrite=False, distribution=one)

@@ -198,3 +198,19 @@ def set_aside(folder):
                 continue
             raise
         return target
+
+
+def rejection(output, rejected):
+    """The RunError of shards set aside before the output was written.
+
+    Args:
+      output: the output, for the message.
+      rejected: list of str, "shard 3 (what was wrong), now <where it was set aside>".
+    """
+    from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
+    one = len(rejected) == 1
+    return RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
+                    "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
+                    "--world-size 1); the output is then written"
+                    % (output, len(rejected), "" if one else "s", "was" if one else "were",
+                       "; ".join(rejected), "it" if one else "them"))

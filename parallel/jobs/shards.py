@@ -47,7 +47,8 @@ from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, r
 from parallel.inputs.tars import MEMBERS_FILE, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        job_identity, quick_problem, set_aside, shard_keys, write_record)
+                                        job_identity, quick_problem, rejection, set_aside, shard_keys,
+                                        write_record)
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
 from parallel.output.durable import fsync
 
@@ -65,14 +66,13 @@ class ShardedJob:
     """The files of a sharded job writing `output` (see the module docstring).
 
     Attributes:
-      output: Path of the final output.
-      shard_size: images per shard (known once the manifest is frozen or read).
-      shard_count: number of shards.
-      images: number of images of the job.
+      output: Path of the final output; location: what messages name (a URL for a job in a store).
+      shard_size, shard_count, images: per shard, shards, of the job (once the manifest is frozen or read).
     """
 
     def __init__(self, output):
         self.output = Path(output)
+        self.location = self.output
         self.manifest = Path(manifest_path(self.output))
         self.shards = self.output.with_name(self.output.name + SHARDS_SUFFIX)
         self.attempts = self.output.with_name(self.output.name + ATTEMPTS_SUFFIX)
@@ -128,6 +128,8 @@ class ShardedJob:
             raise OutputError("%s was cut into shards of %d images, not %d: leave --shard-size out, or pass "
                               "--overwrite" % (self.output, recorded["shard_size"], shard_size))
         return self._take(recorded)
+
+    named = staticmethod(contextlib.nullcontext)  # `with job.named():` errors name the files as users see them
 
     def _take(self, recorded):
         """Knows the job recorded in its manifest (`read_job`); returns it."""
@@ -352,12 +354,7 @@ class ShardedJob:
                 target = self.set_aside(index, problem)
                 rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))
         if rejected:
-            one = len(rejected) == 1
-            raise RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
-                           "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
-                           "--world-size 1); the output is then written"
-                           % (self.output, len(rejected), "" if one else "s", "was" if one else "were",
-                              "; ".join(rejected), "it" if one else "them"))
+            raise rejection(self.location, rejected)
 
     def _assemble(self, output_format, column_prefix, settings):
         import pyarrow.parquet as pq
@@ -389,6 +386,15 @@ class ShardedJob:
         finally:
             errors.close()
 
+    def shard_errors(self, index):
+        """Path of committed shard `index`'s errors file (None once the shards are gone)."""
+        errors = self.shard_folder(index) / SHARD_ERRORS
+        return errors if errors.exists() else None
+
+    def output_errors(self):
+        """Path of the output's errors file (absent when no image failed)."""
+        return ErrorLog.path_for(self.output)
+
     def failed_in(self, index, paths):
         """How many of shard `index`'s images failed: from its errors file, or the output's once it is gone.
 
@@ -396,10 +402,11 @@ class ShardedJob:
           index: a committed shard.
           paths: the shard's image paths (from the manifest).
         """
-        errors = self.shard_folder(index) / SHARD_ERRORS
-        if not errors.exists():
-            errors, paths = ErrorLog.path_for(self.output), set(paths)
+        errors = self.shard_errors(index)
+        if errors is None:
+            errors, paths = self.output_errors(), set(paths)
             if not errors.exists():
                 return 0
         with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
             return sum(1 for row in csv.DictReader(file) if row["path"] in paths)
+

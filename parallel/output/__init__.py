@@ -37,6 +37,7 @@ partial line left by a kill), parts beyond the committed count are deleted.
 The modules, one job each:
 
     durable.py         fsync, atomic replace, temp-then-rename, the regular-file refusal (stdlib only)
+    stores.py          a local folder or an object store (fsspec) behind one interface: no rename needed
     csv_rows.py        CSV lines: names quoted and encoded, floats formatted on a thread pool, read back
     record.py          the commit record (the sidecar): read, checked against the settings, saved
     base.py            FeatureWriter: the lifecycle, with hooks each format overrides

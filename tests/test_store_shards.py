@@ -1,0 +1,252 @@
+"""A job whose output is in an object store (parallel.jobs.store_shards), against an S3-compatible server on
+127.0.0.1 (moto) that s3fs reaches over real HTTP: the bytes of a local run, on one host and on three static
+ranks, through kills, unfinished attempts and attempts computed twice."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import job_child
+from parallel import engine, jobs
+from parallel.jobs.identity import job_record
+from parallel.jobs.store_shards import REJECTED, StoreShardedJob, open_job
+from parallel.jobs.shards import ShardedJob
+
+CHILD = str(Path(job_child.__file__))
+FORMATS = ("csv", "parquet", "npy")
+SUFFIXES = ("", ".paths.csv", ".errors.csv")
+
+
+def store_outputs(s3, name):
+    """{suffix: bytes} of the files a user reads, from the store (as tests/outputs.job_outputs reads them locally)."""
+    objects = s3.objects()
+    return {suffix: s3.filesystem.cat_file("%s/%s%s" % (s3.bucket, name, suffix)) for suffix in SUFFIXES
+            if name + suffix in objects}
+
+
+def static(rank, world_size, shard_size=5, keep_shards=False):
+    return jobs.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=shard_size,
+                             keep_shards=keep_shards, wait_seconds=5)
+
+
+def run_rank(job_images, url, output_format, rank, world_size, **options):
+    return jobs.run(job_child.config(job_images, url, output_format, static(rank, world_size, **options)))
+
+
+def child(job_images, url, output_format, env, *flags):
+    return subprocess.Popen([sys.executable, CHILD, str(job_images), url, output_format, *flags],
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_one_host_writes_the_bytes_of_a_local_run_into_the_store(job_images, single_outputs, s3, output_format):
+    name = "runs/out." + output_format
+    summary = jobs.run(job_child.config(job_images, s3.url(name), output_format))
+    assert (summary.written, summary.failed, str(summary.output)) == (23, 1, s3.url(name))
+    assert store_outputs(s3, name) == single_outputs[output_format]
+    extra = [".paths.csv"] if output_format == "npy" else []
+    assert s3.objects() == sorted(name + suffix for suffix in ["", ".errors.csv", ".manifest.parquet", ".run.json"]
+                                  + extra)  # the shards are gone
+    again = jobs.run(job_child.config(job_images, s3.url(name), output_format))  # finished: nothing computed
+    assert (again.written, again.already_done, again.exit_status) == (0, 23, 3)
+    assert store_outputs(s3, name) == single_outputs[output_format]
+
+
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_three_ranks_one_after_another_give_the_local_bytes(job_images, single_outputs, s3, output_format):
+    url = s3.url("out." + output_format)
+    first = run_rank(job_images, url, output_format, 0, 3)
+    assert first.pending_shards == (1, 2, 4) and "out." + output_format not in s3.objects()
+    run_rank(job_images, url, output_format, 1, 3)
+    last = run_rank(job_images, url, output_format, 2, 3)
+    assert last.pending_shards == () and (last.written, last.failed) == (4, 1)
+    assert store_outputs(s3, "out." + output_format) == single_outputs[output_format]
+
+
+def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, single_outputs, s3, tmp_path):
+    url = s3.url("out.npy")
+    marker = tmp_path / "steps"
+    marker.write_text("")
+    slow = child(job_images, url, "npy", s3.env, "--distributed", "static", "--rank", "1", "--world-size", "2",
+                 "--shard-size", "5", "--step-seconds", "0.5", "--marker", str(marker))
+    deadline = time.monotonic() + 60
+    while marker.read_text().count("step") < 4:  # shard 1 committed (3 steps), shard 3 under way
+        assert slow.poll() is None and time.monotonic() < deadline, slow.communicate()
+        time.sleep(0.05)
+    slow.send_signal(signal.SIGKILL)
+    slow.wait()
+    job = open_job(url)
+    job.freeze(job_record(job_child.config(job_images, url, "npy", static(1, 2))), None)
+    assert job.is_committed(1) and not job.is_committed(3)
+    summaries = [run_rank(job_images, url, "npy", rank, 3) for rank in range(3)]  # now on 3 processes
+    assert [summary.already_done for summary in summaries] == [0, 5, 0]  # shard 1 (rank 1 of 3) is kept
+    assert store_outputs(s3, "out.npy") == single_outputs["npy"]
+
+
+def frozen_job(job_images, url, output_format="csv"):
+    job = StoreShardedJob(url)
+    job.freeze(job_record(job_child.config(job_images, url, output_format, static(0, 1))), None)
+    return job
+
+
+def test_an_attempt_without_its_marker_or_with_a_wrong_one_is_never_read(job_images, single_outputs, s3, tmp_path,
+                                                                          caplog):
+    url = s3.url("out.csv")
+    run_rank(job_images, url, "csv", 0, 3)  # shards 0 and 3
+    job = frozen_job(job_images, url)
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"half a part")
+    prefix = "out.csv.shards/shard-000001/"
+    # Sorting before any real attempt: a part uploaded by a process killed before its marker...
+    job.store.upload(prefix + "0000000000000000-killed/features.parquet", junk)
+    # ...an attempt whose marker lists other sizes than its parts' (a part replaced afterwards)...
+    job.store.upload(prefix + "0000000000000001-changed/features.parquet", junk)
+    job.store.upload(prefix + "0000000000000001-changed/_errors.csv", junk)
+    sizes = {"features.parquet": {"size": 1, "sha256": "0"}, "_errors.csv": {"size": 11, "sha256": "0"}}
+    job.store.write(prefix + "0000000000000001-changed/_shard.json", json.dumps(
+        {"job": job.identity, "shard": 1, "images": job.shard_digest(1), "rows": 5, "failed": 0,
+         "files": sizes}).encode())
+    # ...and one of another job.
+    job.store.upload(prefix + "0000000000000002-other/features.parquet", junk)
+    job.store.upload(prefix + "0000000000000002-other/_errors.csv", junk)
+    job.store.write(prefix + "0000000000000002-other/_shard.json", json.dumps({"job": "another"}).encode())
+    assert not job.is_committed(1) and job.missing() == [1, 2, 4]
+    assert "its features.parquet is not the size its marker lists" in caplog.text
+    assert "it was computed for another job" in caplog.text
+    run_rank(job_images, url, "csv", 1, 3)
+    run_rank(job_images, url, "csv", 2, 3)
+    assert store_outputs(s3, "out.csv") == single_outputs["csv"]
+
+
+def test_two_attempts_at_one_shard_leave_one_correct_result(job_images, single_outputs, s3, monkeypatch):
+    """Two processes that both found shard 2 not committed, and both finished it: every reader chooses the same
+    attempt (the first in name order), and either gives the same bytes."""
+    url = s3.url("out.csv")
+    run_rank(job_images, url, "csv", 0, 1, keep_shards=True)
+    job = frozen_job(job_images, url)
+    first = job.chosen_attempt(2)
+
+    def second_attempt(name_time):
+        """Commits a copy of shard 2 as a process that checked before the first marker existed would."""
+        copy = job.new_attempt(2)
+        for part in ("features.parquet", "_errors.csv"):
+            job.store.download("out.csv.shards/shard-000002/%s/%s" % (first, part), copy / part)
+        with monkeypatch.context() as patch:
+            patch.setattr(job, "is_committed", lambda index: False)
+            patch.setattr("time.time_ns", lambda: name_time)
+            return job.commit(2, copy, copy / "_errors.csv")
+
+    assert second_attempt(int(first.split("-")[0], 16) + 1) is False  # sorts after: the first stays chosen
+    assert second_attempt(0) is True  # sorts first: chosen now, by this process and any other
+    finished = sorted({name.split("/")[2] for name in job.store.list("out.csv.shards/shard-000002/")})
+    assert len(finished) == 3 and frozen_job(job_images, url).chosen_attempt(2) == finished[0] != first
+    assert store_outputs(s3, "out.csv") == single_outputs["csv"]
+    for name in ("out.csv", "out.csv.errors.csv", "out.csv.run.json"):  # written again from the chosen attempts
+        s3.filesystem.rm("%s/%s" % (s3.bucket, name))
+    again = run_rank(job_images, url, "csv", 0, 1)
+    assert again.already_done == 23 and store_outputs(s3, "out.csv") == single_outputs["csv"]
+    attempt = job.new_attempt(2)  # a retried task, late: shard 2 is committed already
+    (attempt / "features.parquet").write_bytes(b"a duplicate")
+    before = job.store.list("out.csv.shards/shard-000002/")
+    assert frozen_job(job_images, url).commit(2, attempt, attempt / "none.csv") is False
+    assert job.store.list("out.csv.shards/shard-000002/") == before and not attempt.exists()
+
+
+def test_a_shard_whose_part_changed_in_the_store_is_set_aside_and_computed_again(job_images, single_outputs, s3):
+    url = s3.url("out.parquet")
+    run_rank(job_images, url, "parquet", 0, 2)  # shards 0, 2, 4
+    job = frozen_job(job_images, url, "parquet")
+    errors = "out.parquet.shards/shard-000002/%s/_errors.csv" % job.chosen_attempt(2)
+    job.store.write(errors, job.store.read(errors).replace(b"path", b"PATH"))  # same size, other bytes
+    with pytest.raises(engine.RunError, match=r"^nothing was written to s3://\S+/out.parquet: 1 shard did not match "
+                                              r"the manifest and was set aside: shard 2 \(its _errors.csv does not "
+                                              r"match its marker \(size or SHA-256\)"):
+        run_rank(job_images, url, "parquet", 1, 2)  # commits shards 1 and 3, and finds shard 2 changed
+    assert "out.parquet" not in s3.objects()
+    assert REJECTED in {name.rpartition("/")[2] for name in job.store.list("out.parquet.shards/shard-000002/")}
+    rerun = run_rank(job_images, url, "parquet", 0, 2)  # computes shard 2 again, and writes the output
+    assert (rerun.written + rerun.failed, rerun.already_done) == (5, 9)
+    assert store_outputs(s3, "out.parquet") == single_outputs["parquet"]
+
+
+def test_usage_errors_are_refused_with_nothing_written(job_images, s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="the bucket %s-none does not exist" % s3.bucket):
+        jobs.run(job_child.config(job_images, "s3://%s-none/out.csv" % s3.bucket, "csv"))
+    s3.filesystem.pipe_file("%s/theirs.csv" % s3.bucket, b"someone else's")
+    with pytest.raises(ValueError, match=r"^s3://\S+/theirs.csv exists and was not written by this program"):
+        jobs.run(job_child.config(job_images, s3.url("theirs.csv"), "csv"))
+    assert s3.objects() == ["theirs.csv"] and list(tmp_path.iterdir()) == []
+
+
+def test_a_rank_of_another_job_is_refused_naming_the_store_s_objects(job_images, s3):
+    url = s3.url("out.csv")
+    run_rank(job_images, url, "csv", 0, 3)
+    with pytest.raises(ValueError, match=r"^s3://\S+/out.csv was cut into shards of 5 images, not 4"):
+        run_rank(job_images, url, "csv", 1, 3, shard_size=4)
+    s3.filesystem.pipe_file("%s/out.csv.manifest.parquet" % s3.bucket, b"damaged")
+    with pytest.raises(ValueError, match=r"s3://\S+/out.csv.manifest.parquet"):
+        run_rank(job_images, url, "csv", 1, 3)
+
+
+def test_overwrite_on_one_host_starts_the_store_output_afresh(job_images, single_outputs, s3):
+    import dataclasses
+    url = s3.url("out.csv")
+    run_rank(job_images, url, "csv", 0, 3)  # a job of shards of 5, left unfinished
+    config = job_child.config(job_images, url, "csv")
+    jobs.run(dataclasses.replace(config, overwrite=True))
+    assert store_outputs(s3, "out.csv") == single_outputs["csv"]
+    assert not any(name.startswith("out.csv.shards/") for name in s3.objects())
+
+
+def test_a_ray_job_refuses_a_store_output_with_one_line(job_images, s3):
+    config = job_child.config(job_images, s3.url("out.csv"), "csv", jobs.Distribution(kind="ray", gpus_per_worker=0))
+    with pytest.raises(ValueError, match="^--output s3://.*: a Ray job writes to a local path every host sees"):
+        jobs.run(config)
+
+
+def test_a_local_output_is_still_the_rename_protocol(tmp_path):
+    assert type(open_job(tmp_path / "out.csv")) is ShardedJob
+
+
+def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_images, single_outputs, s3, tmp_path):
+    """The child reaches the store through a server of its own, stopped once shard 0 is committed; the objects
+    (moto keeps them per process, whichever server serves them) are still there for the rerun."""
+    import s3_server
+    server, endpoint = s3_server.start()
+    url = s3.url("out.csv")
+    marker = tmp_path / "steps"
+    marker.write_text("")
+    running = child(job_images, url, "csv", dict(s3_server.environment(endpoint), AWS_MAX_ATTEMPTS="1"),
+                    "--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "5",
+                    "--step-seconds", "0.3", "--marker", str(marker))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(name.endswith("/_shard.json") for name in s3.objects()):
+            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    _, error = running.communicate(timeout=60)
+    assert running.returncode == 1, error
+    failed = [line for line in error.splitlines() if line.startswith("failed:")]
+    assert len(failed) == 1 and "the store is not reachable" in failed[0] and "rerun" in failed[0], error
+    rerun = run_rank(job_images, url, "csv", 0, 1)
+    assert rerun.already_done >= 5 and store_outputs(s3, "out.csv") == single_outputs["csv"]  # shard 0 was kept
+
+
+def test_an_image_changed_after_its_row_is_refused_naming_the_shard_in_the_store(job_images, s3, tmp_path):
+    import shutil
+    images = tmp_path / "images"
+    shutil.copytree(job_images, images)
+    url = s3.url("out.csv")
+    run_rank(images, url, "csv", 0, 3)  # shards 0 and 3 committed
+    first = sorted(path for path in images.rglob("*.png"))[0]
+    first.write_bytes(first.read_bytes() + b"\0")  # an image of shard 0, changed after its row
+    with pytest.raises(ValueError, match=r"Remove s3://\S+/out.csv.shards/shard-000000 and rerun to recompute it"):
+        run_rank(images, url, "csv", 0, 3)
