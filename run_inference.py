@@ -109,7 +109,8 @@ def parse_args(argv=None):
     parser.add_argument("--output", metavar="PATH",
                         help="the output file (default: results/features.<format>). A path ending in / or an "
                              "existing folder means a folder: features.<format> is written in it. An existing "
-                             "output is resumed (--overwrite starts afresh)")
+                             "output is resumed (--overwrite starts afresh). Or an object in a store, "
+                             "s3://bucket/feats.parquet (pip install -e '.[cloud]'; see docs/outputs.md)")
     parser.add_argument("--format", dest="output_format", choices=FORMATS,
                         help="csv: a header path,fc7_0,fc7_1,... (named after --layer) and a row per image; "
                              "parquet: a path column and a column of float32 lists; npy: a float32 "

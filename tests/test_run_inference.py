@@ -600,3 +600,18 @@ def test_several_images_values_that_are_not_all_tars_are_one_line_and_exit_2(tmp
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "got 2 values, of which %s is not a .tar" % (tmp_path / "photos") in error
     assert not output.parent.exists()
+
+
+def test_a_store_output_reaches_the_job_as_typed(fake_run):
+    assert main("--images", ".", "--output", "s3://bucket/runs/feats.parquet", "--devices", "cpu:0", "--quiet") == 0
+    config, = fake_run.configs
+    assert (config.output, config.output_format) == ("s3://bucket/runs/feats.parquet", "parquet")
+
+
+def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2(s3, tmp_path, capsys, weights_file):
+    images = make_images(tmp_path / "images")
+    output = "s3://%s-none/feats.csv" % s3.bucket
+    assert main("--images", images, "--output", output, "--weights", weights_file, "--quiet") == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("run_inference: error: --output %s: the bucket " % output), error
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["images"] and s3.objects() == []

@@ -250,3 +250,20 @@ def test_an_image_changed_after_its_row_is_refused_naming_the_shard_in_the_store
     first.write_bytes(first.read_bytes() + b"\0")  # an image of shard 0, changed after its row
     with pytest.raises(ValueError, match=r"Remove s3://\S+/out.csv.shards/shard-000000 and rerun to recompute it"):
         run_rank(images, url, "csv", 0, 3)
+
+
+def test_two_processes_freezing_at_once_both_take_the_first_manifest(job_images, s3, monkeypatch):
+    """What replaces the manifest's lock: a conditional PUT; the process that loses the race reads the winner's."""
+    url = s3.url("out.csv")
+    config = job_child.config(job_images, url, "csv", static(0, 2, shard_size=None))
+    first, second = StoreShardedJob(url), StoreShardedJob(url)  # neither sees a manifest yet
+    create = second.store.create
+
+    def racing_create(name, local):
+        first.freeze(job_record(config), config.scan, shard_size=5)  # the other process gets there first
+        return create(name, local)
+
+    monkeypatch.setattr(second.store, "create", racing_create)
+    recorded = second.freeze(job_record(config), config.scan, default_shard_size=4)
+    assert recorded["shard_size"] == second.shard_size == first.shard_size == 5
+    assert second.manifest.read_bytes() == s3.filesystem.cat_file("%s/out.csv.manifest.parquet" % s3.bucket)

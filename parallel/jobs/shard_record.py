@@ -169,10 +169,15 @@ def row_paths(features):
     return [raw.decode("utf-8", "surrogateescape") for raw in column.to_pylist()]
 
 
+def error_rows(errors):
+    """The rows (path, kind, message) an errors file lists, in its order (an empty file lists none)."""
+    with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
+        return [(row["path"], row["kind"], row["message"]) for row in csv.DictReader(file)]
+
+
 def error_paths(errors):
     """The paths an errors file lists, in its order (an empty file lists none)."""
-    with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
-        return [row["path"] for row in csv.DictReader(file)]
+    return [path for path, _, _ in error_rows(errors)]
 
 
 def set_aside(folder):

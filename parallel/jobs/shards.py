@@ -28,13 +28,10 @@ Nothing is trusted that storage or a user may have changed: the manifest carries
 (parallel.inputs.manifest), a shard is counted as committed only if its record is of this job and shard
 and its counts are its files' (else it is set aside and computed again), and before a byte of O is
 written every shard's rows and errors are checked to be exactly the manifest's images of that shard.
-
-O.shards is a Parquet dataset that pandas (`pd.read_parquet(folder)`), polars and DuckDB read as
-it is (files starting with "_" are skipped by them); it is removed once O is written, unless kept.
+O.shards is a Parquet dataset as it is (readers skip "_" files: docs/many-hosts.md), removed once O is written.
 """
 
 import contextlib
-import csv
 import logging
 import os
 import shutil
@@ -47,7 +44,7 @@ from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, r
 from parallel.inputs.tars import MEMBERS_FILE, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        job_identity, quick_problem, rejection, set_aside, shard_keys,
+                                        error_rows, job_identity, quick_problem, rejection, set_aside, shard_keys,
                                         write_record)
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
 from parallel.output.durable import fsync
@@ -255,8 +252,7 @@ class ShardedJob:
           bool: True if this attempt became the part, False if another had already committed.
 
         Raises:
-          OutputError: the attempt's rows and errors are not the shard's images (nothing is
-            committed).
+          OutputError: the attempt's rows and errors are not the shard's images (nothing committed).
         """
         if self.is_committed(index):  # another attempt was committed first; it is as good
             shutil.rmtree(attempt, ignore_errors=True)
@@ -379,10 +375,8 @@ class ShardedJob:
         errors = ErrorLog(self.output)  # removes the file of an earlier try
         try:
             for index in range(self.shard_count):
-                with open(self.shard_folder(index) / SHARD_ERRORS, newline="", encoding="utf-8",
-                          errors="surrogateescape") as file:
-                    for row in csv.DictReader(file):
-                        errors.add(row["path"], row["kind"], row["message"])
+                for row in error_rows(self.shard_folder(index) / SHARD_ERRORS):
+                    errors.add(*row)
         finally:
             errors.close()
 
@@ -396,17 +390,11 @@ class ShardedJob:
         return ErrorLog.path_for(self.output)
 
     def failed_in(self, index, paths):
-        """How many of shard `index`'s images failed: from its errors file, or the output's once it is gone.
-
-        Args:
-          index: a committed shard.
-          paths: the shard's image paths (from the manifest).
-        """
+        """How many of committed shard `index`'s images (`paths`) failed: from its errors file, or the output's."""
         errors = self.shard_errors(index)
         if errors is None:
             errors, paths = self.output_errors(), set(paths)
             if not errors.exists():
                 return 0
-        with open(errors, newline="", encoding="utf-8", errors="surrogateescape") as file:
-            return sum(1 for row in csv.DictReader(file) if row["path"] in paths)
+        return sum(1 for path in error_paths(errors) if path in paths)
 
