@@ -121,22 +121,23 @@ def _csv(path, settings, complete, record):
         if not count:
             return
         with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            paths = None
             for start in range(0, count, batch_rows):
                 stop = min(count, start + batch_rows)
                 lines = [bytes(data[line_starts[row]:line_starts[row + 1]]) for row in range(start, stop)]
                 paths = read_csv_paths(b"".join(lines))
                 # The path field may be quoted and hold commas: the floats are the last D fields.
-                floats = b",".join(line.rstrip(b"\n").rsplit(b",", feature_size)[1:] for line in lines)
-                vectors = _parse_floats(floats, path).reshape(stop - start, feature_size)
+                fields = []
+                for line in lines:
+                    fields += line.rstrip(b"\n").rsplit(b",", feature_size)[1:]
+                vectors = _parse_floats(fields, path).reshape(stop - start, feature_size)
                 yield paths, vectors
 
     return OutputVectors(path, "csv", count, feature_size, settings, complete, batches)
 
 
-def _parse_floats(text, path):
+def _parse_floats(fields, path):
     try:
-        return np.array(text.split(b","), dtype=np.float32)
+        return np.array(fields, dtype=np.float32)
     except ValueError as error:
         raise _damaged(path, error) from None
 
