@@ -182,6 +182,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     svg = histogram_svg(*histogram, threshold=threshold) if histogram is not None else "<p>not computed</p>"
     text = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<link rel="icon" href="data:,">',
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src \'self\' file: data:; '
         'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'">',
         "<title>%s</title><style>%s</style></head><body>" % (html.escape(title), _STYLE),
