@@ -152,7 +152,7 @@ class _Bars:
     def close(self):
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
-            self.bar = None
+            self.bar, self.what = None, None
 
 
 def main(argv=None):
