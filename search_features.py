@@ -190,9 +190,9 @@ def _writing(function, *args, **kwargs):
 
 
 def _index(args, bars):
-    from search.index import Index, SearchError, _faiss
+    from search.index import Index, SearchError, import_faiss
     from search.vectors import read_output
-    _faiss()
+    import_faiss()
     source = read_output(args.output)
     folder = Path(args.index or str(Path(args.output)) + INDEX_SUFFIX)
     if folder.exists() and not args.overwrite:

@@ -7,8 +7,9 @@
 The modules, one job each:
 
     vectors.py      an output's rows in batches (CSV, Parquet, npy, a kept shards folder) and its record
-    index.py        Index: centred, L2-normalised vectors in a faiss index (exact, HNSW, PCA + IVF-PQ),
-                    the metadata beside it, rows added later, search
+    index.py        Index: centred, L2-normalised vectors in a faiss index, the metadata beside it,
+                    rows added later, search
+    kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report, its thumbnails, and the loopback server that shows it
 
