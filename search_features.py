@@ -98,6 +98,7 @@ def parse_args(argv=None):
     neighbours.add_argument("queries", nargs="+", metavar="QUERY",
                             help="a path of the indexed output, a .npy of a vector [D] or vectors [Q, D], or "
                                  "an image file")
+    _search_flags(neighbours)
     _query_flags(neighbours)
 
     duplicates = commands.add_parser("duplicates", help="every pair with cosine >= --threshold, and groups")
@@ -109,6 +110,7 @@ def parse_args(argv=None):
     duplicates.add_argument("--groups", metavar="CSV", help="default: INDEX/groups.csv")
     duplicates.add_argument("--neighbours", type=_positive, default=20, metavar="N",
                             help="hnsw, ivfpq: nearest rows looked at per row (default: %(default)s)")
+    _search_flags(duplicates)
 
     page = commands.add_parser("page", help="a static HTML report with thumbnails")
     page.add_argument("index", metavar="INDEX")
@@ -116,12 +118,31 @@ def parse_args(argv=None):
     page.add_argument("--query", action="append", default=[], metavar="QUERY", help="as for neighbours; repeat")
     page.add_argument("--threshold", type=_cosine, help="show the duplicate groups at this cosine")
     page.add_argument("--neighbours", type=_positive, default=20, metavar="N", help="as for duplicates")
+    _search_flags(page)
     _query_flags(page)
 
     serve = commands.add_parser("serve", help="serve a page on 127.0.0.1")
     serve.add_argument("folder", help="the page's folder")
     serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
     return parser.parse_args(argv)
+
+
+def _search_flags(parser):
+    parser.add_argument("--ef-search", type=_positive, metavar="N",
+                        help="hnsw: candidates kept while searching (default: the index's, 128); more finds more")
+    parser.add_argument("--nprobe", type=_positive, metavar="N",
+                        help="ivfpq: lists visited per query (default: the index's, 32); more finds more")
+
+
+def _load(args):
+    """The index of args.index, with the search parameters given on the command line."""
+    from search.index import Index
+    index = Index.load(args.index)
+    given = {name: value for name, value in (("efSearch", args.ef_search), ("nprobe", args.nprobe))
+             if value is not None}
+    if given:
+        index.set_search(**given)
+    return index
 
 
 def _query_flags(parser):
@@ -284,8 +305,7 @@ def _neighbour_lists(index, args, queries):
 
 def _neighbours(args, bars):
     from parallel.output.csv_rows import csv_line
-    from search.index import Index
-    index = Index.load(args.index)
+    index = _load(args)
     lines = [csv_line(["query", "rank", "score", "path"])]
     for label, _, found in _neighbour_lists(index, args, args.queries):
         lines += [csv_line([label, str(rank), "%.6f" % score, path]) for rank, (path, score) in enumerate(found, 1)]
@@ -295,8 +315,7 @@ def _neighbours(args, bars):
 
 def _duplicates(args, bars):
     from search import duplicates
-    from search.index import Index
-    index = Index.load(args.index)
+    index = _load(args)
     if args.calibrate:
         counts, edges = duplicates.histogram(duplicates.nearest_scores(index))
         print("nearest-neighbour cosine of %d images (sample):\n%s" % (counts.sum(),
@@ -316,9 +335,8 @@ def _duplicates(args, bars):
 
 def _page(args, bars):
     from search import duplicates
-    from search.index import Index
     from search.page import write_page
-    index = Index.load(args.index)
+    index = _load(args)
     queries = [{"label": label, "image": image, "neighbours": found}
                for label, image, found in _neighbour_lists(index, args, args.query)] if args.query else []
     groups = []

@@ -209,6 +209,27 @@ class Index:
         index._set_search_parameters()
         return index
 
+    def set_search(self, **parameters):
+        """Changes how the index searches, for this object (recorded by the next `save`): more is slower
+        and finds more of the exact neighbours (docs/benchmarks.md#search measures both).
+
+        Args:
+          parameters: hnsw: efSearch (default 128); ivfpq: nprobe (lists visited, default 32) and
+            k_factor (candidates re-ranked per neighbour, default 8).
+
+        Raises:
+          SearchError: a parameter this kind does not have, or not a whole number >= 1.
+        """
+        allowed = {"hnsw": ("efSearch",), "ivfpq": ("nprobe", "k_factor")}.get(self.kind, ())
+        for name, value in parameters.items():
+            if name not in allowed:
+                raise SearchError("%s=%r: a %s index takes %s" % (name, value, self.kind,
+                                                                  ", ".join(allowed) or "no search parameter"))
+            if not isinstance(value, int) or value < 1:
+                raise SearchError("%s=%r; expected a whole number of at least 1" % (name, value))
+        self.meta["parameters"].setdefault("search", {}).update(parameters)
+        self._set_search_parameters()
+
     def _set_search_parameters(self):
         search = self.meta["parameters"].get("search", {})
         inner = self._index

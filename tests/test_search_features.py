@@ -96,6 +96,15 @@ def test_usage_errors_exit_2_and_write_nothing(output, tmp_path, capsys):
     assert {path: path.read_bytes() for path in index.iterdir()} == files
 
 
+def test_search_parameters_on_the_command_line(output, tmp_path, capsys):
+    assert run("--quiet", "index", output, "--kind", "hnsw") == 0
+    capsys.readouterr()
+    assert run("neighbours", tmp_path / "f.npy.index", "img/00003.jpg", "-k", "2", "--ef-search", "16") == 0
+    assert "img/00399.jpg" in capsys.readouterr().out
+    assert run("neighbours", tmp_path / "f.npy.index", "img/00003.jpg", "--nprobe", "4") == 2
+    assert "nprobe=4: a hnsw index takes efSearch" in capsys.readouterr().err
+
+
 def test_a_failure_while_writing_exits_1(output, tmp_path, capsys):
     assert run("--quiet", "index", output) == 0
     (tmp_path / "blocker").write_text("a file, not a folder")

@@ -126,3 +126,23 @@ def test_no_search_module_imports_tensorflow_or_the_engine():
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "%d []" % len(modules)
+
+
+def test_search_parameters_change_the_search_and_are_checked(tmp_path):
+    rows = clustered(3000)
+    write_npy(tmp_path / "f.npy", rows)
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
+    queries = rows[:50]
+    index.set_search(nprobe=1, k_factor=1)
+    narrow = index.search_ids(index.prepare(queries), 10)[0]
+    index.set_search(nprobe=64, k_factor=16)
+    wide = index.search_ids(index.prepare(queries), 10)[0]
+    truth = exact_ids(rows, queries, rows.mean(axis=0), 10)
+    hits = [sum(len(set(a) & set(b)) for a, b in zip(truth, found)) for found in (narrow, wide)]
+    assert hits[0] < hits[1]
+    index.save()
+    assert Index.load(tmp_path / "f.index").meta["parameters"]["search"] == {"nprobe": 64, "k_factor": 16}
+    with pytest.raises(SearchError, match="efSearch=10: a ivfpq index takes nprobe, k_factor"):
+        index.set_search(efSearch=10)
+    with pytest.raises(SearchError, match="nprobe=0; expected a whole number"):
+        index.set_search(nprobe=0)
