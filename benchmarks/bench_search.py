@@ -6,6 +6,8 @@
 The vectors are synthetic, shaped like fc7 after the ReLU: see fc7_like.py for exactly how they
 are made. Parts:
 
+sweep       the same, for hnsw and ivfpq at several search parameters (efSearch; nprobe and k_factor),
+            each time the median of 3 runs, and the brute force the median of 3 too.
 recall      N = 100,000 x 4096, 1,000 queries (new rows of the same distribution). Each kind is built
             with Index.build from the rows streamed in blocks; recall@10 is the share of the exact
             top 10 (numpy brute force: centred, normalised, full 4096 dimensions) that the index
@@ -128,7 +130,53 @@ def _matrix_blocks(workdir, unit_rows, blocks=5, block_rows=1000):
     return pairs, sampled, seconds * len(unit_rows) / (blocks * block_rows)
 
 
+def _built(workdir, kind, results):
+    """The 100,000-row index of `kind` in workdir: the recall part's, or built now."""
+    folder = workdir / ("%s.index" % kind)
+    if not (folder / "index.json").is_file():
+        started = time.perf_counter()
+        Index.build(None, folder, kind=kind, source=fc7_like.Source(ROWS))
+        say(json.dumps({"built": kind, "seconds": round(time.perf_counter() - started, 1)}))
+    return folder
+
+
+def part_sweep(workdir, results, rounds=3):
+    """Recall@10 and time per query of hnsw and ivfpq at several search parameters; each time the median
+    of `rounds` runs of the 1,000 queries, the brute force likewise (median of `rounds`)."""
+    queries = fc7_like.queries(QUERIES)
+    rows = all_rows()
+    settings = {"hnsw": [{"efSearch": value} for value in (16, 32, 64, 128)],
+                "ivfpq": [{"nprobe": 32, "k_factor": 8}, {"nprobe": 64, "k_factor": 8}, {"nprobe": 64, "k_factor": 16},
+                          {"nprobe": 128, "k_factor": 16}]}
+    entries = []
+    for kind, choices in settings.items():
+        index = Index.load(_built(workdir, kind, results))
+        unit_queries = index.prepare(queries)
+        unit_rows = normalise(rows, index.mean)
+        brute = [brute_force(unit_rows, unit_queries, K) for _ in range(rounds)]
+        exact, brute_seconds = brute[0][0], float(np.median([seconds for _, seconds in brute]))
+        del unit_rows
+        for parameters in choices:
+            index.set_search(**parameters)
+            times = []
+            for _ in range(rounds):
+                started = time.perf_counter()
+                found, _ = index.search_ids(unit_queries, K)
+                times.append(time.perf_counter() - started)
+            seconds = float(np.median(times))
+            recall = np.mean([len(set(a) & set(b)) / K for a, b in zip(exact, found)])
+            entry = {"kind": kind, "search": parameters, "recall_at_10": round(float(recall), 4),
+                     "ms_per_query": round(1000 * seconds / QUERIES, 3),
+                     "brute_force_ms_per_query": round(1000 * brute_seconds / QUERIES, 3),
+                     "time_ratio": round(seconds / brute_seconds, 4)}
+            entries.append(entry)
+            say(json.dumps(entry))
+    results["sweep"] = entries
+
+
 def part_duplicates(workdir, results):
+    for kind in KINDS:
+        _built(workdir, kind, results)
     rows = all_rows()
     index = Index.load(workdir / "exact.index")
     unit_rows = normalise(rows, index.mean)
@@ -181,7 +229,7 @@ def part_million(workdir, results, rows=1_000_000):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-search"))
-    parser.add_argument("--only", nargs="+", choices=("recall", "duplicates", "million"))
+    parser.add_argument("--only", nargs="+", choices=("recall", "sweep", "duplicates", "million"))
     parser.add_argument("--million-rows", type=int, default=1_000_000)
     parser.add_argument("--duplicates-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--million-child", nargs=2, help=argparse.SUPPRESS)
@@ -194,13 +242,18 @@ def main():
     results = {"machine": machine(), "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                          time.gmtime())}
     say(json.dumps(results))
-    for name in args.only or ("recall", "duplicates", "million"):
+    for name in args.only or ("recall", "sweep", "duplicates", "million"):
         if name == "million":
             part_million(args.workdir, results, args.million_rows)
         else:
-            {"recall": part_recall, "duplicates": part_duplicates}[name](args.workdir, results)
+            {"recall": part_recall, "sweep": part_sweep, "duplicates": part_duplicates}[name](args.workdir, results)
         (args.workdir / ("results-%s.json" % "-".join(args.only or ["all"]))).write_text(json.dumps(results, indent=1))
-    for name in ("exact", "hnsw", "ivfpq", "million"):
+    # The indexes are 1.6 GB each: removed once this run's parts are done (only this run's: another run
+    # may be using the workdir's others).
+    parts = set(args.only or ("recall", "sweep", "duplicates", "million"))
+    made = (["exact", "hnsw", "ivfpq"] if parts & {"recall", "sweep", "duplicates"} else []) + (
+        ["million"] if "million" in parts else [])
+    for name in made:
         shutil.rmtree(args.workdir / ("%s.index" % name), ignore_errors=True)
 
 
