@@ -13,7 +13,7 @@ The modules, one job each:
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report, its thumbnails, and the loopback server that shows it
 
-It reads outputs; it never imports the engine, the job layer or TensorFlow (tests/test_search_imports.py):
+It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
 only `parallel.output`'s readers and `parallel.messages`, which import neither. faiss is imported
 on first use (`pip install -e '.[search]'`). Computing the vector of a new image is the command
 line's business (search_features.py), through the engine's public API.
