@@ -191,8 +191,8 @@ def main(argv=None):
     except ValueError as error:  # SearchError, OutputError: the inputs are wrong, nothing written
         _say("error: %s" % first_line(error))
         return EXIT_USAGE
-    except OSError as error:
-        _say("failed: %s" % first_line(error))
+    except Exception as error:  # a disk, a device (image queries), or the unforeseen: one line
+        _say("failed: %s" % ": ".join(filter(None, (type(error).__name__, first_line(error)))))
         return EXIT_FAILED
     finally:
         bars.close()
