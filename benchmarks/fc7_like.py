@@ -54,7 +54,8 @@ def batches(rows, seed=0, copies=True):
 def queries(count, seed=0):
     """`count` new rows of the same distribution (another seed stream, no near-copies): float32 [count, DIMS]."""
     basis, centres = _model(seed)
-    parts = [block(seed, 10 ** 6 + index, basis, centres, copies=False) for index in range((count + BLOCK - 1) // BLOCK)]
+    parts = [block(seed, 10 ** 6 + index, basis, centres, copies=False)
+             for index in range((count + BLOCK - 1) // BLOCK)]
     return np.concatenate(parts)[:count]
 
 
@@ -63,7 +64,8 @@ class Source:
 
     def __init__(self, rows, seed=0):
         self.output, self.format, self.count, self.feature_size = "synthetic", "synthetic", rows, DIMS
-        self.settings, self.complete, self._seed = {"layer": "relu7", "synthetic": "fc7_like seed %d" % seed}, True, seed
+        self.settings = {"layer": "relu7", "synthetic": "fc7_like seed %d" % seed}
+        self.complete, self._seed = True, seed
 
     def batches(self, batch_rows=BLOCK, skip=None):
         for paths, vectors in batches(self.count, self._seed):

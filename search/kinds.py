@@ -101,7 +101,8 @@ def new_index(faiss, kind, dims, rows, training):
     index.prepend_transform(pca)
     ivf.nprobe = 32
     refine.k_factor = 8
-    return index, {"faiss": "LinearTransform (PCA) + NormalizationTransform + IndexIVFPQ + IndexRefine(SQ8)", "pca_dims": pca_dims,
+    return index, {"faiss": "LinearTransform (PCA) + NormalizationTransform + IndexIVFPQ + IndexRefine(SQ8)",
+                   "pca_dims": pca_dims,
                    "pca_variance_kept": round(kept, 4), "trained_on": len(training), "nlist": nlist,
                    "pq_codes": codes, "pq_bits": 8, "refine": "8-bit scalar of the PCA vectors",
                    "search": {"nprobe": 32, "k_factor": 8}}

@@ -1,6 +1,5 @@
 """search.page: the report in a real browser (Debian's chromium through Playwright), thumbnails, the server."""
 
-import os
 import threading
 import urllib.request
 from pathlib import Path
