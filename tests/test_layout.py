@@ -1,4 +1,4 @@
-"""docs/layout.md names every module of parallel/ and models/, and only those."""
+"""docs/layout.md names every module of parallel/, models/ and search/, and only those."""
 
 import re
 from pathlib import Path
@@ -22,7 +22,7 @@ def test_the_layout_page_agrees_with_the_tree():
             folder = "%s/%s" % (top, name.rstrip("/"))
         elif name.endswith(".py") and folder is not None:
             listed.add("%s/%s" % (folder if indent > 2 else top, name))
-    actual = {str(path.relative_to(ROOT)) for package in ("parallel", "models")
+    actual = {str(path.relative_to(ROOT)) for package in ("parallel", "models", "search")
               for path in (ROOT / package).rglob("*.py") if path.name != "__init__.py" or package == "parallel"}
     actual.discard("parallel/output/__init__.py")
     assert listed == actual, ("in docs/layout.md only: %s; in the tree only: %s"

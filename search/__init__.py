@@ -1,0 +1,32 @@
+"""Search over the features an output holds: an index, nearest neighbours, near-duplicates, a page.
+
+    from search import Index, read_output
+    index = Index.build("results/features.npy", "results/features.index")   # the kind follows the size
+    paths, scores = Index.load("results/features.index").search(vectors, k=10)   # str [Q, k], float32 [Q, k]
+
+The modules, one job each:
+
+    vectors.py      an output's rows in batches (CSV, Parquet, npy, a kept shards folder) and its record
+    index.py        Index: centred, L2-normalised vectors in a faiss index, the metadata beside it,
+                    rows added later, search
+    kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training
+    duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
+    page.py         the static HTML report, its thumbnails, and the loopback server that shows it
+
+It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
+only `parallel.output`'s readers and `parallel.messages`, which import neither. faiss is imported
+on first use (`pip install -e '.[search]'`). Computing the vector of a new image is the command
+line's business (search_features.py), through the engine's public API.
+"""
+
+from parallel.lazy import lazy_exports
+
+_MODULES = {
+    "vectors": ("read_output", "OutputVectors"),
+    "index": ("Index", "SearchError"),
+    "duplicates": ("find_pairs", "group_pairs", "nearest_scores", "histogram"),
+    "page": ("write_page", "serve"),
+}
+_EXPORTS = {name: __name__ + "." + module for module, names in _MODULES.items() for name in names}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -1,0 +1,214 @@
+"""Near-duplicates: every pair of rows whose cosine is at least a threshold, groups, and the histogram
+that helps choose the threshold.
+
+    pairs = find_pairs(index, threshold=0.9)          # int64 [P, 2] rows (i < j), float32 [P] scores
+    groups = group_pairs(pairs[0], len(index))        # lists of rows, largest group first
+    counts, edges = histogram(nearest_scores(index))  # each sampled row's best score, binned
+
+Memory is bounded by the index and one block of scores, never N x N:
+    exact   every pair is compared, a block of BLOCK x BLOCK scores at a time, and only j > i
+            (half the products of a full matrix): the pair list is exactly that of brute force.
+    hnsw    each row's `neighbours` nearest rows (k-NN on the graph), kept when >= threshold.
+    ivfpq   the same, queried with the output's own vectors read again in batches (the index holds
+            only their codes); scores are those of the re-ranked 256-dimension PCA vectors.
+For the approximate kinds a row with more than `neighbours` near-copies keeps its nearest
+`neighbours`; its group still joins them all through their own lists.
+"""
+
+import numpy as np
+
+from parallel.output.csv_rows import csv_line
+from parallel.output.durable import temporary_then_rename
+from search.vectors import read_output
+
+BLOCK = 4096
+NEIGHBOURS = 20
+HISTOGRAM_SAMPLE = 20_000
+HISTOGRAM_BINS = np.linspace(-1.0, 1.0, 101)  # bins of 0.02
+
+
+def check_threshold(threshold):
+    """`threshold` as a float in [-1, 1]. Raises: ValueError naming the value received."""
+    try:
+        value = float(threshold)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not -1.0 <= value <= 1.0:
+        raise ValueError("threshold=%r; expected a cosine between -1 and 1 (e.g. 0.9)" % (threshold,))
+    return value
+
+
+def _stored_blocks(index, rows):
+    """The normalised vectors of `rows` (a range), BLOCK at a time, as the index holds them (exact, hnsw)."""
+    for start in range(rows.start, rows.stop, BLOCK):
+        stop = min(rows.stop, start + BLOCK)
+        yield start, index._index.reconstruct_n(start, stop - start)
+
+
+def _row_blocks(index, source):
+    """(first row, normalised float32 [B, D]) over every row, in the index's order: the stored vectors
+    (exact, hnsw), or the output read again (ivfpq, whose index holds codes)."""
+    if index.kind != "ivfpq":
+        yield from _stored_blocks(index, range(len(index)))
+        return
+    source = source or read_output(index.meta["source"]["output"])
+    position = {path: row for row, path in enumerate(index.paths)}
+    for paths, vectors in source.batches(BLOCK):
+        rows = np.array([position.get(path, -1) for path in paths])
+        known = rows >= 0
+        if known.any():
+            # Rows come in the index's order unless the output changed; the index's row numbers are used either way.
+            yield rows[known], index.prepare(vectors[known])
+
+
+def find_pairs(index, threshold, neighbours=NEIGHBOURS, source=None, progress=None):
+    """Every pair of rows with cosine >= `threshold`.
+
+    Args:
+      index: a `search.index.Index`.
+      threshold: the cosine of centred vectors, in [-1, 1].
+      neighbours: for hnsw and ivfpq, the nearest rows looked at per row.
+      source: for ivfpq, the output's rows (`OutputVectors`); None: the indexed output, read again.
+      progress: callable(rows done, rows in all) or None.
+
+    Returns:
+      (pairs, scores): int64 [P, 2] row numbers, i < j in each pair, pairs sorted; float32 [P].
+    """
+    threshold = check_threshold(threshold)
+    found_pairs, found_scores = [], []
+    count = len(index)
+    if index.kind == "exact":
+        for start, block in _stored_blocks(index, range(count)):
+            for other_start, other in _stored_blocks(index, range(start, count)):
+                scores = block @ other.T
+                rows, columns = np.nonzero(scores >= threshold)
+                left, right = rows + start, columns + other_start
+                keep = right > left
+                found_pairs.append(np.stack([left[keep], right[keep]], axis=1))
+                found_scores.append(scores[rows[keep], columns[keep]])
+            if progress:
+                progress(min(count, start + BLOCK), count)
+    else:
+        done = 0
+        k = min(count, int(neighbours) + 1)
+        for rows, block in _row_blocks(index, source):
+            if isinstance(rows, (int, np.integer)):
+                rows = np.arange(rows, rows + len(block))
+            ids, scores = index.search_ids(block, k)
+            mask = (scores >= threshold) & (ids >= 0) & (ids != rows[:, None])
+            query_rows = np.broadcast_to(rows[:, None], ids.shape)[mask]
+            other_rows = ids[mask]
+            found_pairs.append(np.stack([np.minimum(query_rows, other_rows), np.maximum(query_rows, other_rows)],
+                                        axis=1))
+            found_scores.append(scores[mask])
+            done += len(block)
+            if progress:
+                progress(done, count)
+    if not found_pairs:
+        return np.zeros((0, 2), np.int64), np.zeros(0, np.float32)
+    pairs, scores = np.concatenate(found_pairs).astype(np.int64), np.concatenate(found_scores).astype(np.float32)
+    # A pair found from both of its rows is kept once (the first score; both are the same pair).
+    keys = pairs[:, 0] * count + pairs[:, 1]
+    keys, first = np.unique(keys, return_index=True)
+    return pairs[first], scores[first]
+
+
+def group_pairs(pairs, count):
+    """Connected components of the pairs (union-find): the groups of rows that are near-duplicates,
+    directly or through others.
+
+    Args:
+      pairs: int64 [P, 2] row numbers.
+      count: N, the rows.
+
+    Returns:
+      list of lists of row numbers (each sorted), groups of at least 2, largest first (then by first row).
+    """
+    parent = np.arange(count)
+
+    def root(row):
+        while parent[row] != row:
+            parent[row] = parent[parent[row]]  # path halving
+            row = parent[row]
+        return row
+
+    for left, right in pairs:
+        a, b = root(left), root(right)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    members = {}
+    for row in np.unique(pairs):
+        members.setdefault(root(row), []).append(int(row))
+    return sorted(members.values(), key=lambda group: (-len(group), group[0]))
+
+
+def nearest_scores(index, sample=HISTOGRAM_SAMPLE, seed=0, source=None):
+    """The cosine of each sampled row with its nearest other row: what a threshold is chosen from.
+
+    Returns:
+      float32 [min(sample, N)].
+    """
+    count = len(index)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(count, size=min(sample, count), replace=False))
+    if index.kind == "ivfpq":
+        chosen = set(rows.tolist())
+        parts = [(block_rows[np.isin(block_rows, rows)], block[np.isin(block_rows, rows)])
+                 for block_rows, block in _row_blocks(index, source) if chosen.intersection(block_rows.tolist())]
+        rows = np.concatenate([part[0] for part in parts])
+        vectors = np.concatenate([part[1] for part in parts])
+    else:
+        vectors = index.stored(rows)
+    best = []
+    for start in range(0, len(rows), BLOCK):
+        ids, scores = index.search_ids(vectors[start:start + BLOCK], 2)
+        mine = rows[start:start + BLOCK, None]
+        other = np.where(ids != mine, scores, -np.inf)
+        best.append(other.max(axis=1))
+    best = np.concatenate(best)
+    return best[np.isfinite(best)].astype(np.float32)
+
+
+def histogram(scores, bins=HISTOGRAM_BINS):
+    """(counts int64 [len(bins) - 1], edges float64 [len(bins)]) of `scores` over [-1, 1]."""
+    counts, edges = np.histogram(np.clip(scores, -1.0, 1.0), bins=bins)
+    return counts, edges
+
+
+def histogram_text(counts, edges, width=50):
+    """The histogram as lines `0.90-0.92  ####  123`, from the first non-empty bin to the last."""
+    nonzero = np.nonzero(counts)[0]
+    if not len(nonzero):
+        return "(no scores)"
+    top = counts.max()
+    lines = []
+    for position in range(nonzero[0], nonzero[-1] + 1):
+        bar = "#" * int(round(width * counts[position] / top))
+        lines.append("%5.2f-%5.2f  %-*s %d" % (edges[position], edges[position + 1], width, bar, counts[position]))
+    return "\n".join(lines)
+
+
+def write_pairs(path, paths, pairs, scores):
+    """Writes `path` (atomically): CSV `path_a,path_b,score`, a line per pair, highest score first.
+
+    Args:
+      path: Path of the CSV.
+      paths: the index's paths (row number -> path).
+      pairs: int64 [P, 2]; scores: float32 [P].
+    """
+    order = np.argsort(-scores, kind="stable")
+    _write_lines(path, [csv_line(["path_a", "path_b", "score"])] + [
+        csv_line([paths[pairs[row, 0]], paths[pairs[row, 1]], "%.6f" % scores[row]]) for row in order])
+
+
+def write_groups(path, paths, groups):
+    """Writes `path` (atomically): CSV `group,size,path`, a line per member, groups numbered from 1, largest first."""
+    _write_lines(path, [csv_line(["group", "size", "path"])] + [
+        csv_line([str(number), str(len(group)), paths[row]]) for number, group in enumerate(groups, 1)
+        for row in group])
+
+
+def _write_lines(path, lines):
+    with temporary_then_rename(path) as temporary:
+        with open(temporary, "w", newline="", encoding="utf-8", errors="surrogateescape") as file:
+            file.writelines(lines)

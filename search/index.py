@@ -1,0 +1,357 @@
+"""Index: an output's vectors, centred and L2-normalised, in a faiss index, and the metadata beside it.
+
+    index = Index.build("results/features.npy", "results/features.index")    # kind by size, or kind="hnsw"
+    index.add("results/features.npy")                                         # rows of a resumed output
+    paths, scores = Index.load("results/features.index").search(vectors, k=10)
+
+Centring on the mean, then normalising, makes the inner product a cosine of centred vectors:
+fc7 after the ReLU is non-negative, and without centring every cosine is high (faiss #2636).
+
+Kinds (`KINDS`: exact, hnsw, ivfpq), chosen by size unless given: see search/kinds.py.
+
+The index folder:
+    index.faiss   the faiss index (with the PCA, for ivfpq): faiss.read_index reads it
+    paths.csv     the path of each row, in order (one column `path`)
+    index.json    the metadata: source output, its settings, kind, parameters, the mean, the
+                  recall measured at build time against exact search, rows; written last, so that
+                  a build or add that stopped part-way leaves the previous index, or none
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from parallel.output.csv_rows import read_paths_csv, write_paths_csv
+from parallel.output.durable import replace_atomically
+from search.kinds import (KINDS, TRAIN_ROWS, SearchError, choose_kind, import_faiss,  # noqa: F401 -- the API
+                          new_index, normalise)
+from search.vectors import read_output
+
+RECALL_QUERIES = 200       # rows whose exact neighbours are found while the index is filled
+RECALL_K = 10
+_VERSION = 1
+_FILES = ("index.faiss", "paths.csv", "index.json")
+
+
+class Index:
+    """A built index, loaded. `Index.build` makes one, `Index.load` reads one.
+
+    Attributes:
+      folder: the index folder.
+      meta: the metadata (index.json) as a dict.
+      paths: list of str, the path of each row.
+      mean: float32 [D], subtracted from every vector before normalising.
+    """
+
+    def __init__(self, folder, meta, faiss_index, paths, mean):
+        self.folder, self.meta, self._index, self.paths, self.mean = Path(folder), meta, faiss_index, paths, mean
+        self._rows = None
+
+    @property
+    def kind(self):
+        return self.meta["kind"]
+
+    @property
+    def settings(self):
+        """The settings of the indexed output (layer, weights, precision, ...): its queries must match them."""
+        return self.meta["source"]["settings"]
+
+    def __len__(self):
+        return len(self.paths)
+
+    # ----------------------------------------------------------------------------------------- building
+    @classmethod
+    def build(cls, output, folder, kind=None, batch_rows=4096, progress=None, source=None, seed=0):
+        """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
+
+        Two passes over the rows, a batch at a time: the first takes their mean and a sample (to
+        train the PCA and IVF-PQ), the second adds them. Memory: the index plus one batch plus the
+        sample (TRAIN_ROWS rows) for ivfpq; the whole matrix is never held.
+
+        Args:
+          output: an output path (see `search.vectors.read_output`).
+          folder: the index folder (str or Path).
+          kind: one of KINDS, or None to choose by size (`choose_kind`).
+          batch_rows: rows read at a time.
+          progress: callable(rows done, rows in all, what) or None.
+          source: an `OutputVectors` to read instead of `output` (a generator of batches, in benchmarks).
+          seed: of the sample.
+
+        Returns:
+          Index.
+
+        Raises:
+          SearchError: an unknown kind, an empty output, faiss missing. ValueError: an unreadable output.
+        """
+        faiss = import_faiss()
+        source = source or read_output(output)
+        if kind is not None and kind not in KINDS:
+            raise SearchError("kind=%r; expected one of %s" % (kind, ", ".join(KINDS)))
+        if source.count < 2:
+            raise SearchError("output=%s holds %d rows: nothing to index" % (source.output, source.count))
+        kind = kind or choose_kind(source.count, source.feature_size)
+        started = time.monotonic()
+        mean, sample = _mean_and_sample(source, batch_rows, seed, progress)
+        queries = sample[:RECALL_QUERIES]  # the sample is in random order
+        faiss_index, parameters = new_index(faiss, kind, source.feature_size, source.count, normalise(sample, mean))
+        del sample
+        meta = {"version": _VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
+                "source": {"output": str(Path(str(source.output)).resolve()), "format": source.format,
+                           "settings": source.settings, "complete": source.complete},
+                "parameters": parameters, "mean": [float(value) for value in mean]}
+        index = cls(folder, meta, faiss_index, [], mean)
+        recall = _ExactNeighbours(normalise(queries, mean), RECALL_K)
+        index._fill(source, batch_rows, None, progress, recall)
+        meta["recall_at_build"] = index._measure(recall)
+        meta["build_seconds"] = round(time.monotonic() - started, 3)
+        index.save()
+        return index
+
+    def add(self, output=None, batch_rows=4096, progress=None, source=None):
+        """Adds the rows of `output` (default: the indexed output, resumed or extended since) whose paths
+        the index lacks, with the mean, PCA and training of the build; saves the index.
+
+        Returns:
+          int: rows added.
+
+        Raises:
+          SearchError: the output's settings or feature size differ from the indexed one's.
+        """
+        source = source or read_output(output or self.meta["source"]["output"])
+        if source.feature_size != self.meta["feature_size"]:
+            raise SearchError("%s has %d features a row, the index %d: index it separately"
+                              % (source.output, source.feature_size, self.meta["feature_size"]))
+        differences = _differences(self.settings, source.settings)
+        if differences:
+            raise SearchError("%s was written with other settings than the indexed output (%s): index it "
+                              "separately" % (source.output, differences))
+        before = len(self.paths)
+        self._fill(source, batch_rows, set(self.paths), progress, None)
+        added = len(self.paths) - before
+        if added:
+            self.meta["source"]["complete"] = source.complete
+            self.save()
+        return added
+
+    def _fill(self, source, batch_rows, skip, progress, recall):
+        done = 0
+        for paths, vectors in source.batches(batch_rows, skip=skip):
+            unit = normalise(vectors, self.mean)
+            if recall is not None:
+                recall.update(unit, len(self.paths))
+            self._index.add(unit)
+            self.paths.extend(paths)
+            done += len(paths)
+            if progress:
+                progress(done, source.count, "adding")
+        self.meta["rows"] = len(self.paths)
+        self._rows = None
+
+    def _measure(self, exact):
+        """recall@k of this index against the exact neighbours found while filling, each query's own row left out."""
+        found = self.search_ids(exact.queries, exact.k + 1)[0]
+        hits = total = 0
+        for row, truth in enumerate(exact.ids()):
+            truth = [neighbour for neighbour in truth if neighbour != exact.self_ids[row]][:exact.k]
+            found_row = [neighbour for neighbour in found[row] if neighbour != exact.self_ids[row]][:exact.k]
+            hits += len(set(truth) & set(found_row))
+            total += len(truth)
+        return {"k": exact.k, "queries": len(exact.queries), "recall": round(hits / total, 4) if total else None,
+                "against": "exact inner product over all %d rows in %d dimensions"
+                           % (len(self.paths), self.meta["feature_size"])}
+
+    # ----------------------------------------------------------------------------------------- files
+    def save(self):
+        """Writes the index folder: index.faiss and paths.csv, then index.json last (each atomically)."""
+        faiss = import_faiss()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        temporary = self.folder / "index.faiss.tmp"
+        faiss.write_index(self._index, str(temporary))
+        os.replace(temporary, self.folder / "index.faiss")
+        write_paths_csv(self.folder / "paths.csv", self.paths)
+        self.meta["rows"] = len(self.paths)
+        replace_atomically(self.folder / "index.json", (json.dumps(self.meta, indent=1) + "\n").encode("utf-8"))
+
+    @classmethod
+    def load(cls, folder, mmap=False):
+        """The index in `folder`, as `build` wrote it.
+
+        Args:
+          folder: the index folder.
+          mmap: map index.faiss instead of reading it (exact and ivfpq kinds; less memory, slower first queries).
+
+        Raises:
+          SearchError: not an index folder, or one whose files disagree (a copy interrupted part-way).
+        """
+        faiss = import_faiss()
+        folder = Path(folder)
+        missing = [name for name in _FILES if not (folder / name).is_file()]
+        if missing:
+            raise SearchError("index=%s is not an index folder (no %s): build one with `search-features index`"
+                              % (folder, ", ".join(missing)))
+        try:
+            meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+            if meta.get("version") != _VERSION:
+                raise ValueError("version %r" % meta.get("version"))
+            paths = read_paths_csv(folder / "paths.csv")
+            flags = faiss.IO_FLAG_MMAP if mmap and meta["kind"] != "hnsw" else 0
+            faiss_index = faiss.read_index(str(folder / "index.faiss"), flags)
+            mean = np.asarray(meta["mean"], dtype=np.float32)
+        except (ValueError, KeyError, RuntimeError, OSError) as error:
+            raise SearchError("index=%s is damaged (%s): build it again" % (folder, str(error).splitlines()[0]))
+        if not len(paths) == faiss_index.ntotal == meta["rows"]:
+            raise SearchError("index=%s is damaged: %d paths, %d vectors, %d rows recorded: build it again"
+                              % (folder, len(paths), faiss_index.ntotal, meta["rows"]))
+        index = cls(folder, meta, faiss_index, paths, mean)
+        index._set_search_parameters()
+        return index
+
+    def set_search(self, **parameters):
+        """Changes how the index searches, for this object (recorded by the next `save`): more is slower
+        and finds more of the exact neighbours (docs/benchmarks.md#search measures both).
+
+        Args:
+          parameters: hnsw: efSearch (default 128); ivfpq: nprobe (lists visited, default 32) and
+            k_factor (candidates re-ranked per neighbour, default 8).
+
+        Raises:
+          SearchError: a parameter this kind does not have, or not a whole number >= 1.
+        """
+        allowed = {"hnsw": ("efSearch",), "ivfpq": ("nprobe", "k_factor")}.get(self.kind, ())
+        for name, value in parameters.items():
+            if name not in allowed:
+                raise SearchError("%s=%r: a %s index takes %s" % (name, value, self.kind,
+                                                                  ", ".join(allowed) or "no search parameter"))
+            if not isinstance(value, int) or value < 1:
+                raise SearchError("%s=%r; expected a whole number of at least 1" % (name, value))
+        self.meta["parameters"].setdefault("search", {}).update(parameters)
+        self._set_search_parameters()
+
+    def _set_search_parameters(self):
+        search = self.meta["parameters"].get("search", {})
+        inner = self._index
+        faiss = import_faiss()
+        if self.kind == "hnsw":
+            inner.hnsw.efSearch = search.get("efSearch", 128)
+        elif self.kind == "ivfpq":
+            refine = faiss.downcast_index(faiss.downcast_index(inner).index)
+            refine.k_factor = search.get("k_factor", 8)
+            ivf = faiss.extract_index_ivf(refine.base_index)
+            ivf.nprobe = search.get("nprobe", 32)
+
+    # ----------------------------------------------------------------------------------------- search
+    def row(self, path):
+        """The row number of `path` in the index.
+
+        Raises:
+          SearchError: the index has no such path.
+        """
+        if self._rows is None:
+            self._rows = {name: row for row, name in enumerate(self.paths)}
+        try:
+            return self._rows[path]
+        except KeyError:
+            raise SearchError("%r is not in index %s (paths are as in the output: relative to its images folder)"
+                              % (path, self.folder)) from None
+
+    def stored(self, rows):
+        """float32 [len(rows), D]: the normalised vectors of `rows` as the index holds them (for ivfpq,
+        rebuilt from the PCA: an approximation)."""
+        return np.stack([self._index.reconstruct(int(row)) for row in rows]).astype(np.float32)
+
+    def search_ids(self, unit_vectors, k):
+        """The k nearest rows of already normalised float32 [Q, D] vectors: (int64 [Q, k], float32 [Q, k]),
+        -1 and -inf where the index holds fewer than k rows."""
+        k = int(k)
+        if k < 1:
+            raise SearchError("k=%d; expected at least 1" % k)
+        scores, ids = self._index.search(np.ascontiguousarray(unit_vectors, dtype=np.float32), k)
+        return ids, scores
+
+    def prepare(self, vectors):
+        """Raw vectors (as the output holds them: float32 [Q, D] or [D]) -> centred, normalised [Q, D].
+
+        Raises:
+          SearchError: not D floats a row.
+        """
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim == 1:
+            vectors = vectors[None]
+        if vectors.ndim != 2 or vectors.shape[1] != self.meta["feature_size"]:
+            raise SearchError("vectors of shape %s; the index holds %d features a row (%s)"
+                              % (vectors.shape, self.meta["feature_size"], self.settings.get("layer", "?")))
+        return normalise(vectors, self.mean)
+
+    def search(self, vectors, k=10):
+        """The k nearest rows of each query vector, by cosine of the centred vectors.
+
+        Args:
+          vectors: float32 [Q, D] (or [D]), raw features as the indexed output holds them
+            (same layer, weights and precision: see `settings`).
+          k: neighbours per query (at most the rows of the index).
+
+        Returns:
+          (paths, scores): list of Q lists of k str; float32 [Q, k], the cosine similarities,
+          highest first (ivfpq: approximate).
+        """
+        k = min(int(k), len(self.paths))
+        ids, scores = self.search_ids(self.prepare(vectors), k)
+        return [[self.paths[row] for row in row_ids if row >= 0] for row_ids in ids], scores
+
+
+def _differences(recorded, given):
+    """'key=a, not b; ...' for the model settings that differ (the images folder may differ: an extended copy)."""
+    keys = ("model", "layer", "weights", "precision", "resize", "image_size")
+    return "; ".join("%s=%r, not %r" % (key, recorded.get(key), given.get(key)) for key in keys
+                     if key in recorded and key in given and recorded[key] != given[key])
+
+
+def _mean_and_sample(source, batch_rows, seed, progress):
+    """First pass: the mean of all rows (float64 sums) and up to TRAIN_ROWS rows chosen at random, shuffled."""
+    rng = np.random.default_rng(seed)
+    take = min(source.count, TRAIN_ROWS)
+    chosen = np.sort(rng.choice(source.count, size=take, replace=False))
+    sums = np.zeros(source.feature_size, dtype=np.float64)
+    sample, start, done = [], 0, 0
+    for _, vectors in source.batches(batch_rows):
+        sums += vectors.sum(axis=0, dtype=np.float64)
+        stop = start + len(vectors)
+        picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)]
+        if len(picked):
+            sample.append(vectors[picked - start].copy())
+        start = done = stop
+        if progress:
+            progress(done, source.count, "reading")
+    if start == 0:
+        raise SearchError("output=%s holds no rows: nothing to index" % source.output)
+    sample = np.concatenate(sample)
+    return (sums / start).astype(np.float32), sample[rng.permutation(len(sample))]
+
+
+class _ExactNeighbours:
+    """The exact top-k rows of a few queries, updated batch by batch as the index is filled."""
+
+    def __init__(self, queries, k):
+        self.queries, self.k = queries, k
+        self._scores = np.full((len(queries), k + 1), -np.inf, dtype=np.float32)
+        self._ids = np.full((len(queries), k + 1), -1, dtype=np.int64)
+        self.self_ids = np.full(len(queries), -1, dtype=np.int64)
+
+    def update(self, batch, first_row):
+        scores = self.queries @ batch.T
+        ids = np.broadcast_to(np.arange(first_row, first_row + len(batch)), scores.shape)
+        # The query's own row (identical vector) is the one scoring ~1 with itself: remembered to be left out.
+        for query, row in zip(*np.nonzero(scores >= 1 - 1e-5)):
+            if self.self_ids[query] < 0 and np.array_equal(batch[row], self.queries[query]):
+                self.self_ids[query] = first_row + row
+        all_scores = np.concatenate([self._scores, scores], axis=1)
+        all_ids = np.concatenate([self._ids, ids], axis=1)
+        top = np.argsort(-all_scores, axis=1, kind="stable")[:, :self.k + 1]
+        self._scores = np.take_along_axis(all_scores, top, axis=1)
+        self._ids = np.take_along_axis(all_ids, top, axis=1)
+
+    def ids(self):
+        return self._ids

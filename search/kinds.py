@@ -1,0 +1,133 @@
+"""The faiss index of each kind: which kind for a size, its training, its parameters.
+
+    exact   IndexFlatIP: every vector compared; up to EXACT_MAX rows.
+    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 128): a graph over the full vectors,
+            while they take at most half the available memory.
+    ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
+            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 32), its candidates re-ranked
+            with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor 8): about 280 bytes a row.
+
+faiss is imported on first use; without it, a SearchError says how to install it.
+"""
+
+import math
+import os
+
+import numpy as np
+
+KINDS = ("exact", "hnsw", "ivfpq")
+EXACT_MAX = 200_000
+PCA_DIMS = 256
+HNSW_M = 32
+PQ_CODES = 16
+TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
+
+
+class SearchError(ValueError):
+    """An index that cannot be built, read or queried as asked; the message says what to do."""
+
+
+def import_faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise SearchError("faiss is not installed: pip install -e '.[search]' (or pip install faiss-cpu)") from None
+    return faiss
+
+
+def normalise(vectors, mean):
+    """float32 [N, D] -> float32 [N, D]: minus `mean`, then each row of norm 1 (a zero row stays 0)."""
+    centred = np.asarray(vectors, dtype=np.float32) - mean
+    norms = np.linalg.norm(centred, axis=1, keepdims=True)
+    return np.divide(centred, norms, out=np.zeros_like(centred), where=norms > 0)
+
+
+def choose_kind(rows, feature_size, available_bytes=None):
+    """The kind for `rows` vectors of `feature_size` floats: exact up to EXACT_MAX, HNSW while the
+    vectors and the graph take at most half the available memory, else ivfpq."""
+    if rows <= EXACT_MAX:
+        return "exact"
+    if available_bytes is None:
+        available_bytes = _available_memory()
+    return "hnsw" if rows * (feature_size * 4 + HNSW_M * 2 * 4 + 16) <= available_bytes // 2 else "ivfpq"
+
+
+def _available_memory():
+    try:
+        with open("/proc/meminfo") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _nlist(rows):
+    """IVF lists: about 4 sqrt(N), a power of two, at least 1 and at most N / 39 (faiss wants 39 training
+    points a list)."""
+    target = 2 ** round(math.log2(max(1.0, 4 * math.sqrt(rows))))
+    return int(max(1, min(target, rows // 39)))
+
+
+def new_index(faiss, kind, dims, rows, training):
+    """An empty faiss index of `kind` for `rows` vectors of `dims`, trained on `training` (normalised
+    float32 [S, dims]); and its parameters for the metadata."""
+    if kind == "exact":
+        return faiss.IndexFlatIP(dims), {"faiss": "IndexFlatIP"}
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dims, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 40
+        index.hnsw.efSearch = 128
+        return index, {"faiss": "IndexHNSWFlat", "M": HNSW_M, "efConstruction": 40, "search": {"efSearch": 128}}
+    pca_dims = min(PCA_DIMS, dims, len(training))
+    pca, kept = _pca(faiss, training, pca_dims)
+    # Normalised again after the PCA: the inner product stays a cosine (the dropped dimensions would
+    # otherwise shrink every score, a near-copy's 0.99 to about the variance kept).
+    unit = faiss.NormalizationTransform(pca_dims, 2.0)
+    reduced = unit.apply(pca.apply(training))
+    nlist = _nlist(rows)
+    # Sub-vectors of at least 16 dimensions: faiss's k-means is slow on fewer (26 s for 64 codes of 4).
+    codes = max(1, min(PQ_CODES, pca_dims // 16))
+    while pca_dims % codes:
+        codes -= 1
+    quantizer = faiss.IndexFlatIP(pca_dims)
+    ivf = faiss.IndexIVFPQ(quantizer, pca_dims, nlist, codes, 8, faiss.METRIC_INNER_PRODUCT)
+    refine = faiss.IndexRefine(ivf, faiss.IndexScalarQuantizer(pca_dims, faiss.ScalarQuantizer.QT_8bit,
+                                                              faiss.METRIC_INNER_PRODUCT))
+    refine.train(reduced)  # trains the IVF-PQ and the scalar quantiser
+    index = faiss.IndexPreTransform(refine)  # faiss's Python keeps the parts alive with it
+    index.prepend_transform(unit)
+    index.prepend_transform(pca)
+    ivf.nprobe = 32
+    refine.k_factor = 8
+    return index, {"faiss": "LinearTransform (PCA) + NormalizationTransform + IndexIVFPQ + IndexRefine(SQ8)",
+                   "pca_dims": pca_dims,
+                   "pca_variance_kept": round(kept, 4), "trained_on": len(training), "nlist": nlist,
+                   "pq_codes": codes, "pq_bits": 8, "refine": "8-bit scalar of the PCA vectors",
+                   "search": {"nprobe": 32, "k_factor": 8}}
+
+
+def _pca(faiss, training, dims, seed=0):
+    """The first `dims` principal axes of `training` (float32 [S, D]) as a faiss LinearTransform
+    (x - mean) @ axes.T, and the share of the variance they keep.
+
+    A randomised SVD (Halko et al., two power iterations): seconds, where faiss's PCAMatrix
+    decomposes the full D x D covariance (about a minute for D = 4096 on 2 cores).
+    """
+    mean = training.mean(axis=0, dtype=np.float64).astype(np.float32)
+    centred = training - mean
+    rng = np.random.default_rng(seed)
+    basis = centred @ rng.standard_normal((centred.shape[1], min(dims + 16, centred.shape[1])), dtype=np.float32)
+    for _ in range(2):
+        basis, _ = np.linalg.qr(basis)
+        basis, _ = np.linalg.qr(centred @ (centred.T @ basis))
+    _, singular, axes = np.linalg.svd(basis.T @ centred, full_matrices=False)
+    axes = np.ascontiguousarray(axes[:dims], dtype=np.float32)
+    total = float(np.square(centred, dtype=np.float64).sum())
+    kept = float(np.square(singular[:dims], dtype=np.float64).sum() / total) if total > 0 else 1.0
+    transform = faiss.LinearTransform(centred.shape[1], dims, True)
+    faiss.copy_array_to_vector(axes.ravel(), transform.A)
+    faiss.copy_array_to_vector(-(axes @ mean), transform.b)
+    transform.is_trained = True
+    return transform, kept

@@ -1,0 +1,236 @@
+"""The page: a static HTML report of queries and their neighbours, duplicate groups and the histogram,
+with thumbnails beside it; and the server that shows it on 127.0.0.1.
+
+    write_page("page/", queries=[...], groups=[...], histogram=(counts, edges), images_root="photos/")
+    serve("page/", port=8000)        # http://127.0.0.1:8000/ until Ctrl-C
+
+The folder holds index.html (styles, script and data inline) and thumbs/ (JPEGs made with Pillow,
+named by a hash of the image's path). Nothing is fetched from elsewhere: no CDN, font or script,
+and a Content-Security-Policy that lets the page load only its own files. Groups are shown
+GROUPS_PER_PAGE at a time (buttons page through them) and thumbnails load lazily, so a report
+of thousands of groups opens at once. Image paths are shown as text (textContent), never as HTML.
+"""
+
+import hashlib
+import html
+import http.server
+import json
+import os
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+from parallel.output.durable import replace_atomically
+
+THUMB_SIZE = 160
+GROUPS_PER_PAGE = 50
+MEMBERS_SHOWN = 60
+THUMBS = "thumbs"
+
+
+def _thumb_name(image_path):
+    return hashlib.sha256(os.fsencode(str(image_path))).hexdigest()[:24] + ".jpg"
+
+
+def make_thumbnail(source, destination, size=THUMB_SIZE):
+    """Writes a JPEG of at most size x size of the image `source` to `destination`; an image that cannot
+    be read gets a grey square saying so (every thumbnail on the page loads). Returns True if read."""
+    try:
+        with Image.open(source) as image:
+            image.draft("RGB", (size, size))  # JPEG: decoded at a reduced scale, fast on camera-sized photos
+            image = image.convert("RGB")
+            image.thumbnail((size, size))
+            image.save(destination, "JPEG", quality=85)
+        return True
+    except (OSError, ValueError, Image.DecompressionBombError):
+        image = Image.new("RGB", (size, size), (200, 200, 200))
+        ImageDraw.Draw(image).text((8, size // 2 - 6), "not readable", fill=(90, 90, 90))
+        image.save(destination, "JPEG", quality=85)
+        return False
+
+
+def _thumbnails(folder, images, images_root, progress):
+    """{image path as given: "thumbs/<hash>.jpg"} for every image; made once (kept between reports)."""
+    thumbs = folder / THUMBS
+    thumbs.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for done, image in enumerate(sorted(images), 1):
+        name = _thumb_name(image)
+        target = thumbs / name
+        if not target.is_file():
+            source = Path(image) if Path(image).is_absolute() or images_root is None else Path(images_root) / image
+            make_thumbnail(source, target)
+        names[image] = "%s/%s" % (THUMBS, name)
+        if progress:
+            progress(done, len(images))
+    return names
+
+
+def histogram_svg(counts, edges, threshold=None, width=640, height=180):
+    """The histogram as an inline SVG (bars, axis labels every 0.1, the threshold as a red line)."""
+    bins = len(counts)
+    top = max(1, max(counts))
+    bar_width = width / bins
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" '
+             'aria-label="histogram of nearest-neighbour scores">' % (width, height + 20, width, height + 20)]
+    for position, count in enumerate(counts):
+        bar = (height - 4) * count / top
+        parts.append('<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="#4a78c0"><title>%.2f to %.2f: %d'
+                     '</title></rect>' % (position * bar_width, height - bar, max(bar_width - 1, 1), bar,
+                                          edges[position], edges[position + 1], count))
+    for tick in range(0, 21, 2):
+        value = -1 + tick / 10
+        x = (value - edges[0]) / (edges[-1] - edges[0]) * width
+        parts.append('<text x="%.1f" y="%d" font-size="10" text-anchor="middle" fill="#333">%.1f</text>'
+                     % (min(max(x, 10), width - 10), height + 14, value))
+    if threshold is not None:
+        x = (threshold - edges[0]) / (edges[-1] - edges[0]) * width
+        parts.append('<line x1="%.1f" x2="%.1f" y1="0" y2="%d" stroke="#c03030" stroke-width="2"/>' % (x, x, height))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_STYLE = """
+body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
+.row{display:flex;flex-wrap:wrap;gap:8px;margin:.4em 0 1.2em}
+figure{margin:0;width:164px;background:#fff;border:1px solid #ddd;padding:2px}
+figure.query{border:2px solid #c03030}
+figure img{display:block;width:160px;height:160px;object-fit:contain;background:#eee}
+figcaption{font-size:11px;overflow-wrap:anywhere}
+.pager button{margin-right:.5em}.meta{color:#555}
+"""
+
+_SCRIPT = """
+"use strict";
+const data = JSON.parse(document.getElementById("data").textContent);
+function figure(item) {
+  const fig = document.createElement("figure");
+  if (item.query) fig.className = "query";
+  const img = document.createElement("img");
+  img.loading = "lazy"; img.src = item.thumb; img.alt = item.path; img.width = 160; img.height = 160;
+  const cap = document.createElement("figcaption");
+  cap.textContent = (item.score === undefined ? "" : item.score.toFixed(3) + "  ") + item.path;
+  fig.append(img, cap);
+  return fig;
+}
+function showQueries() {
+  const box = document.getElementById("queries");
+  for (const query of data.queries) {
+    const title = document.createElement("h3"); title.textContent = query.label; box.append(title);
+    const row = document.createElement("div"); row.className = "row";
+    if (query.thumb) row.append(figure({path: query.label, thumb: query.thumb, query: true}));
+    for (const item of query.neighbours) row.append(figure(item));
+    box.append(row);
+  }
+}
+let page = 0;
+function showGroups() {
+  const box = document.getElementById("groups"); box.replaceChildren();
+  const per = data.groupsPerPage, pages = Math.max(1, Math.ceil(data.groups.length / per));
+  page = Math.min(Math.max(page, 0), pages - 1);
+  document.getElementById("page-number").textContent = "page " + (page + 1) + " of " + pages;
+  data.groups.slice(page * per, (page + 1) * per).forEach((group, offset) => {
+    const title = document.createElement("h3");
+    title.textContent = "group " + (page * per + offset + 1) + ": " + group.size + " images" +
+      (group.size > group.members.length ? " (first " + group.members.length + " shown)" : "");
+    const row = document.createElement("div"); row.className = "row";
+    for (const item of group.members) row.append(figure(item));
+    box.append(title, row);
+  });
+}
+document.getElementById("previous").addEventListener("click", () => { page -= 1; showGroups(); });
+document.getElementById("next").addEventListener("click", () => { page += 1; showGroups(); });
+showQueries(); showGroups();
+"""
+
+
+def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
+               details="", progress=None):
+    """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced).
+
+    Args:
+      folder: the report's folder (str or Path).
+      queries: list of {"label": str, "image": path of the query image or None,
+        "neighbours": [(path, score), ...]}.
+      groups: list of lists of paths, largest first.
+      histogram: (counts [B], edges [B + 1]) of nearest-neighbour scores, or None.
+      threshold: the duplicates threshold, drawn on the histogram; None: not drawn.
+      images_root: the folder the paths are relative to (the indexed output's images).
+      title: the page's heading. details: a line under it (what was indexed).
+      progress: callable(done, total) while thumbnails are made, or None.
+
+    Returns:
+      Path of index.html.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    images = {path for query in queries for path, _ in query["neighbours"]}
+    images |= {query["image"] for query in queries if query.get("image")}
+    images |= {path for group in groups for path in group[:MEMBERS_SHOWN]}
+    thumbs = _thumbnails(folder, images, images_root, progress)
+    data = {
+        "queries": [{"label": query["label"], "thumb": thumbs.get(query.get("image")),
+                     "neighbours": [{"path": path, "score": float(score), "thumb": thumbs[path]}
+                                    for path, score in query["neighbours"]]} for query in queries],
+        "groups": [{"size": len(group), "members": [{"path": path, "thumb": thumbs[path]}
+                                                    for path in group[:MEMBERS_SHOWN]]} for group in groups],
+        "groupsPerPage": GROUPS_PER_PAGE,
+    }
+    # "</" inside a script element would end it: escaped, the JSON reads the same.
+    payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")
+    svg = histogram_svg(*histogram, threshold=threshold) if histogram is not None else "<p>not computed</p>"
+    text = "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<link rel="icon" href="data:,">',
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src \'self\' file: data:; '
+        'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'">',
+        "<title>%s</title><style>%s</style></head><body>" % (html.escape(title), _STYLE),
+        "<h1>%s</h1><p class=\"meta\">%s</p>" % (html.escape(title), html.escape(details)),
+        "<h2>Nearest-neighbour scores</h2>", svg,
+        '<p class="meta">Each bar counts images whose nearest other image has that cosine similarity%s.</p>'
+        % (html.escape("; the red line is the threshold %.3f" % threshold) if threshold is not None else ""),
+        "<h2>Queries (%d)</h2><div id=\"queries\"></div>" % len(queries),
+        "<h2>Duplicate groups (%d), largest first</h2>" % len(groups),
+        '<p class="pager"><button id="previous">previous</button><button id="next">next</button>'
+        '<span id="page-number"></span></p><div id="groups"></div>',
+        '<script type="application/json" id="data">%s</script>' % payload,
+        "<script>%s</script>" % _SCRIPT, "</body></html>", ""])
+    page = folder / "index.html"
+    replace_atomically(page, text.encode("utf-8"))
+    return page
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+        pass
+
+
+def make_server(folder, port=0):
+    """An HTTP server of `folder` on 127.0.0.1 only (loopback: nothing on the network can reach it).
+
+    Args:
+      folder: the report's folder.
+      port: the port, 0 for any free one (`server.server_address[1]` says which).
+
+    Raises:
+      ValueError: `folder` has no index.html. OSError: the port is taken.
+    """
+    folder = Path(folder)
+    if not (folder / "index.html").is_file():
+        raise ValueError("%s has no index.html: write the page first (search-features page)" % folder)
+
+    def handler(*args, **kwargs):
+        return _QuietHandler(*args, directory=str(folder), **kwargs)
+
+    return http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
+
+
+def serve(folder, port=8000, announce=print):
+    """Serves the report in `folder` at http://127.0.0.1:<port>/ until interrupted."""
+    with make_server(folder, port) as server:
+        announce("serving %s at http://127.0.0.1:%d/ (Ctrl-C to stop)" % (folder, server.server_address[1]))
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass

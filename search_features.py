@@ -1,0 +1,375 @@
+"""The command line of search: index an output, neighbours, near-duplicates, the page, its server.
+
+    python search_features.py index results/features.parquet         # -> results/features.parquet.index/
+    python search_features.py --help                                 # the subcommands, examples, exit statuses
+
+This file only parses flags and calls the `search` package. One thing it composes itself: a query
+given as an image file is computed through the engine's public API (`parallel.extract`) with the
+settings recorded for the indexed output; `search/` never imports the engine. See docs/search.md.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from parallel.messages import Progress, first_line
+from parallel.signals import EXIT_INTERRUPTED
+
+PROGRAM = "search_features"
+INDEX_SUFFIX = ".index"
+
+DESCRIPTION = """\
+Search the features an output holds (run_inference.py's CSV, Parquet or npy output, or a kept
+<output>.shards/ folder): build an index, find the nearest neighbours of images, find every pair
+of near-duplicates, and write a page to look at them. Needs faiss: pip install -e '.[search]'.
+Similarity is the cosine of the vectors centred on the indexed output's mean. See docs/search.md."""
+
+EPILOG = """\
+examples:
+  %(prog)s index results/features.parquet           -> results/features.parquet.index/
+  %(prog)s index feats.npy --index big.index --kind ivfpq
+  %(prog)s add results/features.parquet.index       rows of the resumed output not yet indexed
+  %(prog)s neighbours IDX cats/01.jpg -k 5           an image of the output (its path in it)
+  %(prog)s neighbours IDX new.jpg --weights vgg16.npy
+                                                    a new image, computed with the output's settings
+  %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
+  %(prog)s duplicates IDX --calibrate               the histogram of nearest-neighbour scores
+  %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
+  %(prog)s page IDX --threshold 0.9 --query cats/01.jpg
+                                                    -> IDX/page/index.html (open it, or:)
+  %(prog)s serve IDX/page --port 8000               http://127.0.0.1:8000/ (loopback only)
+
+exit status:
+  0    done
+  2    usage error (bad flag, no such output or index, a query the index cannot take, faiss
+       missing): one line on stderr, nothing written
+  1    could not finish (disk full, a damaged file met part-way): what was written before is kept
+  130  stopped by Ctrl-C"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(EXIT_USAGE, "%s: error: %s (see --help)\n" % (PROGRAM, message))
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1; got %r" % text)
+    return value
+
+
+def _cosine(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not -1 <= value <= 1:
+        raise argparse.ArgumentTypeError("must be a cosine between -1 and 1; got %r" % text)
+    return value
+
+
+def parse_args(argv=None):
+    parser = _Parser(prog=None, description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    index = commands.add_parser("index", help="index an output (a folder beside it)")
+    index.add_argument("output", help="a .csv, .parquet or .npy output, or a kept <output>.shards/ folder")
+    index.add_argument("--index", metavar="FOLDER", help="the index folder (default: <output>.index)")
+    index.add_argument("--kind", choices=("exact", "hnsw", "ivfpq"),
+                       help="exact (default up to 200,000 rows), hnsw (while it fits in memory), ivfpq "
+                            "(PCA 256 + IVF-PQ, beyond)")
+    index.add_argument("--overwrite", action="store_true", help="replace an existing index folder")
+
+    add = commands.add_parser("add", help="add the rows of a resumed or extended output to an index")
+    add.add_argument("index", metavar="INDEX")
+    add.add_argument("--output", help="the output to add from (default: the indexed one)")
+
+    neighbours = commands.add_parser("neighbours", help="the nearest rows of images or vectors (CSV on stdout)")
+    neighbours.add_argument("index", metavar="INDEX")
+    neighbours.add_argument("queries", nargs="+", metavar="QUERY",
+                            help="a path of the indexed output, a .npy of a vector [D] or vectors [Q, D], or "
+                                 "an image file")
+    _search_flags(neighbours)
+    _query_flags(neighbours)
+
+    duplicates = commands.add_parser("duplicates", help="every pair with cosine >= --threshold, and groups")
+    duplicates.add_argument("index", metavar="INDEX")
+    duplicates.add_argument("--threshold", type=_cosine, default=0.9, help="cosine (default: %(default)s)")
+    duplicates.add_argument("--calibrate", action="store_true",
+                            help="print the histogram of each image's nearest-neighbour score and stop")
+    duplicates.add_argument("--pairs", metavar="CSV", help="default: INDEX/pairs.csv")
+    duplicates.add_argument("--groups", metavar="CSV", help="default: INDEX/groups.csv")
+    duplicates.add_argument("--neighbours", type=_positive, default=20, metavar="N",
+                            help="hnsw, ivfpq: nearest rows looked at per row (default: %(default)s)")
+    _search_flags(duplicates)
+
+    page = commands.add_parser("page", help="a static HTML report with thumbnails")
+    page.add_argument("index", metavar="INDEX")
+    page.add_argument("--out", metavar="FOLDER", help="default: INDEX/page")
+    page.add_argument("--query", action="append", default=[], metavar="QUERY", help="as for neighbours; repeat")
+    page.add_argument("--threshold", type=_cosine, help="show the duplicate groups at this cosine")
+    page.add_argument("--neighbours", type=_positive, default=20, metavar="N", help="as for duplicates")
+    _search_flags(page)
+    _query_flags(page)
+
+    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1")
+    serve.add_argument("folder", help="the page's folder")
+    serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
+    return parser.parse_args(argv)
+
+
+def _search_flags(parser):
+    parser.add_argument("--ef-search", type=_positive, metavar="N",
+                        help="hnsw: candidates kept while searching (default: the index's, 128); more finds more")
+    parser.add_argument("--nprobe", type=_positive, metavar="N",
+                        help="ivfpq: lists visited per query (default: the index's, 32); more finds more")
+
+
+def _load(args):
+    """The index of args.index, with the search parameters given on the command line."""
+    from search.index import Index
+    index = Index.load(args.index)
+    given = {name: value for name, value in (("efSearch", args.ef_search), ("nprobe", args.nprobe))
+             if value is not None}
+    if given:
+        index.set_search(**given)
+    return index
+
+
+def _query_flags(parser):
+    parser.add_argument("-k", type=_positive, default=10, help="neighbours per query (default: %(default)s)")
+    parser.add_argument("--weights", help="for image queries: the weights file the output was computed with "
+                                          "(default: 'imagenet' if it was)")
+    parser.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
+
+
+def _say(message):
+    print("%s: %s" % (PROGRAM, message), file=sys.stderr)
+
+
+class _Bars:
+    """progress(done, total[, what]) callbacks as a bar per phase."""
+
+    def __init__(self, enabled):
+        self.enabled, self.bar, self.what = enabled, None, None
+
+    def __call__(self, done, total, what="rows"):
+        if what != self.what:
+            self.close()
+            self.bar, self.what, self.done = Progress(self.enabled, total=total, unit="row", desc=what), what, 0
+            self.bar.__enter__()
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar, self.what = None, None
+
+
+def main(argv=None):
+    """Runs the command line; returns the exit status (listed in --help)."""
+    args = parse_args(argv)
+    bars = _Bars(not args.quiet and sys.stderr.isatty())
+    try:
+        return _COMMANDS[args.command](args, bars)
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return EXIT_INTERRUPTED
+    except _Failed as error:
+        _say("failed: %s" % first_line(error))
+        return EXIT_FAILED
+    except ValueError as error:  # SearchError, OutputError: the inputs are wrong, nothing written
+        _say("error: %s" % first_line(error))
+        return EXIT_USAGE
+    except Exception as error:  # a disk, a device (image queries), or the unforeseen: one line
+        _say("failed: %s" % ": ".join(filter(None, (type(error).__name__, first_line(error)))))
+        return EXIT_FAILED
+    finally:
+        bars.close()
+
+
+class _Failed(Exception):
+    """An error after something was written."""
+
+
+def _writing(function, *args, **kwargs):
+    """Runs `function`, which writes: any error from it is a failure (status 1), not a usage error."""
+    try:
+        return function(*args, **kwargs)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise _Failed(first_line(error) or type(error).__name__) from error
+
+
+def _index(args, bars):
+    from search.index import Index, SearchError, import_faiss
+    from search.vectors import read_output
+    import_faiss()
+    source = read_output(args.output)
+    folder = Path(args.index or str(Path(args.output)) + INDEX_SUFFIX)
+    if folder.exists() and not args.overwrite:
+        raise SearchError("%s exists: pass --overwrite to replace it, or `add` to add rows to it" % folder)
+    index = Index.build(args.output, folder, kind=args.kind, progress=bars, source=source)
+    bars.close()
+    recall = index.meta["recall_at_build"]
+    print("indexed %d rows of %s (%s) into %s; recall@%d at build %s" % (len(index), args.output, index.kind,
+          folder, recall["k"], recall["recall"]), file=sys.stderr)
+    return EXIT_OK
+
+
+def _add(args, bars):
+    from search.index import Index
+    index = Index.load(args.index)
+    added = index.add(args.output, progress=bars)
+    bars.close()
+    print("added %d rows; %d in all" % (added, len(index)), file=sys.stderr)
+    return EXIT_OK
+
+
+def _query_vectors(index, queries, args):
+    """[(label, image path or None, float32 [D] normalised)] for every query, in order."""
+    from search.index import SearchError
+    resolved, images = [], []
+    for query in queries:
+        if _in_index(index, query):
+            resolved.append((query, query, index.stored([index.row(query)])[0]))
+        elif query.endswith(".npy") and Path(query).is_file():
+            vectors = index.prepare(np.load(query))
+            resolved.extend(("%s[%d]" % (query, row), None, vector) for row, vector in enumerate(vectors))
+        elif Path(query).is_file():
+            resolved.append((query, str(Path(query).resolve()), None))
+            images.append(query)
+        else:
+            raise SearchError("query %r is not a path in the index, a .npy file or an image file" % query)
+    if images:
+        computed = dict(zip(images, index.prepare(_image_vectors(index, images, args))))
+        resolved = [(label, image, computed[label] if vector is None else vector)
+                    for label, image, vector in resolved]
+    return resolved
+
+
+def _in_index(index, query):
+    try:
+        index.row(query)
+        return True
+    except ValueError:
+        return False
+
+
+def _image_vectors(index, files, args):
+    """float32 [len(files), D]: the images' features through the engine, with the indexed output's settings."""
+    from search.index import SearchError
+    settings = index.settings
+    if settings.get("model") != "vgg16" or "layer" not in settings:
+        raise SearchError("the indexed output records no model settings: pass the query as a vector (.npy)")
+    weights = args.weights
+    if weights is None:
+        if not str(settings.get("weights", "")).startswith("imagenet"):
+            raise SearchError("the output was computed with weights %r: pass that file with --weights"
+                              % settings.get("weights"))
+        weights = "imagenet"
+    elif weights != "imagenet":
+        from models.weight_files import fingerprint
+        if not Path(weights).is_file():
+            raise SearchError("--weights %s is not a file" % weights)
+        if fingerprint(Path(weights)) != settings.get("weights"):
+            raise SearchError("--weights %s is not the weights the output was computed with (%s)"
+                              % (weights, settings.get("weights")))
+    from models import vgg16
+    from parallel import extract
+    model = vgg16.feature_model(endpoint=settings["layer"], weights=weights, precision=settings.get("precision",
+                                                                                                    "fp32"))
+    paths, features = extract(model, [Path(file) for file in files], devices=args.devices,
+                              resize=settings.get("resize", "crop"))
+    if len(paths) != len(files):
+        raise SearchError("cannot read the image %s" % ", ".join(sorted(set(files) - {str(path) for path in paths})))
+    return features
+
+
+def _neighbour_lists(index, args, queries):
+    resolved = _query_vectors(index, queries, args)
+    k = min(args.k, len(index))
+    ids, scores = index.search_ids(np.stack([vector for _, _, vector in resolved]), k)
+    return [(label, image, [(index.paths[row], float(score)) for row, score in zip(row_ids, row_scores) if row >= 0])
+            for (label, image, _), row_ids, row_scores in zip(resolved, ids, scores)]
+
+
+def _neighbours(args, bars):
+    from parallel.output.csv_rows import csv_line
+    index = _load(args)
+    lines = [csv_line(["query", "rank", "score", "path"])]
+    for label, _, found in _neighbour_lists(index, args, args.queries):
+        lines += [csv_line([label, str(rank), "%.6f" % score, path]) for rank, (path, score) in enumerate(found, 1)]
+    sys.stdout.buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
+    return EXIT_OK
+
+
+def _duplicates(args, bars):
+    from search import duplicates
+    index = _load(args)
+    if args.calibrate:
+        counts, edges = duplicates.histogram(duplicates.nearest_scores(index))
+        print("nearest-neighbour cosine of %d images (sample):\n%s" % (counts.sum(),
+              duplicates.histogram_text(counts, edges)))
+        return EXIT_OK
+    pairs_file = Path(args.pairs or index.folder / "pairs.csv")
+    groups_file = Path(args.groups or index.folder / "groups.csv")
+    pairs, scores = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=bars)
+    bars.close()
+    groups = duplicates.group_pairs(pairs, len(index))
+    _writing(duplicates.write_pairs, pairs_file, index.paths, pairs, scores)
+    _writing(duplicates.write_groups, groups_file, index.paths, groups)
+    print("%d pairs with cosine >= %g in %d groups: %s, %s" % (len(pairs), args.threshold, len(groups),
+          pairs_file, groups_file), file=sys.stderr)
+    return EXIT_OK
+
+
+def _page(args, bars):
+    from search import duplicates
+    from search.page import write_page
+    index = _load(args)
+    queries = [{"label": label, "image": image, "neighbours": found}
+               for label, image, found in _neighbour_lists(index, args, args.query)] if args.query else []
+    groups = []
+    if args.threshold is not None:
+        pairs, _ = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=bars)
+        groups = [[index.paths[row] for row in group] for group in duplicates.group_pairs(pairs, len(index))]
+    histogram = duplicates.histogram(duplicates.nearest_scores(index))
+    bars.close()
+    folder = Path(args.out or index.folder / "page")
+    details = "%d images of %s, %s index, layer %s" % (len(index), index.meta["source"]["output"], index.kind,
+                                                       index.settings.get("layer", "?"))
+    page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
+                    threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
+                    % Path(index.meta["source"]["output"]).name, details=details, progress=bars)
+    bars.close()
+    print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
+    return EXIT_OK
+
+
+def _serve(args, bars):
+    from search.page import serve
+    serve(args.folder, args.port, announce=lambda line: print(line, file=sys.stderr, flush=True))
+    return EXIT_OK
+
+
+_COMMANDS = {"index": _index, "add": _add, "neighbours": _neighbours, "duplicates": _duplicates, "page": _page,
+             "serve": _serve}
+
+
+def console():
+    """The program (`search-features`, `python search_features.py`): main(), exit with its status."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

@@ -1,0 +1,178 @@
+"""search_features.py: every subcommand, its exit statuses, and image queries computed through the engine."""
+
+import csv
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import run_inference
+import search_features
+from search_data import clustered, write_npy
+
+ROOT = Path(__file__).resolve().parent.parent
+# The threshold documented in docs/search.md for these features (seeded random VGG16 weights, fc7):
+# a 90 % centre crop scores about 0.8 with its original, a half-size copy or a JPEG at quality 40
+# about 0.99, other photos below 0 (at most -0.18).
+THRESHOLD = 0.75
+
+
+def run(*argv):
+    """search_features.main's exit status (argparse's usage errors exit with 2 from inside it)."""
+    try:
+        return search_features.main([str(arg) for arg in argv])
+    except SystemExit as exit:
+        return exit.code
+
+
+@pytest.fixture
+def output(tmp_path):
+    vectors = clustered(400)
+    vectors[399] = vectors[3] * 1.001  # a near-copy
+    write_npy(tmp_path / "f.npy", vectors)
+    return tmp_path / "f.npy"
+
+
+def test_help_lists_the_subcommands_examples_and_statuses():
+    result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "--help"], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0
+    for text in ("index", "neighbours", "--calibrate", "serve", "exit status", "130", "docs/search.md"):
+        assert text in result.stdout
+
+
+def test_a_session_index_neighbours_duplicates_add_page(output, tmp_path, capsys):
+    index = tmp_path / "f.npy.index"
+    assert run("--quiet", "index", output) == 0
+    assert (index / "index.json").is_file()
+    capsys.readouterr()
+    assert run("neighbours", index, "img/00003.jpg", "-k", "3") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["path"] for row in rows[:2]] == ["img/00003.jpg", "img/00399.jpg"] and len(rows) == 3
+    assert float(rows[0]["score"]) == pytest.approx(1.0, abs=1e-5)
+    np.save(tmp_path / "q.npy", clustered(400)[[5, 6]])
+    assert run("neighbours", index, tmp_path / "q.npy", "-k", "1") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["path"] for row in rows] == ["img/00005.jpg", "img/00006.jpg"]
+    assert run("duplicates", index, "--calibrate") == 0
+    assert "nearest-neighbour cosine of 400 images" in capsys.readouterr().out
+    assert run("--quiet", "duplicates", index, "--threshold", "0.99") == 0
+    with open(index / "pairs.csv", newline="") as file:
+        assert [(row["path_a"], row["path_b"]) for row in csv.DictReader(file)] == [("img/00003.jpg",
+                                                                                     "img/00399.jpg")]
+    assert (index / "groups.csv").read_text() == "group,size,path\n1,2,img/00003.jpg\n1,2,img/00399.jpg\n"
+    assert run("add", index) == 0
+    assert "added 0 rows; 400 in all" in capsys.readouterr().err
+    assert run("--quiet", "page", index, "--threshold", "0.99", "--query", "img/00003.jpg") == 0
+    assert "img/00399.jpg" in (index / "page" / "index.html").read_text()
+
+
+def test_usage_errors_exit_2_and_write_nothing(output, tmp_path, capsys):
+    before = sorted(tmp_path.iterdir())
+    assert run("index", tmp_path / "missing.npy") == 2
+    assert run("index", output, "--kind", "flat") == 2  # argparse
+    assert run("neighbours", tmp_path / "nope.index", "x.jpg") == 2
+    assert sorted(tmp_path.iterdir()) == before
+    err = capsys.readouterr().err
+    assert "search_features: error: output=" in err and "missing.npy is not a file" in err
+    assert run("--quiet", "index", output) == 0
+    index = tmp_path / "f.npy.index"
+    files = {path: path.read_bytes() for path in index.iterdir()}
+    assert run("index", output) == 2
+    assert "exists: pass --overwrite" in capsys.readouterr().err
+    assert run("neighbours", index, "not/in/the/index.jpg") == 2
+    assert "is not a path in the index, a .npy file or an image file" in capsys.readouterr().err
+    np.save(tmp_path / "wrong.npy", np.zeros(5, np.float32))
+    assert run("neighbours", index, tmp_path / "wrong.npy") == 2
+    assert run("duplicates", index, "--threshold", "2") == 2
+    (tmp_path / "photo.jpg").write_bytes(b"x")
+    assert run("neighbours", index, tmp_path / "photo.jpg", "--weights", tmp_path / "none.npy") == 2
+    assert "--weights" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in index.iterdir()} == files
+
+
+def test_search_parameters_on_the_command_line(output, tmp_path, capsys):
+    assert run("--quiet", "index", output, "--kind", "hnsw") == 0
+    capsys.readouterr()
+    assert run("neighbours", tmp_path / "f.npy.index", "img/00003.jpg", "-k", "2", "--ef-search", "16") == 0
+    assert "img/00399.jpg" in capsys.readouterr().out
+    assert run("neighbours", tmp_path / "f.npy.index", "img/00003.jpg", "--nprobe", "4") == 2
+    assert "nprobe=4: a hnsw index takes efSearch" in capsys.readouterr().err
+
+
+def test_a_failure_while_writing_exits_1(output, tmp_path, capsys):
+    assert run("--quiet", "index", output) == 0
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    status = run("--quiet", "duplicates", tmp_path / "f.npy.index", "--pairs", tmp_path / "blocker" / "pairs.csv")
+    assert status == 1 and "search_features: failed:" in capsys.readouterr().err
+
+
+# --- image queries and near-copies, through the engine (seeded random VGG16 weights: ~10 s) ------------------
+
+def near_copies(folder):
+    """4 smooth photos and 3 near-copies of each: a centre crop of 90 %, a resize to half, JPEG quality 40."""
+    rng = np.random.default_rng(3)
+    originals = []
+    for index in range(4):
+        image = Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)).resize((320, 240), Image.BICUBIC)
+        name = "photo%d" % index
+        image.save(folder / (name + ".jpg"), quality=95)
+        image.crop((16, 12, 304, 228)).save(folder / (name + "-crop.jpg"), quality=95)
+        image.resize((160, 120), Image.LANCZOS).save(folder / (name + "-half.jpg"), quality=95)
+        image.save(folder / (name + "-q40.jpg"), quality=40)
+        originals.append(name)
+    return originals
+
+
+@pytest.fixture(scope="module")
+def photo_output(tmp_path_factory, seeded_files):
+    folder = tmp_path_factory.mktemp("photos")
+    images = folder / "images"
+    images.mkdir()
+    originals = near_copies(images)
+    status = run_inference.main(["--images", str(images), "--output", str(folder / "f.npy"), "--weights",
+                                 str(seeded_files["npy"]), "--devices", "cpu:0", "--quiet"])
+    assert status == 0
+    return folder, images, originals
+
+
+def test_near_copies_are_grouped_with_their_originals(photo_output, capsys):
+    folder, _, originals = photo_output
+    assert run("--quiet", "index", folder / "f.npy", "--index", folder / "photos.index", "--overwrite") == 0
+    assert run("--quiet", "duplicates", folder / "photos.index", "--threshold", THRESHOLD) == 0
+    with open(folder / "photos.index" / "groups.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    groups = {}
+    for row in rows:
+        groups.setdefault(row["group"], set()).add(row["path"])
+    assert sorted(map(sorted, groups.values())) == sorted(
+        sorted(name + suffix for suffix in (".jpg", "-crop.jpg", "-half.jpg", "-q40.jpg")) for name in originals)
+
+
+def test_an_image_file_is_computed_with_the_settings_of_the_indexed_output(photo_output, seeded_files, capsys):
+    folder, images, _ = photo_output
+    assert run("--quiet", "index", folder / "f.npy", "--index", folder / "query.index", "--overwrite") == 0
+    capsys.readouterr()
+    query = folder / "outside.jpg"
+    shutil.copyfile(images / "photo2-crop.jpg", query)  # the same image, outside the indexed folder
+    assert run("neighbours", folder / "query.index", query, "-k", "2", "--weights", seeded_files["npy"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0]["path"] == "photo2-crop.jpg" and float(rows[0]["score"]) > 0.999
+    assert run("neighbours", folder / "query.index", query) == 2  # weights a file: --weights is needed
+    assert "pass that file with --weights" in capsys.readouterr().err
+
+
+def test_the_python_example_of_docs_search_runs(tmp_path):
+    page = (ROOT / "docs" / "search.md").read_text()
+    code = page.split("## Python API")[1].split("```python\n")[1].split("```")[0]
+    (tmp_path / "results").mkdir()
+    write_npy(tmp_path / "results" / "features.npy", clustered(300))
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "exact 300 1.0" and lines[1].startswith("img/00000.jpg 1.0")

@@ -1,0 +1,142 @@
+"""search.page: the report in a real browser (Debian's chromium through Playwright), thumbnails, the server."""
+
+import threading
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from search.duplicates import histogram
+from search.page import GROUPS_PER_PAGE, make_server, make_thumbnail, write_page
+
+CHROMIUM = Path("/usr/bin/chromium")
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def photos(folder, count):
+    """`count` smooth colour JPEGs (upsampled noise), in two subfolders; their paths relative to `folder`."""
+    rng = np.random.default_rng(0)
+    names = []
+    for index in range(count):
+        name = "%s/photo %02d.jpg" % ("ab"[index % 2], index)
+        small = Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8))
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        small.resize((320, 240), Image.BICUBIC).save(folder / name, quality=90)
+        names.append(name)
+    return names
+
+
+@pytest.fixture
+def report(tmp_path):
+    images = tmp_path / "images"
+    names = photos(images, 12)
+    (images / "broken.jpg").write_bytes(b"not an image")
+    queries = [{"label": names[0], "image": str(images / names[0]),
+                "neighbours": [(name, 1.0 - 0.01 * rank) for rank, name in enumerate(names[:5])]},
+               {"label": "q.npy[0]", "image": None, "neighbours": [("broken.jpg", 0.5), (names[3], 0.4)]}]
+    # More groups than a page shows, with a name that would be HTML if it were not escaped.
+    groups = [[names[index % 12], names[(index + 1) % 12]] for index in range(GROUPS_PER_PAGE + 7)]
+    groups.insert(0, names[:6] + ["broken.jpg"])
+    scores = np.random.default_rng(1).uniform(0.2, 1.0, 300)
+    page = write_page(tmp_path / "page", queries=queries, groups=groups, histogram=histogram(scores),
+                      threshold=0.9, images_root=images, title="Search <b>test</b>", details="12 photos")
+    return page, groups
+
+
+def test_the_page_holds_everything_inline_and_a_thumbnail_per_image(report):
+    page, _ = report
+    text = page.read_text()
+    assert "<svg" in text and "Content-Security-Policy" in text and "Search &lt;b&gt;test&lt;/b&gt;" in text
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
+    thumbs = sorted((page.parent / "thumbs").iterdir())
+    assert len(thumbs) == 14  # 12 photos, the broken file's placeholder, the query image by its own path
+    for thumb in thumbs:
+        with Image.open(thumb) as image:
+            assert image.format == "JPEG" and max(image.size) == 160
+
+
+def test_a_thumbnail_of_an_unreadable_image_is_a_placeholder(tmp_path):
+    (tmp_path / "bad.jpg").write_bytes(b"nope")
+    assert make_thumbnail(tmp_path / "bad.jpg", tmp_path / "t.jpg") is False
+    with Image.open(tmp_path / "t.jpg") as image:
+        assert image.size == (160, 160)
+
+
+def test_the_server_serves_the_page_on_loopback_only(report):
+    page, _ = report
+    server = make_server(page.parent, port=0)
+    host, port = server.server_address
+    assert host == "127.0.0.1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as response:
+            assert b"<svg" in response.read()
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(ValueError, match="has no index.html"):
+        make_server(page.parent / "thumbs")
+
+
+def _browse(url, screenshot):
+    """Opens `url` in chromium; returns (console errors, requested URLs, [naturalWidth of each img], page text)."""
+    from playwright.sync_api import sync_playwright
+    errors, requests = [], []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(url)
+            page.wait_for_load_state("load")
+            # Lazy images load as they come into view: scroll through the page, then wait for each.
+            height = page.evaluate("document.body.scrollHeight")
+            for offset in range(0, height + 900, 600):
+                page.evaluate("window.scrollTo(0, %d)" % offset)
+                page.wait_for_timeout(30)
+            page.wait_for_function("Array.from(document.images).every(img => img.complete)", timeout=15000)
+            widths = page.evaluate("Array.from(document.images).map(img => img.naturalWidth)")
+            first_page = page.inner_text("#groups")
+            page.click("#next")
+            second_page = page.inner_text("#groups")
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(screenshot))
+        finally:
+            browser.close()
+    return errors, requests, widths, first_page, second_page
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not installed "
+                                                  "(apt-get install chromium; .ci/run does)")
+@pytest.mark.parametrize("served", [False, True], ids=["file", "loopback"])
+def test_the_page_in_chromium(report, tmp_path, served):
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+    page, groups = report
+    server = None
+    if served:
+        server = make_server(page.parent, port=0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = "http://127.0.0.1:%d/index.html" % server.server_address[1]
+    else:
+        url = page.as_uri()
+    try:
+        errors, requests, widths, first_page, second_page = _browse(url, tmp_path / "shot.png")
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    assert errors == []
+    assert all(request.startswith(("file://", "http://127.0.0.1:", "data:")) for request in requests), requests
+    # Queries (1 + 5, then 2) and the first page of groups (7 + 49 groups of 2), every one loaded.
+    assert len(widths) == 6 + 2 + 7 + 2 * (GROUPS_PER_PAGE - 1) and all(width > 0 for width in widths)
+    assert "group 1: 7 images" in first_page and "group %d:" % (GROUPS_PER_PAGE + 1) not in first_page
+    assert "group %d: 2 images" % (GROUPS_PER_PAGE + 1) in second_page and len(groups) == GROUPS_PER_PAGE + 8
+    with Image.open(tmp_path / "shot.png") as shot:
+        pixels = np.asarray(shot.convert("L"), dtype=np.float32)
+    assert pixels.std() > 10  # not blank
