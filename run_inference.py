@@ -69,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, "run_inference: error: %s (see --help)\n" % message)
 
 
-def _at_least_one(text):
+def at_least_one(text):
     """argparse type: a whole number >= 1."""
     try:
         value = int(text)
@@ -123,7 +123,7 @@ def parse_args(argv=None):
     devices.add_argument("--devices", metavar="LIST",
                          help="TensorFlow device names instead of --gpus, e.g. gpu:0 or cpu:0,cpu:1 (several "
                               "CPU devices split the CPU's cores and run data-parallel)")
-    parser.add_argument("--batch-size", type=_at_least_one, metavar="N",
+    parser.add_argument("--batch-size", type=at_least_one, metavar="N",
                         help="images per device per step (default: 12 on CPU devices, 64 on GPUs; a device "
                              "that runs out of memory halves it and retries)")
     parser.add_argument("--layer", default="fc7", choices=ENDPOINTS,
@@ -141,9 +141,9 @@ def parse_args(argv=None):
                              "IEEE float32 on every device, so features agree across GPU generations and with "
                              "the CPU; tf32: float32 with TF32 matmuls and convolutions on Ampere and newer "
                              "GPUs (faster, about 1e-3 relative differences); fp16, bf16: 16-bit floats")
-    parser.add_argument("--workers", type=_at_least_one, metavar="N",
+    parser.add_argument("--workers", type=at_least_one, metavar="N",
                         help="threads decoding images (default: one per CPU core)")
-    parser.add_argument("--prefetch", type=_at_least_one, default=2, metavar="N",
+    parser.add_argument("--prefetch", type=at_least_one, default=2, metavar="N",
                         help="batches decoded ahead of the devices (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh, replacing the output, instead of resuming it")
@@ -159,8 +159,8 @@ def parse_args(argv=None):
                            "Slurm's, torchrun's, a Kubernetes Indexed Job's or TF_CONFIG's variables); ray: the "
                            "shards go to actors of a Ray cluster (pip install -e '.[ray]')")
     jobs.add_argument("--rank", type=int, metavar="N", help="this process's rank, 0 .. world size - 1 (static)")
-    jobs.add_argument("--world-size", type=_at_least_one, metavar="N", help="how many ranks (static)")
-    jobs.add_argument("--shard-size", type=_at_least_one, metavar="N",
+    jobs.add_argument("--world-size", type=at_least_one, metavar="N", help="how many ranks (static)")
+    jobs.add_argument("--shard-size", type=at_least_one, metavar="N",
                       help="images per shard (default: the size the job was started with, else the largest "
                            "multiple of the images per step up to 10000: 9996 with 12 images per step, 9984 "
                            "with 64 or 4 x 64)")

@@ -17,6 +17,7 @@ import numpy as np
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from parallel.messages import Progress, first_line
 from parallel.signals import EXIT_INTERRUPTED
+from run_inference import at_least_one
 
 PROGRAM = "search_features"
 INDEX_SUFFIX = ".index"
@@ -53,16 +54,6 @@ exit status:
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(EXIT_USAGE, "%s: error: %s (see --help)\n" % (PROGRAM, message))
-
-
-def _positive(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a whole number of at least 1; got %r" % text)
-    return value
 
 
 def _cosine(text):
@@ -108,7 +99,7 @@ def parse_args(argv=None):
                             help="print the histogram of each image's nearest-neighbour score and stop")
     duplicates.add_argument("--pairs", metavar="CSV", help="default: INDEX/pairs.csv")
     duplicates.add_argument("--groups", metavar="CSV", help="default: INDEX/groups.csv")
-    duplicates.add_argument("--neighbours", type=_positive, default=20, metavar="N",
+    duplicates.add_argument("--neighbours", type=at_least_one, default=20, metavar="N",
                             help="hnsw, ivfpq: nearest rows looked at per row (default: %(default)s)")
     _search_flags(duplicates)
 
@@ -117,7 +108,7 @@ def parse_args(argv=None):
     page.add_argument("--out", metavar="FOLDER", help="default: INDEX/page")
     page.add_argument("--query", action="append", default=[], metavar="QUERY", help="as for neighbours; repeat")
     page.add_argument("--threshold", type=_cosine, help="show the duplicate groups at this cosine")
-    page.add_argument("--neighbours", type=_positive, default=20, metavar="N", help="as for duplicates")
+    page.add_argument("--neighbours", type=at_least_one, default=20, metavar="N", help="as for duplicates")
     _search_flags(page)
     _query_flags(page)
 
@@ -128,9 +119,9 @@ def parse_args(argv=None):
 
 
 def _search_flags(parser):
-    parser.add_argument("--ef-search", type=_positive, metavar="N",
+    parser.add_argument("--ef-search", type=at_least_one, metavar="N",
                         help="hnsw: candidates kept while searching (default: the index's, 128); more finds more")
-    parser.add_argument("--nprobe", type=_positive, metavar="N",
+    parser.add_argument("--nprobe", type=at_least_one, metavar="N",
                         help="ivfpq: lists visited per query (default: the index's, 32); more finds more")
 
 
@@ -146,7 +137,7 @@ def _load(args):
 
 
 def _query_flags(parser):
-    parser.add_argument("-k", type=_positive, default=10, help="neighbours per query (default: %(default)s)")
+    parser.add_argument("-k", type=at_least_one, default=10, help="neighbours per query (default: %(default)s)")
     parser.add_argument("--weights", help="for image queries: the weights file the output was computed with "
                                           "(default: 'imagenet' if it was)")
     parser.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")

@@ -41,6 +41,9 @@ def run(config):
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.
     """
+    if config.source.kind == TARS and is_url(config.output):  # the store commit takes its images from the manifest
+        raise ValueError("--output %s: a job over tars writes a local output for now (its shards' members are "
+                         "indexed on the file system): give a local --output, then copy it" % config.output)
     if config.distribution is None and (config.source.kind == TARS or is_url(config.output)):
         config = as_one_rank(config)  # a shard per tar; a store has no rename for the single-host commit
     if config.distribution is None:
