@@ -268,8 +268,8 @@ def test_a_shard_size_for_tars_is_refused_before_anything_is_written(local_tars,
 
 def test_a_tar_job_into_a_store_output_is_refused_before_anything_is_written(s3_tars, tmp_path):
     """Not built yet: the store's commit takes a shard's images from the manifest, a tar shard's are its members."""
-    output = "s3://bucket/tar-job/out.parquet"
-    with pytest.raises(ValueError, match="^--output s3://bucket/tar-job/out.parquet: a job over tars writes a local "
-                                         "output for now"):
+    output = "s3://bucket/tars-into-a-store/out.parquet"
+    with pytest.raises(ValueError, match="^--output s3://bucket/tars-into-a-store/out.parquet: a job over tars "
+                                         "writes a local output for now"):
         jobs.run(job_child.config(s3_tars, output, "parquet"))
-    assert not store().exists("bucket/tar-job")
+    assert not store().exists("bucket/tars-into-a-store")

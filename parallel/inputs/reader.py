@@ -69,10 +69,10 @@ class ImageReader:
                 log_failures(batch.failures)
 
     Batch i holds paths[i * batch_size:(i + 1) * batch_size] (the last may be shorter), or,
-    with `chunks`, the next chunks[i] paths; each path is in its `paths` or its `failures`. Decoding runs on `workers` threads (Pillow releases
-    the GIL while decoding and resizing); at most `(prefetch_batches + 1) * batch_size`
-    images are submitted and not yet yielded. Leaving the `with` block (or close())
-    cancels what is pending and waits for the threads to end; a loop left early without
+    with `chunks`, the next chunks[i] paths; each path is in its `paths` or its `failures`.
+    Decoding runs on `workers` threads (Pillow releases the GIL while decoding and resizing);
+    at most `(prefetch_batches + 1) * batch_size` images are submitted and not yet yielded.
+    Leaving the `with` block (or close()) cancels what is pending and waits for the threads to end; a loop left early without
     `with` does the same as soon as its iterator is dropped. Each iteration starts from the
     first path.
 
@@ -218,23 +218,33 @@ class ImageReader:
         return self.decode
 
     def _collect(self, start, images, futures):
-        paths, failures, rows = [], [], []
-        for row, future in enumerate(futures):
-            path = self.paths[start + row]
-            try:
-                failed = future.result()
-            except StoreUnavailable:  # no image's failure: the run stops, and resumes once the store is back
-                raise
-            except Exception as error:  # decode_row does not raise; a decoder handed in may
-                failed = failure_of(error)
-            if failed is None:
-                paths.append(path)
-                rows.append(row)
-            else:
-                failures.append(Failure(path, *failed))
-        if failures:
-            images = images[rows]  # compacted; without failures the array is yielded as filled
-        return Batch(paths=paths, images=images, failures=failures)
+        return collect_batch(self.paths[start:start + len(futures)], images, futures)
+
+
+def collect_batch(paths, images, futures):
+    """The Batch of decoded images once their decodes are done: rows of the images that failed dropped.
+
+    Args:
+      paths: the images' keys, one per row of `images`.
+      images: uint8 [N, H, W, 3], row i filled by `futures[i]`.
+      futures: N futures of decode rows (None, or the (kind, message) of a failure).
+    """
+    kept, failures, rows = [], [], []
+    for row, (path, future) in enumerate(zip(paths, futures)):
+        try:
+            failed = future.result()
+        except StoreUnavailable:  # no image's failure: the run stops, and resumes once the store is back
+            raise
+        except Exception as error:  # decode_row does not raise; a decoder handed in may
+            failed = failure_of(error)
+        if failed is None:
+            kept.append(path)
+            rows.append(row)
+        else:
+            failures.append(Failure(path, *failed))
+    if failures:
+        images = images[rows]  # compacted; without failures the array is yielded as filled
+    return Batch(paths=kept, images=images, failures=failures)
 
 
 def step_lengths(positions, step_size):

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from parallel.inputs.decode import MAX_PIXELS, check_image_arguments, decode_bytes_row, failure_of
-from parallel.inputs.reader import Batch, Failure
+from parallel.inputs.decode import MAX_PIXELS, check_image_arguments, decode_bytes_row
+from parallel.inputs.reader import collect_batch
 
 _THREAD_PREFIX = "StreamReader"
 _END = object()
@@ -128,7 +128,7 @@ class StreamReader:
                         pending.append(self._submit(chunk))
                 if not pending:
                     return
-                yield self._collect(*pending.popleft())
+                yield collect_batch(*pending.popleft())
         finally:
             for _, _, futures in pending:
                 for future in futures:
@@ -142,18 +142,3 @@ class StreamReader:
         self.count += len(chunk)
         return [key for key, _ in chunk], images, futures
 
-    def _collect(self, keys, images, futures):
-        paths, failures, rows = [], [], []
-        for row, (key, future) in enumerate(zip(keys, futures)):
-            try:
-                failed = future.result()
-            except Exception as error:
-                failed = failure_of(error)
-            if failed is None:
-                paths.append(key)
-                rows.append(row)
-            else:
-                failures.append(Failure(key, *failed))
-        if failures:
-            images = images[rows]
-        return Batch(paths=paths, images=images, failures=failures)

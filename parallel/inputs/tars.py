@@ -27,8 +27,9 @@ What cannot be read is accounted for, each a failure of the errors file:
                                             or "unreachable" (parallel.inputs.remote)
 
 so a damaged tar costs only its own images. A store that cannot be connected to at all is no
-tar's fault: remote.StoreUnavailable stops the run, and the tar is read again by the rerun. The index records those too (offset of the damage,
-size -1), so that a shard's rows and errors are exactly its index's keys.
+tar's fault: remote.StoreUnavailable stops the run, and the tar is read again by the rerun.
+The index records those too (offset of the damage, size -1), so that a shard's rows and errors
+are exactly its index's keys.
 """
 
 import dataclasses

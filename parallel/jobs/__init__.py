@@ -37,8 +37,8 @@ parallel.inputs.tars); its members, known only then, are its images, recorded wi
     locks                 flock locks: one writer per output, one manifest writer
 
 May import: the engine (parallel.engine: extract_into, extract_stream, run_errors, RunError), the
-input layer (parallel.inputs.manifest, discovery, changes, sources, tars), the device layer, the output layer, loop, messages,
-signals. Nothing below imports this package: the engine knows no job.
+input layer (parallel.inputs.manifest, discovery, changes, sources, tars), the device layer, the
+output layer, parallel.locations, loop, messages, signals. Nothing below imports this package: the engine knows no job.
 
 The names below are imported on first use (PEP 562).
 """
