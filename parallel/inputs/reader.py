@@ -72,9 +72,9 @@ class ImageReader:
     with `chunks`, the next chunks[i] paths; each path is in its `paths` or its `failures`.
     Decoding runs on `workers` threads (Pillow releases the GIL while decoding and resizing);
     at most `(prefetch_batches + 1) * batch_size` images are submitted and not yet yielded.
-    Leaving the `with` block (or close()) cancels what is pending and waits for the threads to end; a loop left early without
-    `with` does the same as soon as its iterator is dropped. Each iteration starts from the
-    first path.
+    Leaving the `with` block (or close()) cancels what is pending and waits for the threads to
+    end; a loop left early without `with` does the same as soon as its iterator is dropped.
+    Each iteration starts from the first path.
 
     Each worker runs `decode` for one image of a chunk; a test or a caller can hand in its own
     (slow, failing, counting, or one that wraps decode_row):
