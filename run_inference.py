@@ -264,6 +264,9 @@ def main(argv=None):
         _say("error: %s" % error)
         return EXIT_USAGE
     except Exception as error:
+        if _by_a_signal(error):  # e.g. ImportError("initialization failed") of an import a signal cut short
+            _say("interrupted; rerun the same command to resume")
+            return EXIT_INTERRUPTED
         if args.verbose:
             raise
         from parallel.engine import RunError
@@ -352,6 +355,21 @@ def _silence_native_logs():
         return
     sys.stderr = open(real_stderr, "w", buffering=1, encoding=sys.stderr.encoding,
                       errors="backslashreplace")
+
+
+def _by_a_signal(error):
+    """Whether `error` was raised because a signal's KeyboardInterrupt cut something short (its chain holds one).
+
+    A native module's initialisation (pybind11) turns the KeyboardInterrupt of a SIGTERM during
+    `import tensorflow` into ImportError("initialization failed"), raised from it.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def console():

@@ -124,8 +124,14 @@ def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exa
 
 def test_each_worker_builds_its_graph_once_on_gpus_of_its_own(ray_runs):
     for fault in ("kill", "interrupt", "badweights"):
-        builds, gpus = ray_runs[fault]["builds"], int(ray_runs[fault]["job"].split(":")[1])
-        assert builds and set(builds.values()) == {gpus}, builds  # once, a replica per device
+        result = ray_runs[fault]
+        builds, gpus = result["builds"], int(result["job"].split(":")[1])
+        assert builds and set(builds.values()) <= set(range(1, gpus + 1)), builds  # never a second graph
+        # A worker the driver logged as ready built one replica per device; one still building when
+        # the job ended (all shards done, or Ctrl-C) is stopped part-way, and has fewer.
+        ready = {worker["pid"] for worker in result["workers"] + result.get("first_workers", [])}
+        assert {pid: builds.get(pid) for pid in ready} == dict.fromkeys(ready, gpus), (ready, builds)
+        assert ready or fault == "badweights", result["workers"]
     killed, interrupted = ray_runs["kill"], ray_runs["interrupt"]
     # The workers of one run of the driver, less the one killed (its replacement may get its GPU).
     for workers, gpus in ((killed["workers"], 1), (interrupted["first_workers"], 2), (interrupted["workers"], 2)):

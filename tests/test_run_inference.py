@@ -478,6 +478,22 @@ def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_imag
     assert "Traceback" not in error
 
 
+def test_an_import_a_signal_cut_short_is_an_interruption_not_a_failure(fake_run, capsys):
+    """pybind11 turns the KeyboardInterrupt of a SIGTERM during `import tensorflow` into ImportError
+    ("initialization failed") raised from it: the run was interrupted, status 130, not a failure."""
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise ImportError("initialization failed") from interrupt
+    except ImportError as error:
+        fake_run.outcome = error
+    assert main("--images", ".", "--devices", "cpu:0", "--quiet") == 130
+    assert capsys.readouterr().err == "run_inference: interrupted; rerun the same command to resume\n"
+    fake_run.outcome = ImportError("initialization failed")  # without a signal: a failure, as before
+    assert main("--images", ".", "--devices", "cpu:0", "--quiet") == 1
+
+
 def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, many_images, weights_file,
                                                                              uninterrupted):
     images, names = many_images
