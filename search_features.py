@@ -18,6 +18,7 @@ from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from parallel.messages import Progress, first_line
 from parallel.signals import EXIT_INTERRUPTED
 from run_inference import at_least_one
+from search.kinds import EF_SEARCH, RERANK
 
 PROGRAM = "search_features"
 INDEX_SUFFIX = ".index"
@@ -79,6 +80,9 @@ def parse_args(argv=None):
                        help="exact (default up to 200,000 rows), hnsw (while it fits in memory), ivfpq "
                             "(PCA 256 + IVF-PQ, beyond)")
     index.add_argument("--overwrite", action="store_true", help="replace an existing index folder")
+    index.add_argument("--no-full-vectors", dest="full_vectors", action="store_false",
+                       help="ivfpq: do not keep every vector in float16 beside the index (2 x D bytes a row on "
+                            "disk) to re-rank with; less disk, lower recall")
 
     add = commands.add_parser("add", help="add the rows of a resumed or extended output to an index")
     add.add_argument("index", metavar="INDEX")
@@ -120,17 +124,22 @@ def parse_args(argv=None):
 
 def _search_flags(parser):
     parser.add_argument("--ef-search", type=at_least_one, metavar="N",
-                        help="hnsw: candidates kept while searching (default: the index's, 128); more finds more")
+                        help="hnsw: candidates kept while searching (default: the index's, %d); more finds more"
+                             % EF_SEARCH)
     parser.add_argument("--nprobe", type=at_least_one, metavar="N",
-                        help="ivfpq: lists visited per query (default: the index's, 32); more finds more")
+                        help="ivfpq: lists visited per query (default: the index's, 1/32 of its lists, at least "
+                             "32); more finds more")
+    parser.add_argument("--rerank", type=at_least_one, metavar="N",
+                        help="ivfpq: candidates re-ranked with the full vectors per neighbour asked for (default: "
+                             "the index's, %d); more finds more" % RERANK)
 
 
 def _load(args):
     """The index of args.index, with the search parameters given on the command line."""
     from search.index import Index
     index = Index.load(args.index)
-    given = {name: value for name, value in (("efSearch", args.ef_search), ("nprobe", args.nprobe))
-             if value is not None}
+    given = {name: value for name, value in (("efSearch", args.ef_search), ("nprobe", args.nprobe),
+                                             ("rerank", args.rerank)) if value is not None}
     if given:
         index.set_search(**given)
     return index
@@ -209,7 +218,8 @@ def _index(args, bars):
     folder = Path(args.index or str(Path(args.output)) + INDEX_SUFFIX)
     if folder.exists() and not args.overwrite:
         raise SearchError("%s exists: pass --overwrite to replace it, or `add` to add rows to it" % folder)
-    index = Index.build(args.output, folder, kind=args.kind, progress=bars, source=source)
+    index = Index.build(args.output, folder, kind=args.kind, progress=bars, source=source,
+                        full_vectors=args.full_vectors)
     bars.close()
     recall = index.meta["recall_at_build"]
     print("indexed %d rows of %s (%s) into %s; recall@%d at build %s" % (len(index), args.output, index.kind,
@@ -325,6 +335,7 @@ def _duplicates(args, bars):
 
 
 def _page(args, bars):
+    from parallel.inputs.tars import MEMBERS_SUFFIX
     from search import duplicates
     from search.page import write_page
     index = _load(args)
@@ -341,7 +352,8 @@ def _page(args, bars):
                                                        index.settings.get("layer", "?"))
     page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
                     threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
-                    % Path(index.meta["source"]["output"]).name, details=details, progress=bars)
+                    % Path(index.meta["source"]["output"]).name, details=details, progress=bars,
+                    members=index.meta["source"]["output"] + MEMBERS_SUFFIX)
     bars.close()
     print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
     return EXIT_OK

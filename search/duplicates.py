@@ -9,8 +9,9 @@ Memory is bounded by the index and one block of scores, never N x N:
     exact   every pair is compared, a block of BLOCK x BLOCK scores at a time, and only j > i
             (half the products of a full matrix): the pair list is exactly that of brute force.
     hnsw    each row's `neighbours` nearest rows (k-NN on the graph), kept when >= threshold.
-    ivfpq   the same, queried with the output's own vectors read again in batches (the index holds
-            only their codes); scores are those of the re-ranked 256-dimension PCA vectors.
+    ivfpq   the same, queried with the full vectors the index keeps (search.rerank), and scored by
+            them; an index built without them reads the output again for the queries, and its scores
+            are those of the 256-dimension PCA vectors.
 For the approximate kinds a row with more than `neighbours` near-copies keeps its nearest
 `neighbours`; its group still joins them all through their own lists.
 """
@@ -47,9 +48,13 @@ def _stored_blocks(index, rows):
 
 def _row_blocks(index, source):
     """(first row, normalised float32 [B, D]) over every row, in the index's order: the stored vectors
-    (exact, hnsw), or the output read again (ivfpq, whose index holds codes)."""
+    (exact, hnsw; ivfpq's full vectors), or the output read again (an ivfpq index without them)."""
     if index.kind != "ivfpq":
         yield from _stored_blocks(index, range(len(index)))
+        return
+    if index.keeps_full_vectors:
+        for start in range(0, len(index), BLOCK):
+            yield start, index.stored(range(start, min(len(index), start + BLOCK)))
         return
     source = source or read_output(index.meta["source"]["output"])
     position = {path: row for row, path in enumerate(index.paths)}

@@ -12,6 +12,8 @@ Kinds (`KINDS`: exact, hnsw, ivfpq), chosen by size unless given: see search/kin
 The index folder:
     index.faiss   the faiss index (with the PCA, for ivfpq): faiss.read_index reads it
     paths.csv     the path of each row, in order (one column `path`)
+    vectors.f16   ivfpq only: every row's normalised vector, float16 [rows, D] little-endian, no
+                  header; memory-mapped to re-rank a search's candidates in the full D dimensions
     index.json    the metadata: source output, its settings, kind, parameters, the mean, the
                   recall measured at build time against exact search, rows; written last, so that
                   a build or add that stopped part-way leaves the previous index, or none
@@ -28,6 +30,9 @@ from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
 from search.kinds import (KINDS, TRAIN_ROWS, SearchError, choose_kind, import_faiss,  # noqa: F401 -- the API
                           new_index, normalise)
+from search.kinds import EF_SEARCH, RERANK
+from search.recall import ExactNeighbours
+from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
 from search.vectors import read_output
 
 RECALL_QUERIES = 200       # rows whose exact neighbours are found while the index is filled
@@ -49,10 +54,16 @@ class Index:
     def __init__(self, folder, meta, faiss_index, paths, mean):
         self.folder, self.meta, self._index, self.paths, self.mean = Path(folder), meta, faiss_index, paths, mean
         self._rows = None
+        self._full = None  # ivfpq: the memory-mapped vectors.f16, float16 [rows, D]
 
     @property
     def kind(self):
         return self.meta["kind"]
+
+    @property
+    def keeps_full_vectors(self):
+        """Whether the index re-ranks with the full vectors it keeps (ivfpq; see search.rerank)."""
+        return self._full is not None
 
     @property
     def settings(self):
@@ -64,7 +75,8 @@ class Index:
 
     # ----------------------------------------------------------------------------------------- building
     @classmethod
-    def build(cls, output, folder, kind=None, batch_rows=4096, progress=None, source=None, seed=0):
+    def build(cls, output, folder, kind=None, batch_rows=4096, progress=None, source=None, seed=0,
+              full_vectors=True):
         """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
 
         Two passes over the rows, a batch at a time: the first takes their mean and a sample (to
@@ -79,6 +91,9 @@ class Index:
           progress: callable(rows done, rows in all, what) or None.
           source: an `OutputVectors` to read instead of `output` (a generator of batches, in benchmarks).
           seed: of the sample.
+          full_vectors: ivfpq: keep every normalised vector in float16 in the folder (2 D bytes a
+            row on disk) to re-rank each search's candidates in the full dimensions; False: the
+            PCA's scores and order only (less disk, lower recall: docs/benchmarks.md#search).
 
         Returns:
           Index.
@@ -98,14 +113,19 @@ class Index:
         queries = sample[:RECALL_QUERIES]  # the sample is in random order
         faiss_index, parameters = new_index(faiss, kind, source.feature_size, source.count, normalise(sample, mean))
         del sample
+        if not full_vectors:
+            parameters.pop("full_vectors", None)
+            parameters.get("search", {}).pop("rerank", None)
         meta = {"version": _VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
                 "source": {"output": str(Path(str(source.output)).resolve()), "format": source.format,
                            "settings": source.settings, "complete": source.complete},
                 "parameters": parameters, "mean": [float(value) for value in mean]}
         index = cls(folder, meta, faiss_index, [], mean)
-        recall = _ExactNeighbours(normalise(queries, mean), RECALL_K)
-        index._fill(source, batch_rows, None, progress, recall)
-        meta["recall_at_build"] = index._measure(recall)
+        recall = ExactNeighbours(normalise(queries, mean), RECALL_K)
+        index.folder.mkdir(parents=True, exist_ok=True)
+        index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
+        index._map_full(index._full_path(".tmp"))
+        meta["recall_at_build"] = recall.measure(index)
         meta["build_seconds"] = round(time.monotonic() - started, 3)
         index.save()
         return index
@@ -129,39 +149,42 @@ class Index:
             raise SearchError("%s was written with other settings than the indexed output (%s): index it "
                               "separately" % (source.output, differences))
         before = len(self.paths)
-        self._fill(source, batch_rows, set(self.paths), progress, None)
+        self._full = None  # its file grows: mapped again below
+        self._fill(source, batch_rows, set(self.paths), progress, None, self._full_path())
         added = len(self.paths) - before
         if added:
             self.meta["source"]["complete"] = source.complete
             self.save()
+        self._map_full(self._full_path())
         return added
 
-    def _fill(self, source, batch_rows, skip, progress, recall):
+    def _fill(self, source, batch_rows, skip, progress, recall, full_path):
+        """Adds the rows of `source` not in `skip`; with full vectors, appends theirs to `full_path` (cut
+        first to the rows the index holds: what an add that stopped part-way left after them is not ours)."""
         done = 0
-        for paths, vectors in source.batches(batch_rows, skip=skip):
-            unit = normalise(vectors, self.mean)
-            if recall is not None:
-                recall.update(unit, len(self.paths))
-            self._index.add(unit)
-            self.paths.extend(paths)
-            done += len(paths)
-            if progress:
-                progress(done, source.count, "adding")
+        keep = "full_vectors" in self.meta["parameters"]
+        with appending(full_path if keep else None, len(self.paths), self.meta["feature_size"]) as full:
+            for paths, vectors in source.batches(batch_rows, skip=skip):
+                unit = normalise(vectors, self.mean)
+                if recall is not None:
+                    recall.update(unit, len(self.paths))
+                self._index.add(unit)
+                full(unit)
+                self.paths.extend(paths)
+                done += len(paths)
+                if progress:
+                    progress(done, source.count, "adding")
         self.meta["rows"] = len(self.paths)
         self._rows = None
 
-    def _measure(self, exact):
-        """recall@k of this index against the exact neighbours found while filling, each query's own row left out."""
-        found = self.search_ids(exact.queries, exact.k + 1)[0]
-        hits = total = 0
-        for row, truth in enumerate(exact.ids()):
-            truth = [neighbour for neighbour in truth if neighbour != exact.self_ids[row]][:exact.k]
-            found_row = [neighbour for neighbour in found[row] if neighbour != exact.self_ids[row]][:exact.k]
-            hits += len(set(truth) & set(found_row))
-            total += len(truth)
-        return {"k": exact.k, "queries": len(exact.queries), "recall": round(hits / total, 4) if total else None,
-                "against": "exact inner product over all %d rows in %d dimensions"
-                           % (len(self.paths), self.meta["feature_size"])}
+    def _full_path(self, suffix=""):
+        return self.folder / (FULL_VECTORS + suffix)
+
+    def _map_full(self, path):
+        """Maps the full vectors of an index that keeps them (see search.rerank); None for the others."""
+        self._full = None
+        if "full_vectors" in self.meta["parameters"]:
+            self._full = map_full_vectors(path, len(self.paths), self.meta["feature_size"], self.folder)
 
     # ----------------------------------------------------------------------------------------- files
     def save(self):
@@ -171,6 +194,10 @@ class Index:
         temporary = self.folder / "index.faiss.tmp"
         faiss.write_index(self._index, str(temporary))
         os.replace(temporary, self.folder / "index.faiss")
+        if self._full_path(".tmp").exists():  # a build's full vectors: in place before index.json says so
+            os.replace(self._full_path(".tmp"), self._full_path())
+        elif "full_vectors" not in self.meta["parameters"]:
+            self._full_path().unlink(missing_ok=True)  # a replaced index's
         write_paths_csv(self.folder / "paths.csv", self.paths)
         self.meta["rows"] = len(self.paths)
         replace_atomically(self.folder / "index.json", (json.dumps(self.meta, indent=1) + "\n").encode("utf-8"))
@@ -206,6 +233,7 @@ class Index:
             raise SearchError("index=%s is damaged: %d paths, %d vectors, %d rows recorded: build it again"
                               % (folder, len(paths), faiss_index.ntotal, meta["rows"]))
         index = cls(folder, meta, faiss_index, paths, mean)
+        index._map_full(index._full_path())
         index._set_search_parameters()
         return index
 
@@ -214,13 +242,17 @@ class Index:
         and finds more of the exact neighbours (docs/benchmarks.md#search measures both).
 
         Args:
-          parameters: hnsw: efSearch (default 128); ivfpq: nprobe (lists visited, default 32) and
-            k_factor (candidates re-ranked per neighbour, default 8).
+          parameters: hnsw: efSearch (default 64); ivfpq: nprobe (lists visited, default 1/32 of
+            them, at least 32), k_factor (candidates re-ranked with the PCA vectors per candidate,
+            default 8) and, when the index keeps the full vectors, rerank (candidates re-ranked with
+            them per neighbour, default 5).
 
         Raises:
           SearchError: a parameter this kind does not have, or not a whole number >= 1.
         """
         allowed = {"hnsw": ("efSearch",), "ivfpq": ("nprobe", "k_factor")}.get(self.kind, ())
+        if "full_vectors" in self.meta["parameters"]:
+            allowed += ("rerank",)
         for name, value in parameters.items():
             if name not in allowed:
                 raise SearchError("%s=%r: a %s index takes %s" % (name, value, self.kind,
@@ -235,7 +267,7 @@ class Index:
         inner = self._index
         faiss = import_faiss()
         if self.kind == "hnsw":
-            inner.hnsw.efSearch = search.get("efSearch", 128)
+            inner.hnsw.efSearch = search.get("efSearch", EF_SEARCH)
         elif self.kind == "ivfpq":
             refine = faiss.downcast_index(faiss.downcast_index(inner).index)
             refine.k_factor = search.get("k_factor", 8)
@@ -258,18 +290,26 @@ class Index:
                               % (path, self.folder)) from None
 
     def stored(self, rows):
-        """float32 [len(rows), D]: the normalised vectors of `rows` as the index holds them (for ivfpq,
-        rebuilt from the PCA: an approximation)."""
+        """float32 [len(rows), D]: the normalised vectors of `rows` as the index holds them (for ivfpq, its
+        float16 full vectors, or without them, rebuilt from the PCA: an approximation)."""
+        if self._full is not None:
+            return np.asarray(self._full[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
         return np.stack([self._index.reconstruct(int(row)) for row in rows]).astype(np.float32)
 
     def search_ids(self, unit_vectors, k):
         """The k nearest rows of already normalised float32 [Q, D] vectors: (int64 [Q, k], float32 [Q, k]),
-        -1 and -inf where the index holds fewer than k rows."""
+        -1 and -inf where the index holds fewer than k rows. An ivfpq index with its full vectors re-ranks
+        its best `rerank` x k candidates with them (search.rerank)."""
         k = int(k)
         if k < 1:
             raise SearchError("k=%d; expected at least 1" % k)
-        scores, ids = self._index.search(np.ascontiguousarray(unit_vectors, dtype=np.float32), k)
-        return ids, scores
+        unit_vectors = np.ascontiguousarray(unit_vectors, dtype=np.float32)
+        if self._full is None:
+            scores, ids = self._index.search(unit_vectors, k)
+            return ids, scores
+        per_neighbour = self.meta["parameters"]["search"].get("rerank", RERANK)
+        _, candidates = self._index.search(unit_vectors, min(len(self.paths), k * per_neighbour))
+        return rerank(self._full, unit_vectors, candidates, k)
 
     def prepare(self, vectors):
         """Raw vectors (as the output holds them: float32 [Q, D] or [D]) -> centred, normalised [Q, D].
@@ -329,29 +369,3 @@ def _mean_and_sample(source, batch_rows, seed, progress):
         raise SearchError("output=%s holds no rows: nothing to index" % source.output)
     sample = np.concatenate(sample)
     return (sums / start).astype(np.float32), sample[rng.permutation(len(sample))]
-
-
-class _ExactNeighbours:
-    """The exact top-k rows of a few queries, updated batch by batch as the index is filled."""
-
-    def __init__(self, queries, k):
-        self.queries, self.k = queries, k
-        self._scores = np.full((len(queries), k + 1), -np.inf, dtype=np.float32)
-        self._ids = np.full((len(queries), k + 1), -1, dtype=np.int64)
-        self.self_ids = np.full(len(queries), -1, dtype=np.int64)
-
-    def update(self, batch, first_row):
-        scores = self.queries @ batch.T
-        ids = np.broadcast_to(np.arange(first_row, first_row + len(batch)), scores.shape)
-        # The query's own row (identical vector) is the one scoring ~1 with itself: remembered to be left out.
-        for query, row in zip(*np.nonzero(scores >= 1 - 1e-5)):
-            if self.self_ids[query] < 0 and np.array_equal(batch[row], self.queries[query]):
-                self.self_ids[query] = first_row + row
-        all_scores = np.concatenate([self._scores, scores], axis=1)
-        all_ids = np.concatenate([self._ids, ids], axis=1)
-        top = np.argsort(-all_scores, axis=1, kind="stable")[:, :self.k + 1]
-        self._scores = np.take_along_axis(all_scores, top, axis=1)
-        self._ids = np.take_along_axis(all_ids, top, axis=1)
-
-    def ids(self):
-        return self._ids

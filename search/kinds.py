@@ -1,11 +1,15 @@
 """The faiss index of each kind: which kind for a size, its training, its parameters.
 
     exact   IndexFlatIP: every vector compared; up to EXACT_MAX rows.
-    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 128): a graph over the full vectors,
+    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64): a graph over the full vectors,
             while they take at most half the available memory.
     ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
-            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 32), its candidates re-ranked
-            with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor 8): about 280 bytes a row.
+            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32),
+            its candidates re-ranked with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor
+            8): about 280 bytes a row in memory. The PCA loses what the 256 axes do not hold, so the index
+            folder also keeps every normalised vector in float16 on disk (vectors.f16, 2 D bytes a row,
+            memory-mapped, never read whole): the best RERANK x k candidates of a search are re-ranked
+            with them, so the scores and the order are those of the full D dimensions.
 
 faiss is imported on first use; without it, a SearchError says how to install it.
 """
@@ -19,7 +23,9 @@ KINDS = ("exact", "hnsw", "ivfpq")
 EXACT_MAX = 200_000
 PCA_DIMS = 256
 HNSW_M = 32
+EF_SEARCH = 64             # hnsw: recall@10 1.0 at 100k fc7-like rows, 0.05x brute force (docs/benchmarks.md#search)
 PQ_CODES = 16
+RERANK = 5                 # ivfpq: candidates re-ranked with the full vectors, per neighbour asked for
 TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
 
 
@@ -70,6 +76,12 @@ def _nlist(rows):
     return int(max(1, min(target, rows // 39)))
 
 
+def _nprobe(nlist):
+    """Lists visited per query: a 32nd of them, at least 32 (at most all): the share visited stays the same
+    as the index grows, where a fixed 32 of 4,096 lists at 1M rows found half the neighbours."""
+    return int(min(nlist, max(32, nlist // 32)))
+
+
 def new_index(faiss, kind, dims, rows, training):
     """An empty faiss index of `kind` for `rows` vectors of `dims`, trained on `training` (normalised
     float32 [S, dims]); and its parameters for the metadata."""
@@ -78,8 +90,8 @@ def new_index(faiss, kind, dims, rows, training):
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dims, HNSW_M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = 40
-        index.hnsw.efSearch = 128
-        return index, {"faiss": "IndexHNSWFlat", "M": HNSW_M, "efConstruction": 40, "search": {"efSearch": 128}}
+        index.hnsw.efSearch = EF_SEARCH
+        return index, {"faiss": "IndexHNSWFlat", "M": HNSW_M, "efConstruction": 40, "search": {"efSearch": EF_SEARCH}}
     pca_dims = min(PCA_DIMS, dims, len(training))
     pca, kept = _pca(faiss, training, pca_dims)
     # Normalised again after the PCA: the inner product stays a cosine (the dropped dimensions would
@@ -99,13 +111,13 @@ def new_index(faiss, kind, dims, rows, training):
     index = faiss.IndexPreTransform(refine)  # faiss's Python keeps the parts alive with it
     index.prepend_transform(unit)
     index.prepend_transform(pca)
-    ivf.nprobe = 32
+    ivf.nprobe = _nprobe(nlist)
     refine.k_factor = 8
     return index, {"faiss": "LinearTransform (PCA) + NormalizationTransform + IndexIVFPQ + IndexRefine(SQ8)",
                    "pca_dims": pca_dims,
                    "pca_variance_kept": round(kept, 4), "trained_on": len(training), "nlist": nlist,
                    "pq_codes": codes, "pq_bits": 8, "refine": "8-bit scalar of the PCA vectors",
-                   "search": {"nprobe": 32, "k_factor": 8}}
+                   "full_vectors": "float16", "search": {"nprobe": ivf.nprobe, "k_factor": 8, "rerank": RERANK}}
 
 
 def _pca(faiss, training, dims, seed=0):

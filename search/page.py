@@ -5,15 +5,20 @@ with thumbnails beside it; and the server that shows it on 127.0.0.1.
     serve("page/", port=8000)        # http://127.0.0.1:8000/ until Ctrl-C
 
 The folder holds index.html (styles, script and data inline) and thumbs/ (JPEGs made with Pillow,
-named by a hash of the image's path). Nothing is fetched from elsewhere: no CDN, font or script,
+named by a hash of the image's path). A thumbnail is made from whatever the engine read: a file under
+the images folder, an object of a store (the images were an s3:// prefix, or the keys are URLs:
+fetched through fsspec with the engine's retries), or a tar member (`tar://<member>::<tar>`: one byte
+range, found in the output's members index). The page itself fetches nothing from elsewhere: no CDN, font or script,
 and a Content-Security-Policy that lets the page load only its own files. Groups are shown
 GROUPS_PER_PAGE at a time (buttons page through them) and thumbnails load lazily, so a report
 of thousands of groups opens at once. Image paths are shown as text (textContent), never as HTML.
 """
 
+import concurrent.futures
 import hashlib
 import html
 import http.server
+import io
 import json
 import os
 from pathlib import Path
@@ -26,6 +31,7 @@ THUMB_SIZE = 160
 GROUPS_PER_PAGE = 50
 MEMBERS_SHOWN = 60
 THUMBS = "thumbs"
+THUMB_THREADS = 8  # thumbnails made at once: objects and tar members are fetched over the network
 
 
 def _thumb_name(image_path):
@@ -34,8 +40,11 @@ def _thumb_name(image_path):
 
 def make_thumbnail(source, destination, size=THUMB_SIZE):
     """Writes a JPEG of at most size x size of the image `source` to `destination`; an image that cannot
-    be read gets a grey square saying so (every thumbnail on the page loads). Returns True if read."""
+    be read (or `source` None) gets a grey square saying so (every thumbnail on the page loads).
+    Returns True if read."""
     try:
+        if source is None:
+            raise ValueError("no image")
         with Image.open(source) as image:
             image.draft("RGB", (size, size))  # JPEG: decoded at a reduced scale, fast on camera-sized photos
             image = image.convert("RGB")
@@ -49,21 +58,54 @@ def make_thumbnail(source, destination, size=THUMB_SIZE):
         return False
 
 
-def _thumbnails(folder, images, images_root, progress):
+def _thumbnails(folder, images, images_root, members, progress):
     """{image path as given: "thumbs/<hash>.jpg"} for every image; made once (kept between reports)."""
     thumbs = folder / THUMBS
     thumbs.mkdir(parents=True, exist_ok=True)
-    names = {}
-    for done, image in enumerate(sorted(images), 1):
-        name = _thumb_name(image)
-        target = thumbs / name
-        if not target.is_file():
-            source = Path(image) if Path(image).is_absolute() or images_root is None else Path(images_root) / image
-            make_thumbnail(source, target)
-        names[image] = "%s/%s" % (THUMBS, name)
-        if progress:
-            progress(done, len(images))
+    names = {image: "%s/%s" % (THUMBS, _thumb_name(image)) for image in images}
+    missing = sorted(image for image, name in names.items() if not (folder / name).is_file())
+    members = _member_entries(members, [image for image in missing if image.startswith(TAR_PREFIX)])
+    done = len(names) - len(missing)
+    with concurrent.futures.ThreadPoolExecutor(THUMB_THREADS) as pool:
+        made = [pool.submit(_make, image, folder / names[image], images_root, members) for image in missing]
+        for future in concurrent.futures.as_completed(made):
+            future.result()
+            done += 1
+            if progress:
+                progress(done, len(names))
     return names
+
+
+TAR_PREFIX = "tar://"
+
+
+def _member_entries(members, keys):
+    """{key: where in its tar} of the tar members `keys`, from the members index `members` (a path or None)."""
+    if not keys or members is None or not Path(members).is_file():
+        return {}
+    from parallel.inputs.tars import read_index
+    return {entry.key: entry for entry in read_index(members, keys)}
+
+
+def _make(image, target, images_root, members):
+    """The thumbnail of `image` (a key as the output holds it) at `target`; a placeholder when it cannot be read."""
+    try:
+        source = _image_source(image, images_root, members)
+    except Exception:  # noqa: BLE001 -- a missing member, a store that fails: this image's tile says so
+        source = None
+    make_thumbnail(source, target)
+
+
+def _image_source(image, images_root, members):
+    """A local path, or the bytes (BytesIO) of a tar member or an object, of the key `image`."""
+    if image.startswith(TAR_PREFIX):
+        from parallel.inputs.tars import read_member
+        return io.BytesIO(read_member(image, members))  # ValueError when the index lacks it
+    from parallel.locations import is_url
+    if is_url(image) or (images_root is not None and is_url(str(images_root))):
+        from parallel.inputs.remote import fetch, locate
+        return io.BytesIO(fetch(locate(str(images_root or ""), image)))
+    return Path(image) if Path(image).is_absolute() or images_root is None else Path(images_root) / image
 
 
 def histogram_svg(counts, edges, threshold=None, width=640, height=180):
@@ -146,7 +188,7 @@ showQueries(); showGroups();
 
 
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
-               details="", progress=None):
+               details="", progress=None, members=None):
     """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced).
 
     Args:
@@ -156,7 +198,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
       groups: list of lists of paths, largest first.
       histogram: (counts [B], edges [B + 1]) of nearest-neighbour scores, or None.
       threshold: the duplicates threshold, drawn on the histogram; None: not drawn.
-      images_root: the folder the paths are relative to (the indexed output's images).
+      images_root: the folder or s3:// prefix the paths are relative to (the indexed output's images).
+      members: the output's members index (`<output>.members.parquet`), for keys of tar members.
       title: the page's heading. details: a line under it (what was indexed).
       progress: callable(done, total) while thumbnails are made, or None.
 
@@ -168,7 +211,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     images = {path for query in queries for path, _ in query["neighbours"]}
     images |= {query["image"] for query in queries if query.get("image")}
     images |= {path for group in groups for path in group[:MEMBERS_SHOWN]}
-    thumbs = _thumbnails(folder, images, images_root, progress)
+    thumbs = _thumbnails(folder, images, images_root, members, progress)
     data = {
         "queries": [{"label": query["label"], "thumb": thumbs.get(query.get("image")),
                      "neighbours": [{"path": path, "score": float(score), "thumb": thumbs[path]}
@@ -214,7 +257,7 @@ def make_server(folder, port=0):
       port: the port, 0 for any free one (`server.server_address[1]` says which).
 
     Raises:
-      ValueError: `folder` has no index.html. OSError: the port is taken.
+      ValueError: `folder` has no index.html, or the port is taken or not one this user may open.
     """
     folder = Path(folder)
     if not (folder / "index.html").is_file():
@@ -223,7 +266,11 @@ def make_server(folder, port=0):
     def handler(*args, **kwargs):
         return _QuietHandler(*args, directory=str(folder), **kwargs)
 
-    return http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
+    try:
+        return http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
+    except OSError as error:  # in use, or below 1024 without the right
+        raise ValueError("port=%s on 127.0.0.1 cannot be opened (%s): choose another with --port (0: any free "
+                         "port)" % (port, error.strerror or error)) from None
 
 
 def serve(folder, port=8000, announce=print):

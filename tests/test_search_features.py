@@ -103,6 +103,14 @@ def test_search_parameters_on_the_command_line(output, tmp_path, capsys):
     assert "img/00399.jpg" in capsys.readouterr().out
     assert run("neighbours", tmp_path / "f.npy.index", "img/00003.jpg", "--nprobe", "4") == 2
     assert "nprobe=4: a hnsw index takes efSearch" in capsys.readouterr().err
+    # ivfpq: re-ranked with the full vectors it keeps, unless built without them.
+    for flags, kept in (((), True), (("--no-full-vectors",), False)):
+        assert run("--quiet", "index", output, "--kind", "ivfpq", "--overwrite", *flags) == 0
+        assert (tmp_path / "f.npy.index" / "vectors.f16").exists() == kept
+        capsys.readouterr()
+        status = run("neighbours", tmp_path / "f.npy.index", "img/00003.jpg", "-k", "2", "--rerank", "3")
+        assert status == (0 if kept else 2)
+        assert ("img/00399.jpg" in capsys.readouterr().out) == kept
 
 
 def test_a_failure_while_writing_exits_1(output, tmp_path, capsys):
@@ -176,3 +184,34 @@ def test_the_python_example_of_docs_search_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "exact 300 1.0" and lines[1].startswith("img/00000.jpg 1.0")
+
+
+def test_serve_shows_the_page_on_loopback_until_interrupted(output, tmp_path):
+    import signal
+    import socket
+    import urllib.request
+    assert run("--quiet", "index", output) == 0
+    assert run("--quiet", "page", tmp_path / "f.npy.index") == 0
+    page = tmp_path / "f.npy.index" / "page"
+    server = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port", "0"],
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        announced = server.stderr.readline()
+        assert announced.startswith("serving %s at http://127.0.0.1:" % page), announced
+        url = announced.split(" at ")[1].split()[0]
+        with urllib.request.urlopen(url + "index.html", timeout=10) as response:
+            assert response.status == 200 and b"f.npy" in response.read()
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0  # Ctrl-C is how it is stopped: not a failure
+        assert server.stderr.read() == ""  # no traceback
+    finally:
+        server.kill()
+    with socket.socket() as taken:  # a port in use: one line, status 2
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port",
+                                 str(port)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.startswith("search_features: error: port=%d on 127.0.0.1 cannot be opened" % port)
+    assert result.stderr.count("\n") == 1, result.stderr

@@ -141,8 +141,66 @@ def test_search_parameters_change_the_search_and_are_checked(tmp_path):
     hits = [sum(len(set(a) & set(b)) for a, b in zip(truth, found)) for found in (narrow, wide)]
     assert hits[0] < hits[1]
     index.save()
-    assert Index.load(tmp_path / "f.index").meta["parameters"]["search"] == {"nprobe": 64, "k_factor": 16}
-    with pytest.raises(SearchError, match="efSearch=10: a ivfpq index takes nprobe, k_factor"):
+    assert Index.load(tmp_path / "f.index").meta["parameters"]["search"] == {"nprobe": 64, "k_factor": 16,
+                                                                                 "rerank": 5}
+    with pytest.raises(SearchError, match="efSearch=10: a ivfpq index takes nprobe, k_factor, rerank"):
         index.set_search(efSearch=10)
     with pytest.raises(SearchError, match="nprobe=0; expected a whole number"):
         index.set_search(nprobe=0)
+
+
+def test_ivfpq_reranks_its_candidates_with_the_full_vectors(tmp_path):
+    # 320 dimensions with noise in all of them: the PCA to 256 loses what the exact neighbours depend on.
+    rows, queries = clustered(3000, dims=320), clustered(50, dims=320, seed=1)
+    write_npy(tmp_path / "f.npy", rows)
+    full = Index.build(tmp_path / "f.npy", tmp_path / "full.index", kind="ivfpq")
+    pca_only = Index.build(tmp_path / "f.npy", tmp_path / "pca.index", kind="ivfpq", full_vectors=False)
+    assert (tmp_path / "full.index" / "vectors.f16").stat().st_size == 3000 * 320 * 2
+    assert not (tmp_path / "pca.index" / "vectors.f16").exists()
+    truth = exact_ids(rows, queries, rows.mean(axis=0), 10)
+    recalls = []
+    for folder in ("full.index", "pca.index"):
+        index = Index.load(tmp_path / folder)
+        ids, scores = index.search_ids(index.prepare(queries), 10)
+        recalls.append(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, ids)]))
+    assert recalls[0] >= 0.98 and recalls[0] > recalls[1], recalls
+    index = Index.load(tmp_path / "full.index")
+    ids, scores = index.search_ids(index.prepare(queries), 10)
+    exact = np.take_along_axis(index.prepare(queries) @ normalise(rows, index.mean).T, ids, axis=1)
+    np.testing.assert_allclose(scores, exact, atol=2e-3)  # cosines of the full vectors (float16 kept)
+    index.set_search(rerank=1)
+    assert index.search_ids(index.prepare(queries), 10)[0].shape == (50, 10)
+    with pytest.raises(SearchError, match="rerank=2: a ivfpq index takes nprobe, k_factor$"):
+        Index.load(tmp_path / "pca.index").set_search(rerank=2)
+    assert full.meta["recall_at_build"]["recall"] >= 0.95
+    assert pca_only.meta["recall_at_build"]["recall"] < full.meta["recall_at_build"]["recall"]
+
+
+def test_full_vectors_short_of_the_rows_are_a_damaged_index(tmp_path):
+    write_npy(tmp_path / "f.npy", clustered(3000))
+    Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
+    with open(tmp_path / "f.index" / "vectors.f16", "r+b") as file:
+        file.truncate(2999 * 64 * 2)
+    with pytest.raises(SearchError, match="damaged: vectors.f16 holds 383872 bytes, 3000 rows of 64 floats"):
+        Index.load(tmp_path / "f.index")
+
+
+def test_an_add_cuts_what_a_stopped_add_left_in_the_full_vectors(tmp_path):
+    rows = clustered(3400)
+    write_npy(tmp_path / "f.npy", rows[:3000])
+    Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
+    with open(tmp_path / "f.index" / "vectors.f16", "ab") as file:  # an add killed after writing vectors
+        file.write(b"\xff" * 64 * 2 * 7)
+    for name in ("f.npy", "f.npy.paths.csv", "f.npy.run.json"):
+        (tmp_path / name).unlink()
+    write_npy(tmp_path / "f.npy", rows)
+    index = Index.load(tmp_path / "f.index")
+    assert index.add() == 400
+    assert (tmp_path / "f.index" / "vectors.f16").stat().st_size == 3400 * 64 * 2
+    loaded = Index.load(tmp_path / "f.index")
+    np.testing.assert_allclose(loaded.stored(range(2990, 3010)), normalise(rows[2990:3010], loaded.mean), atol=2e-3)
+
+
+def test_the_lists_visited_grow_with_the_lists():
+    from search.kinds import _nprobe
+    assert [_nprobe(nlist) for nlist in (16, 64, 1024, 4096, 16384)] == [16, 32, 32, 128, 512]

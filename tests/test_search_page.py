@@ -58,6 +58,44 @@ def test_the_page_holds_everything_inline_and_a_thumbnail_per_image(report):
             assert image.format == "JPEG" and max(image.size) == 160
 
 
+def _colour(path):
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"), dtype=np.float32).mean(axis=(0, 1))
+
+
+def test_thumbnails_of_tar_members_and_of_objects_in_a_store(tmp_path, s3):
+    import tarfile
+    from parallel.inputs.tars import Entry, member_key, write_index
+    images = tmp_path / "images"
+    names = photos(images, 4)
+    with tarfile.open(tmp_path / "shard.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        for name in names:
+            tar.add(images / name, arcname=name)
+    with tarfile.open(tmp_path / "shard.tar") as tar:  # where each member's bytes are, as a job's index says
+        entries = [Entry(member_key(info.name, str(tmp_path / "shard.tar")), info.offset_data, info.size)
+                   for info in tar.getmembers()]
+    write_index(tmp_path / "out.parquet.members.parquet", entries[:3])
+    keys = [entry.key for entry in entries]
+    page = write_page(tmp_path / "tars", groups=[keys], members=tmp_path / "out.parquet.members.parquet")
+    reference = write_page(tmp_path / "files", groups=[names], images_root=images)
+    for key, name in zip(keys[:3], names):  # each member's thumbnail is its image's
+        np.testing.assert_allclose(_colour(page.parent / _thumb(key)), _colour(reference.parent / _thumb(name)),
+                                   atol=1.0)
+    assert np.all(np.abs(_colour(page.parent / _thumb(keys[3])) - 197) < 12)  # not in the index: the placeholder
+    # The same images as objects under an s3:// prefix (the root an s3:// --images job records).
+    for name in names:
+        s3.filesystem.pipe("%s/photos/%s" % (s3.bucket, name), (images / name).read_bytes())
+    page = write_page(tmp_path / "objects", groups=[names], images_root="s3://%s/photos" % s3.bucket)
+    for name in names:
+        np.testing.assert_allclose(_colour(page.parent / _thumb(name)), _colour(reference.parent / _thumb(name)),
+                                   atol=1.0)
+
+
+def _thumb(image):
+    from search.page import _thumb_name
+    return "thumbs/" + _thumb_name(image)
+
+
 def test_a_thumbnail_of_an_unreadable_image_is_a_placeholder(tmp_path):
     (tmp_path / "bad.jpg").write_bytes(b"nope")
     assert make_thumbnail(tmp_path / "bad.jpg", tmp_path / "t.jpg") is False

@@ -2,6 +2,7 @@
 process or many, through kills and resumes (real S3 and HTTP on loopback; the colour model)."""
 
 import csv
+import io
 import dataclasses
 import signal
 import subprocess
@@ -113,10 +114,24 @@ def static(rank, world_size):
     return jobs.Distribution(kind="static", rank=rank, world_size=world_size, wait_seconds=5)
 
 
-def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_one_process_s_bytes(s3_tars, tmp_path):
+def job_files(output):
+    """{suffix: bytes} of what a tar job leaves a user: the output, its errors and members index, its record."""
+    suffixes = ("", ".errors.csv", ".members.parquet", ".run.json")
+    if str(output).startswith("s3://"):
+        fs, name = store(), str(output)[len("s3://"):]
+        return {suffix: fs.cat_file(name + suffix) for suffix in suffixes if fs.exists(name + suffix)}
+    return {suffix: Path(str(output) + suffix).read_bytes() for suffix in suffixes
+            if Path(str(output) + suffix).exists()}
+
+
+@pytest.mark.parametrize("into", ["local", "store"])
+def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_one_process_s_bytes(s3_tars, tmp_path,
+                                                                                                   into):
     single = tmp_path / "single.parquet"
     jobs.run(job_child.config(s3_tars, single, "parquet"))
-    output = tmp_path / "out.parquet"
+    output = tmp_path / "out.parquet" if into == "local" else "s3://bucket/%s/out.parquet" % tmp_path.name
+    shard_1 = str(output) + ".shards/shard-000001"
+    exists = Path.exists if into == "local" else (lambda path: store().exists(str(path)[len("s3://"):]))
     marker = tmp_path / "steps"
     marker.write_text("")
     child = subprocess.Popen([sys.executable, CHILD, s3_tars, str(output), "parquet", "--distributed", "static",
@@ -128,18 +143,27 @@ def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_on
         time.sleep(0.05)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert not (Path(str(output) + ".shards") / "shard-000001").exists()
+    assert not exists(Path(shard_1) if into == "local" else shard_1)
     for rank in (0, 2):
         jobs.run(job_child.config(s3_tars, output, "parquet", static(rank, 3)))
-    assert not output.exists()  # tar 1 is missing
+    assert not exists(output)  # tar 1 is missing
     first = jobs.run(job_child.config(s3_tars, output, "parquet", static(0, 2)))  # tars 0 and 2: done
     assert (first.written, first.already_done, first.pending_shards) == (0, 16, (1,))
     last = jobs.run(job_child.config(s3_tars, output, "parquet", static(1, 2)))  # tar 1, read again whole
     assert (last.written, last.failed) == (7, 1)  # a/bad.png is in tar 1
-    assert job_outputs(output) == job_outputs(single)
-    assert Path(str(output) + ".members.parquet").read_bytes() == Path(str(single) + ".members.parquet").read_bytes()
-    keys = pq.read_table(output, columns=["path"]).column("path").to_pylist()
+    mine, theirs = job_files(output), job_files(single)
+    assert set(mine) == set(theirs) == {"", ".errors.csv", ".members.parquet", ".run.json"}
+    assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", ".members.parquet")} == \
+        {suffix: theirs[suffix] for suffix in ("", ".errors.csv", ".members.parquet")}
+    keys = pq.read_table(io.BytesIO(mine[""]), columns=["path"]).column("path").to_pylist()
     assert keys[8] == "tar://a/16.png::s3://bucket/ranks/000001.tar"
+    if into == "store":  # an image read back by one byte range, with the index in the store
+        local_index = tmp_path / "members.parquet"
+        local_index.write_bytes(mine[".members.parquet"])
+        assert read_member(keys[8], local_index) == store().cat_file("bucket/ranks/000001.tar")[
+            read_index(local_index)[8].offset:][:read_index(local_index)[8].size]
+        again = jobs.run(job_child.config(s3_tars, output, "parquet"))  # one host: finished, nothing computed
+        assert (again.written, again.already_done, again.failed) == (0, 23, 1)
 
 
 def test_a_damaged_tar_costs_only_its_own_images_each_accounted_for(job_images, local_tars, tmp_path):
@@ -266,10 +290,16 @@ def test_a_shard_size_for_tars_is_refused_before_anything_is_written(local_tars,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_tar_job_into_a_store_output_is_refused_before_anything_is_written(s3_tars, tmp_path):
-    """Not built yet: the store's commit takes a shard's images from the manifest, a tar shard's are its members."""
-    output = "s3://bucket/tars-into-a-store/out.parquet"
-    with pytest.raises(ValueError, match="^--output s3://bucket/tars-into-a-store/out.parquet: a job over tars "
-                                         "writes a local output for now"):
-        jobs.run(job_child.config(s3_tars, output, "parquet"))
-    assert not store().exists("bucket/tars-into-a-store")
+def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(local_tars, tmp_path):
+    pattern = str(local_tars[0].parent / "*.tar")
+    single = tmp_path / "single.csv"
+    jobs.run(job_child.config(pattern, single, "csv"))
+    output = "s3://bucket/%s/out.csv" % tmp_path.name
+    summary = jobs.run(job_child.config(pattern, output, "csv"))
+    assert (summary.written, summary.failed, summary.exit_status) == (23, 1, 3)
+    mine, theirs = job_files(output), job_files(single)
+    assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", ".members.parquet")} == \
+        {suffix: theirs[suffix] for suffix in ("", ".errors.csv", ".members.parquet")}
+    assert sorted(store().find("bucket/%s" % tmp_path.name)) == sorted(
+        "bucket/%s/out.csv%s" % (tmp_path.name, suffix)
+        for suffix in ("", ".errors.csv", ".members.parquet", ".manifest.parquet", ".run.json"))  # shards gone

@@ -40,6 +40,7 @@ from parallel.inputs.discovery import has_image_extension
 from parallel.inputs.remote import StoreUnavailable, fetch, is_url, open_stream
 
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
+MEMBERS_SUFFIX = ".members.parquet"  # an output's index of every member: <output>.members.parquet
 _BLOCK = 512
 _PREFIX = "tar://"
 _SEPARATOR = "::"
@@ -236,10 +237,16 @@ def write_index(path, entries):
     pq.write_table(table, path)
 
 
-def read_index(path):
-    """The entries of the index at `path` (a shard's MEMBERS_FILE, or an output's O.members.parquet)."""
+def read_index(path, keys=None):
+    """The entries of the index at `path` (a shard's MEMBERS_FILE, or an output's O.members.parquet);
+    only those of `keys` (an iterable of keys) when given, so a few are found without holding all."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
     table = pq.read_table(path, columns=["key_bytes", "offset", "size"])
+    if keys is not None:
+        wanted = pa.array([key.encode("utf-8", "surrogateescape") for key in keys], pa.binary())
+        table = table.filter(pc.is_in(table.column("key_bytes"), value_set=wanted))
     return [Entry(raw.decode("utf-8", "surrogateescape"), offset, size)
             for raw, offset, size in zip(table.column("key_bytes").to_pylist(), table.column("offset").to_pylist(),
                                          table.column("size").to_pylist())]

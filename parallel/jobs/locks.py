@@ -14,6 +14,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import time
 
 
@@ -82,3 +83,20 @@ def _names(path, descriptor):
         return False
     opened = os.fstat(descriptor)
     return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def remove_unlocked(parent, lock_name):
+    """Removes each folder in `parent` whose lock file `lock_name` no process holds (its process is
+    gone), then `parent` if it is left empty; folders whose lock is held are left alone."""
+    if not parent.exists():
+        return
+    for folder in parent.iterdir():
+        try:
+            with exclusive(folder / lock_name):
+                shutil.rmtree(folder, ignore_errors=True)
+        except (Busy, OSError):
+            pass  # alive, or already gone
+    try:
+        parent.rmdir()
+    except OSError:
+        pass  # a folder is alive

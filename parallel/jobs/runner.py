@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 from parallel.inputs.sources import TARS
+from parallel.inputs.tars import MEMBERS_SUFFIX
 from parallel.jobs import distributed, single_host
 from parallel.jobs.config import Config, Distribution
-from parallel.jobs.shards import MEMBERS_SUFFIX
 from parallel.locations import is_url
 
 __all__ = ["Config", "Distribution", "run"]
@@ -41,9 +41,6 @@ def run(config):
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.
     """
-    if config.source.kind == TARS and is_url(config.output):  # the store commit takes its images from the manifest
-        raise ValueError("--output %s: a job over tars writes a local output for now (its shards' members are "
-                         "indexed on the file system): give a local --output, then copy it" % config.output)
     if config.distribution is None and (config.source.kind == TARS or is_url(config.output)):
         config = as_one_rank(config)  # a shard per tar; a store has no rename for the single-host commit
     if config.distribution is None:

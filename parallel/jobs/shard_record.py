@@ -66,10 +66,11 @@ def shard_keys(job, index, folder=None):
     """
     if not job.tars:
         return job.shard_images(index).paths
-    folder = job.shard_folder(index) if folder is None else folder
+    folder = job.committed_folder(index) if folder is None else folder
     try:
-        if not (folder / MEMBERS_FILE).exists() and job.members.exists():  # O is written, the shards gone
-            return index_keys(job.members, tar=job.shard_images(index).paths[0])
+        members = None if (folder / MEMBERS_FILE).exists() else job.members_index()
+        if members is not None:  # O is written, the shards gone
+            return index_keys(members, tar=job.shard_images(index).paths[0])
         return index_keys(folder / MEMBERS_FILE)
     except (OSError, ValueError):
         return None

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
-from parallel.inputs.tars import MEMBERS_FILE, merge_indexes
+from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
                                         error_rows, job_identity, quick_problem, rejection, set_aside, shard_keys,
@@ -55,7 +55,6 @@ SHARDS_SUFFIX = ".shards"
 ATTEMPTS_SUFFIX = ".attempts"
 LOCK_SUFFIX = ".lock"
 ATTEMPT_LOCK = ".lock"
-MEMBERS_SUFFIX = ".members.parquet"
 _ERRORS_HEADER = "path,kind,message\n"
 
 
@@ -164,6 +163,14 @@ class ShardedJob:
     def shard_folder(self, index):
         return self.shards / ("shard-%06d" % index)
 
+    def committed_folder(self, index):
+        """The local folder of committed shard `index`'s files (a store's job fetches them there)."""
+        return self.shard_folder(index)
+
+    def members_index(self):
+        """O.members.parquet as a local file, or None: a tar job's index once O is written."""
+        return self.members if self.members.exists() else None
+
     def is_finished(self):
         """Whether the output was written from every shard (the shards may be gone since)."""
         record = read_record(self.output)
@@ -227,18 +234,7 @@ class ShardedJob:
 
     def remove_dead_attempts(self):
         """Removes the attempts of processes that were killed (their folders' locks are free)."""
-        if not self.attempts.exists():
-            return
-        for folder in self.attempts.iterdir():
-            try:
-                with locks.exclusive(folder / ATTEMPT_LOCK):
-                    shutil.rmtree(folder, ignore_errors=True)
-            except (locks.Busy, OSError):
-                pass  # alive, or already gone
-        try:
-            self.attempts.rmdir()
-        except OSError:
-            pass  # an attempt is alive
+        locks.remove_unlocked(self.attempts, ATTEMPT_LOCK)
 
     def commit(self, index, attempt, errors):
         """Makes the finished attempt shard `index`'s part, in one rename, with its record.

@@ -4,7 +4,7 @@ Objects, for an output O = s3://bucket/runs/feats.parquet (all beside it, under 
 
     O.manifest.parquet                   the job, created once with a conditional PUT (If-None-Match:
                                          *): the first process's wins, the others read it
-    O.shards/shard-000007/<attempt>/features.parquet, _errors.csv
+    O.shards/shard-000007/<attempt>/features.parquet, _errors.csv (and a tar's _members.parquet)
                                          one attempt at shard 7: its parts, each one PUT
     O.shards/shard-000007/<attempt>/_shard.json
                                          its marker, PUT LAST: the shard record (job, shard, digest of
@@ -12,6 +12,8 @@ Objects, for an output O = s3://bucket/runs/feats.parquet (all beside it, under 
     O.shards/shard-000007/<attempt>/_rejected
                                          written when a finished attempt did not check out (the
                                          store's "set aside": nothing is renamed)
+    O.members.parquet                    a tar job's members (parallel.inputs.tars.read_member), merged
+                                         from the shards' and PUT before O
     O, O.paths.csv (npy), O.errors.csv   the output, each one PUT, once every shard is committed
     O.run.json                           the output's commit record, PUT LAST: its presence (state
                                          "complete") is what makes the job finished
@@ -48,9 +50,10 @@ import weakref
 from pathlib import Path
 
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        rejection)
+                                        rejection, shard_keys)
 from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER
 from parallel.inputs.manifest import MANIFEST_SUFFIX, read_job
+from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.output import ErrorLog, OutputError
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, SIDECAR_SUFFIX
 from parallel.output.stores import is_url, open_store, read_json
@@ -130,7 +133,7 @@ class StoreShardedJob(ShardedJob):
 
     def remove_everything(self):
         """The output and every object of its job (--overwrite on one host): the data before the record."""
-        names = [self.name + suffix for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX, MANIFEST_SUFFIX)]
+        names = [self.name + suffix for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX, MANIFEST_SUFFIX)]
         self.store.remove(names + list(self.store.list(self.name + SHARDS_SUFFIX + "/")))
         self.store.remove([self.name + SIDECAR_SUFFIX])
 
@@ -151,6 +154,18 @@ class StoreShardedJob(ShardedJob):
 
     def _prefix(self, index):
         return "%s%s/shard-%06d/" % (self.name, SHARDS_SUFFIX, index)
+
+    def _parts(self):
+        """The parts of an attempt: a tar shard's also its index of members (its images)."""
+        return _PARTS + ((MEMBERS_FILE,) if self.tars else ())
+
+    def committed_folder(self, index):
+        return self._fetch(index) or self.shard_folder(index)
+
+    def members_index(self):
+        if not self.members.exists():
+            self._pull(self.name + MEMBERS_SUFFIX, self.members)
+        return super().members_index()
 
     def is_finished(self):
         record = read_json(self.store, self.name + SIDECAR_SUFFIX)
@@ -198,7 +213,7 @@ class StoreShardedJob(ShardedJob):
         if marker.get("images") != self.shard_digest(index):
             return "its images are not the manifest's (the manifest was made anew since)"
         listed = marker.get("files") or {}
-        for part in _PARTS:
+        for part in self._parts():
             if part not in listed or sizes.get(part) != listed[part].get("size"):
                 return "its %s is not the %s its marker lists" % (part, "size" if part in listed else "part")
         return None
@@ -219,7 +234,7 @@ class StoreShardedJob(ShardedJob):
         prefix = self._prefix(index) + attempt + "/"
         marker = read_json(self.store, prefix + SHARD_RECORD)
         (folder / SHARD_RECORD).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
-        for part in _PARTS if features else (SHARD_ERRORS,):
+        for part in self._parts() if features else [part for part in self._parts() if part != SHARD_FEATURES]:
             if not self.store.download(prefix + part, folder / part):
                 raise PartChanged("its %s was removed from the store" % part)
             size, digest = file_digest(folder / part)
@@ -260,8 +275,8 @@ class StoreShardedJob(ShardedJob):
         if self.is_committed(index):
             shutil.rmtree(attempt, ignore_errors=True)
             return False
-        images = self.shard_images(index)
-        problem = content_problem(attempt / SHARD_FEATURES, errors, images.paths)
+        keys = shard_keys(self, index, attempt)
+        problem = content_problem(attempt / SHARD_FEATURES, errors, keys)
         if problem:
             raise OutputError("shard %d of %s was not committed: %s" % (index, self.location, problem))
         if not errors.exists():
@@ -270,12 +285,13 @@ class StoreShardedJob(ShardedJob):
         name = "%016x-%s" % (time.time_ns(), secrets.token_hex(8))
         prefix = self._prefix(index) + name + "/"
         files = {}
-        for part, local in ((SHARD_FEATURES, attempt / SHARD_FEATURES), (SHARD_ERRORS, errors)):
+        for part in self._parts():
+            local = errors if part == SHARD_ERRORS else attempt / part
             size, digest = file_digest(local)
             files[part] = {"size": size, "sha256": digest}
             self.store.upload(prefix + part, local)
         marker = {"job": self.identity, "shard": index, "images": self.shard_digest(index),
-                  "rows": len(images) - failed, "failed": failed, "files": files}
+                  "rows": len(keys) - failed, "failed": failed, "files": files}
         self.store.write(prefix + SHARD_RECORD, (json.dumps(marker, sort_keys=True) + "\n").encode("utf-8"))
         shutil.rmtree(attempt, ignore_errors=True)
         self._chosen.pop(index, None)  # chosen anew, among the finished attempts now
@@ -309,6 +325,9 @@ class StoreShardedJob(ShardedJob):
         if rejected:
             raise rejection(self.location, rejected)
         self._check_shards()
+        if self.tars:  # before O, as on a file system
+            merge_indexes([self.shard_folder(index) / MEMBERS_FILE for index in range(self.shard_count)], self.members)
+            self.store.upload(self.name + MEMBERS_SUFFIX, self.members)
         self._assemble(output_format, column_prefix, settings)
         for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX):
             local = Path(str(self.output) + suffix)
