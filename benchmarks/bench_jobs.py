@@ -1,11 +1,13 @@
 """Benchmarks of a job over many processes: the manifest's memory, and what sharding costs.
 
-    python benchmarks/bench_jobs.py manifest [--paths 1000000]       # ~3 minutes, most of it making files
+    python benchmarks/bench_jobs.py manifest [--paths 1000000 4000000]   # ~15 minutes, most of it making files
     python benchmarks/bench_jobs.py sharding [--images 240 --shard-size 96 --rounds 3]   # ~15 minutes on 2 cores
 
-manifest  peak RSS (VmHWM) of a fresh process that scans a folder of --paths empty image files (1,000
-          folders) and writes the job's manifest, and of one that reads a list file of as many
-          paths; beside it, the peak of a process that only imports what they import       bar < 500 MB
+manifest  peak RSS (VmHWM) of a fresh process that freezes a job's manifest as a sharded job does
+          (parallel.inputs.sorting: sorted runs spilled to disk, the manifest written a shard at a
+          time) from a folder of N empty image files (1,000 per folder), and of one that freezes
+          it from a list file of as many paths; beside them, the peak of a process that only
+          imports what they import; for each N of --paths       bar: the largest N within 1.1x of the smallest
 sharding  run_inference.py end to end (VGG16, seeded random weights, one CPU device, JPEGs of 640x480):
           one process with --distributed static --rank 0 --world-size 1 (shards of --shard-size,
           then the output written from them) against the same command without --distributed;
@@ -28,58 +30,66 @@ from run_benchmarks import machine, make_jpegs, weights_files  # noqa: E402
 
 SCAN = """
 import sys, time
-from parallel.inputs.manifest import Manifest, read_list
+from parallel.inputs.sorting import folder_entries, list_entries
 started = time.perf_counter()
 if sys.argv[1] == "imports":
     import pyarrow.parquet
     count = 0
-elif sys.argv[1] == "scan":
-    manifest = Manifest.scan(sys.argv[2])
-    manifest.save(sys.argv[3])
-    count = len(manifest)
 else:
-    manifest = read_list(sys.argv[2], sys.argv[4])
-    manifest.save(sys.argv[3])
-    count = len(manifest)
+    entries = folder_entries(sys.argv[2]) if sys.argv[1] == "scan" else list_entries(sys.argv[2], sys.argv[4])
+    entries.save(sys.argv[3], 10_000)
+    count = len(entries)
 peak = [line for line in open("/proc/self/status") if line.startswith("VmHWM")][0].split()[1]
 print(count, int(peak) / 1024, time.perf_counter() - started)
 """
 
 
 def make_files(root, count):
-    """`count` empty .jpg files in 1,000 folders (kept between runs)."""
-    marker = root / (".made-%d" % count)
-    if marker.exists():
-        return
-    per_folder = -(-count // 1000)
-    for index in range(count):
-        folder = root / ("f%04d" % (index // per_folder))
-        if index % per_folder == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-        open(folder / ("image_%07d.jpg" % index), "wb").close()
-    marker.touch()
+    """`count` empty .jpg files under `root`: parts of 1,000,000 (part0/, part1/, ...), each 1,000 folders of
+    1,000 (kept between runs, so that N = 1,000,000 is part0/ of the tree of 4,000,000)."""
+    for part in range(-(-count // 1_000_000)):
+        folder_of_part = root / ("part%d" % part)
+        marker = root / (".made-part%d" % part)
+        if marker.exists():
+            continue
+        for index in range(1_000_000):
+            folder = folder_of_part / ("f%04d" % (index // 1000))
+            if index % 1000 == 0:
+                folder.mkdir(parents=True, exist_ok=True)
+            open(folder / ("image_%07d.jpg" % index), "wb").close()
+        marker.touch()
 
 
 def bench_manifest(args, workdir):
     root = workdir / "many"
     started = time.perf_counter()
-    make_files(root, args.paths)
-    print("made %d files in %.0f s" % (args.paths, time.perf_counter() - started), flush=True)
-    listing = workdir / "list.txt"
-    if not listing.exists():
-        listing.write_text("".join("f%04d/image_%07d.jpg\n" % (index // -(-args.paths // 1000), index)
-                                   for index in range(args.paths)))
-    results = {}
-    for mode in ("imports", "scan", "list"):
-        done = subprocess.run([sys.executable, "-c", SCAN, mode, str(root if mode == "scan" else listing),
-                               str(workdir / ("manifest-%s.parquet" % mode)), str(root)],
-                              capture_output=True, text=True, cwd=ROOT, check=True)
-        count, peak, seconds = done.stdout.split()
-        results[mode] = float(peak)
-        print("%-8s %8s paths  peak RSS %7.1f MiB  %6.1f s" % (mode, count, float(peak), float(seconds)), flush=True)
-    print("manifest of %d paths: peak %.0f MiB scanning a folder, %.0f MiB from a list (imports alone: %.0f MiB); "
-          "bar < 500 MB: %s" % (args.paths, results["scan"], results["list"], results["imports"],
-                                "met" if max(results["scan"], results["list"]) * 2 ** 20 < 500e6 else "NOT MET"))
+    make_files(root, max(args.paths))
+    print("made %d files in %.0f s" % (max(args.paths), time.perf_counter() - started), flush=True)
+    peaks = {}
+    for count in sorted(args.paths):
+        parts = -(-count // 1_000_000)
+        folder = root / "part0" if parts == 1 else root
+        if parts > 1 and count != 1_000_000 * len(list(root.glob("part*"))):
+            raise SystemExit("--paths: a multiple of 1,000,000 (the parts made), not %d" % count)
+        listing = workdir / ("list-%d.txt" % count)
+        if not listing.exists():
+            with open(listing, "w") as file:
+                for path in sorted(folder.rglob("*.jpg")):
+                    file.write(path.relative_to(folder).as_posix() + "\n")
+        for mode in ("imports", "scan", "list"):
+            done = subprocess.run([sys.executable, "-c", SCAN, mode, str(folder if mode == "scan" else listing),
+                                   str(workdir / ("manifest-%s.parquet" % mode)), str(folder)],
+                                  capture_output=True, text=True, cwd=ROOT, check=True)
+            found, peak, seconds = done.stdout.split()
+            peaks[count, mode] = float(peak)
+            print("%-8s %8s paths  peak RSS %7.1f MiB  %6.1f s" % (mode, found, float(peak), float(seconds)),
+                  flush=True)
+    small, large = min(args.paths), max(args.paths)
+    for mode in ("scan", "list"):
+        ratio = peaks[large, mode] / peaks[small, mode]
+        print("%s: peak %.0f MiB for %d paths, %.0f MiB for %d: %.3fx (bar <= 1.1: %s)"
+              % (mode, peaks[large, mode], large, peaks[small, mode], small, ratio, "met" if ratio <= 1.1 else
+                 "NOT MET"), flush=True)
 
 
 def timed_run(images, output, weights, extra):
@@ -119,7 +129,7 @@ def bench_sharding(args, workdir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=("manifest", "sharding"))
-    parser.add_argument("--paths", type=int, default=1_000_000)
+    parser.add_argument("--paths", type=int, nargs="+", default=[1_000_000, 4_000_000])
     parser.add_argument("--images", type=int, default=240)
     parser.add_argument("--shard-size", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)

@@ -6,13 +6,15 @@
 The vectors are synthetic, shaped like fc7 after the ReLU: see fc7_like.py for exactly how they
 are made. Parts:
 
-sweep       the same, for hnsw and ivfpq at several search parameters (efSearch; nprobe and k_factor),
+sweep       the same, for hnsw and ivfpq at several search parameters (efSearch; rerank and nprobe),
             each time the median of 3 runs, and the brute force the median of 3 too.
 recall      N = 100,000 x 4096, 1,000 queries (new rows of the same distribution). Each kind is built
             with Index.build from the rows streamed in blocks; recall@10 is the share of the exact
             top 10 (numpy brute force: centred, normalised, full 4096 dimensions) that the index
             returns. Query time per query: the 1,000 queries as one batch, divided by 1,000, against
-            the numpy brute force on the same batch (matrix product + argpartition).
+            the numpy brute force on the same batch (matrix product + argpartition), alternated for 3
+            rounds, the medians; for ivfpq, also its recall without the full vectors (the PCA's order).
+            --kinds: which kinds (this part and duplicates).
 duplicates  threshold 0.9 over the same 100,000 rows, each kind, in a fresh process per kind (its peak
             RSS, VmHWM, includes loading the index). Brute force: the N x N similarity matrix. Its
             memory is arithmetic (N^2 x 4 bytes); its time is measured on 5 blocks of 1,000 rows
@@ -188,11 +190,11 @@ def part_sweep(workdir, results, rounds=3):
     results["sweep"] = entries
 
 
-def part_duplicates(workdir, results):
-    for kind in KINDS:
+def part_duplicates(workdir, results, kinds=KINDS):
+    for kind in kinds:
         _built(workdir, kind, results)
     rows = all_rows()
-    index = Index.load(workdir / "exact.index")
+    index = Index.load(workdir / ("%s.index" % kinds[0]))  # its mean: every kind's is the rows' mean
     unit_rows = normalise(rows, index.mean)
     del rows, index
     truth, sampled, matrix_seconds = _matrix_blocks(workdir, unit_rows)
@@ -200,7 +202,7 @@ def part_duplicates(workdir, results):
     matrix_bytes = ROWS * ROWS * 4
     entry = {"brute_force_matrix_s_scaled": round(matrix_seconds, 1), "matrix_gib": round(matrix_bytes / 2 ** 30, 1),
              "truth_pairs_in_sample": len(truth), "kinds": []}
-    for kind in KINDS:
+    for kind in kinds:
         child = subprocess.run([sys.executable, __file__, "--duplicates-child", str(workdir / ("%s.index" % kind))],
                                capture_output=True, text=True, check=True)
         measured = json.loads(child.stdout.strip().splitlines()[-1])
@@ -245,7 +247,8 @@ def main():
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-search"))
     parser.add_argument("--only", nargs="+", choices=("recall", "sweep", "duplicates", "million"))
     parser.add_argument("--million-rows", type=int, default=1_000_000)
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="of the recall part")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                        help="of the recall and duplicates parts")
     parser.add_argument("--duplicates-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--million-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -261,15 +264,15 @@ def main():
         if name == "million":
             part_million(args.workdir, results, args.million_rows)
         else:
-            if name == "recall":
-                part_recall(args.workdir, results, args.kinds)
+            if name == "sweep":
+                part_sweep(args.workdir, results)
             else:
-                {"sweep": part_sweep, "duplicates": part_duplicates}[name](args.workdir, results)
+                {"recall": part_recall, "duplicates": part_duplicates}[name](args.workdir, results, args.kinds)
         (args.workdir / ("results-%s.json" % "-".join(args.only or ["all"]))).write_text(json.dumps(results, indent=1))
     # The indexes are 1.6 GB each: removed once this run's parts are done (only this run's: another run
     # may be using the workdir's others).
     parts = set(args.only or ("recall", "sweep", "duplicates", "million"))
-    made = (["exact", "hnsw", "ivfpq"] if parts & {"recall", "sweep", "duplicates"} else []) + (
+    made = (list(KINDS) if "sweep" in parts else list(args.kinds) if parts & {"recall", "duplicates"} else []) + (
         ["million"] if "million" in parts else [])
     for name in made:
         shutil.rmtree(args.workdir / ("%s.index" % name), ignore_errors=True)

@@ -85,6 +85,7 @@ def test_keys_split_at_their_last_separator_and_members_read_back_by_range(tmp_p
     assert tars.read_index(tmp_path / "index.parquet") == index
     assert tars.read_member(key, tmp_path / "index.parquet") == b"xyz" * 5
     assert tars.read_member(key, {entry.key: entry for entry in index}) == b"xyz" * 5
-    assert tars.index_keys(tmp_path / "index.parquet", tar=str(path)) == [entry.key for entry in index]
+    assert tars.index_keys(tmp_path / "index.parquet", tars={str(path)}) == [entry.key for entry in index]
+    assert tars.index_keys(tmp_path / "index.parquet", tars={"other.tar"}) == []
     with pytest.raises(ValueError, match="is not a member in the index"):
         tars.read_member(tars.member_key("other.jpg", str(path)), tmp_path / "index.parquet")

@@ -110,8 +110,9 @@ def s3_tars(local_tars, s3_store):
     return "s3://bucket/ranks/{000000..000002}.tar"
 
 
-def static(rank, world_size):
-    return jobs.Distribution(kind="static", rank=rank, world_size=world_size, wait_seconds=5)
+def static(rank, world_size, shard_size=1):
+    """Rank `rank` of `world_size`, a tar a shard (these tars are tiny: by default they would share one)."""
+    return jobs.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=shard_size, wait_seconds=5)
 
 
 def job_files(output):
@@ -135,7 +136,8 @@ def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_on
     marker = tmp_path / "steps"
     marker.write_text("")
     child = subprocess.Popen([sys.executable, CHILD, s3_tars, str(output), "parquet", "--distributed", "static",
-                              "--rank", "1", "--world-size", "3", "--step-seconds", "0.5", "--marker", str(marker)],
+                              "--rank", "1", "--world-size", "3", "--shard-size", "1", "--step-seconds", "0.5",
+                              "--marker", str(marker)],
                              stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while marker.read_text().count("step") < 2:  # tar 1 (4 steps of 2 images) under way
@@ -147,9 +149,10 @@ def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_on
     for rank in (0, 2):
         jobs.run(job_child.config(s3_tars, output, "parquet", static(rank, 3)))
     assert not exists(output)  # tar 1 is missing
-    first = jobs.run(job_child.config(s3_tars, output, "parquet", static(0, 2)))  # tars 0 and 2: done
+    # Resumed without --shard-size: the shard size the job was frozen with (a tar a shard) is taken.
+    first = jobs.run(job_child.config(s3_tars, output, "parquet", static(0, 2, None)))  # tars 0 and 2: done
     assert (first.written, first.already_done, first.pending_shards) == (0, 16, (1,))
-    last = jobs.run(job_child.config(s3_tars, output, "parquet", static(1, 2)))  # tar 1, read again whole
+    last = jobs.run(job_child.config(s3_tars, output, "parquet", static(1, 2, None)))  # tar 1, read again whole
     assert (last.written, last.failed) == (7, 1)  # a/bad.png is in tar 1
     mine, theirs = job_files(output), job_files(single)
     assert set(mine) == set(theirs) == {"", ".errors.csv", ".members.parquet", ".run.json"}
@@ -282,12 +285,43 @@ def test_a_store_stopped_mid_run_stops_it_with_one_error_and_the_rerun_resumes(j
     assert rows(output) == [(http_server.url + "/" + name, expected[name]) for name in sorted(expected)]
 
 
-def test_a_shard_size_for_tars_is_refused_before_anything_is_written(local_tars, tmp_path):
-    output = tmp_path / "out.csv"
-    spread = jobs.Distribution(kind="static", rank=0, world_size=2, shard_size=5)
-    with pytest.raises(ValueError, match="shard_size=5 does not apply to tars: each tar is a shard of its own"):
-        jobs.run(job_child.config(str(local_tars[0].parent / "*.tar"), output, "csv", spread))
-    assert list(tmp_path.iterdir()) == []
+def test_small_tars_share_a_shard_of_a_fixed_group_on_any_number_of_processes(local_tars, tmp_path):
+    from parallel.inputs.manifest import read_job
+    pattern = str(local_tars[0].parent / "*.tar")
+    alone = tmp_path / "alone.csv"
+    jobs.run(job_child.config(pattern, alone, "csv", static(0, 1)))  # a tar a shard
+    grouped = tmp_path / "grouped.csv"
+    summary = jobs.run(job_child.config(pattern, grouped, "csv"))  # by their sizes: these tiny tars, one shard
+    assert (summary.written, summary.failed) == (23, 1)
+    assert [read_job(str(output) + ".manifest.parquet")["shard_size"] for output in (alone, grouped)] == [1, 3]
+    pairs = tmp_path / "pairs.csv"  # 2 tars a shard, on 2 processes: shards [0, 1] and [2]
+    assert jobs.run(job_child.config(pattern, pairs, "csv", static(1, 2, 2))).pending_shards == (0,)
+    jobs.run(job_child.config(pattern, pairs, "csv", static(0, 2, 2)))
+    readable = [{suffix: files for suffix, files in job_files(output).items() if suffix != ".run.json"}
+                for output in (alone, grouped, pairs)]
+    assert readable[0] == readable[1] == readable[2] and set(readable[0]) == {"", ".errors.csv", ".members.parquet"}
+
+
+def test_a_group_of_tars_killed_mid_way_is_read_again_whole(local_tars, tmp_path):
+    pattern = str(local_tars[0].parent / "*.tar")
+    single = tmp_path / "single.csv"
+    jobs.run(job_child.config(pattern, single, "csv"))
+    output, marker = tmp_path / "out.csv", tmp_path / "steps"
+    marker.write_text("")
+    child = subprocess.Popen([sys.executable, CHILD, pattern, str(output), "csv", "--distributed", "static",
+                              "--rank", "0", "--world-size", "1", "--shard-size", "2", "--step-seconds", "0.3",
+                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while marker.read_text().count("step") < 6:  # tar 1 of the group of tars 0 and 1 under way
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not output.exists() and not (tmp_path / "out.csv.shards" / "shard-000000").exists()
+    again = jobs.run(job_child.config(pattern, output, "csv"))  # one host: the recorded 2 tars a shard
+    assert (again.written, again.failed, again.already_done) == (23, 1, 0)
+    assert {suffix: files for suffix, files in job_files(output).items() if suffix != ".run.json"} == \
+        {suffix: files for suffix, files in job_files(single).items() if suffix != ".run.json"}
 
 
 def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(local_tars, tmp_path):

@@ -5,7 +5,9 @@
     discovery     which files under a folder are images, with their sizes and times
     remote        objects of a store through fsspec: listed, described (size, time, ETag), fetched
                   and retried; where a job's image is (a path or a URL)
-    manifest      the job's images (or tars): a list file, the frozen manifest and its checksums
+    manifest      the job's images (or tars): the frozen manifest and its checksums
+    sorting       the images of a folder or a list file in path order, spilled to disk in sorted runs
+                  (memory does not grow with the job); a list file read
     changes       what changed in the folder since the job started, and the refusal
     decode        one image file, or its bytes -> uint8 [H, W, 3] RGB, or why not (the failure kinds)
     reader        paths or URLs -> decoded uint8 batches [B, 224, 224, 3], in order, on a pool of threads
@@ -26,7 +28,7 @@ from parallel.lazy import lazy_exports
 _EXPORTS = {
     "IMAGE_EXTENSIONS": "parallel.inputs.discovery",
     "Manifest": "parallel.inputs.manifest", "discover_images": "parallel.inputs.manifest",
-    "read_list": "parallel.inputs.manifest",
+    "read_list": "parallel.inputs.sorting",
     "ImageError": "parallel.inputs.decode", "load_image": "parallel.inputs.decode",
     "RESIZE_MODES": "parallel.inputs.decode",
     "ImageReader": "parallel.inputs.reader", "step_lengths": "parallel.inputs.reader",

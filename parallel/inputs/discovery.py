@@ -30,17 +30,32 @@ def walk(root, exclude):
 
     Args: as `parallel.inputs.manifest.scan_images`.
     """
+    # Three compact columns, not a tuple per image: a million images fit in a few hundred MB.
+    paths, sizes, mtimes = [], array.array("q"), array.array("q")
+    for path, size, mtime in iter_images(root, exclude):
+        paths.append(path)
+        sizes.append(size)
+        mtimes.append(mtime)
+    return paths, sizes, mtimes
+
+
+def iter_images(root, exclude):
+    """Yields (path, size, mtime_ns) of each image file under `root`, in the order found (see `walk`).
+
+    Raises:
+      ValueError: `root` is not a folder (before the first item).
+    """
     top = os.fspath(root)
     if not os.path.isdir(top):
         raise ValueError("%s is not a folder" % (root,))
-    exclude = frozenset(exclude)
+    return _walking(top, frozenset(exclude))
 
+
+def _walking(top, exclude):
     def skip(error):
         log.warning("cannot list %s under %s (%s); skipping the images in it",
                     error.filename, top, error.strerror or error)
 
-    # Three compact columns, not a tuple per image: a million images fit in a few hundred MB.
-    paths, sizes, mtimes = [], array.array("q"), array.array("q")
     for folder, folders, names, descriptor in os.fwalk(top, onerror=skip):
         relative = os.path.relpath(folder, top)
         prefix = "" if relative == os.curdir else relative.replace(os.sep, "/") + "/"
@@ -48,11 +63,7 @@ def walk(root, exclude):
         for name in names:
             path = prefix + name
             if has_image_extension(name) and path not in exclude:
-                size, mtime = size_and_time(name, descriptor)
-                paths.append(path)
-                sizes.append(size)
-                mtimes.append(mtime)
-    return paths, sizes, mtimes
+                yield (path,) + size_and_time(name, descriptor)
 
 
 def size_and_time(name, folder_descriptor):

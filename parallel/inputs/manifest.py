@@ -25,7 +25,6 @@ so a damaged file is refused (DamagedManifest) instead of losing or inventing an
 
 import array
 import contextlib
-import csv
 import dataclasses
 import hashlib
 import json
@@ -35,13 +34,12 @@ import sys
 from pathlib import Path
 
 from parallel.inputs.changes import Changes, describe_changes, other_source_message
-from parallel.inputs.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, size_and_time, walk
-from parallel.inputs.remote import describe_all, is_url, locate
+from parallel.inputs.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, walk
 from parallel.messages import first_line
 from parallel.output.durable import fsync, temporary_then_rename
 
 __all__ = ["IMAGE_EXTENSIONS", "Changes", "DamagedManifest", "Manifest", "describe_changes", "discover_images",
-           "has_image_extension", "manifest_path", "other_source_message", "read_job", "read_list", "scan_images"]
+           "has_image_extension", "manifest_path", "other_source_message", "read_job", "scan_images"]
 
 log = logging.getLogger("parallel")
 
@@ -167,29 +165,14 @@ class Manifest:
           shard_size: images per shard (>= 1).
           job: {str: str}, what the job is (settings, source), kept in the file's metadata.
         """
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-            raise ValueError("shard_size must be at least 1; got %r" % (shard_size,))
-        try:  # every name valid UTF-8 (the rule): the bytes column shares the text column's buffers
-            readable = pa.array(self.paths, pa.string())
-            raw = readable.cast(pa.binary())
-        except UnicodeEncodeError:  # some names are not: their bytes, and a readable text with escapes
-            raw = pa.array([name.encode("utf-8", "surrogateescape") for name in self.paths], pa.binary())
-            readable = pa.array([name.decode("utf-8", "backslashreplace") for name in raw.to_pylist()], pa.string())
-        columns = {"path": readable, "path_bytes": raw, "size": pa.array(np.frombuffer(self.sizes, np.int64)),
-                   "mtime_ns": pa.array(np.frombuffer(self.mtimes, np.int64))}
-        if self.etags is not None:
-            columns["etag"] = pa.array(self.etags, pa.string())
-        table = pa.table(columns)
-        record = {"shard_size": shard_size, "images": len(self.paths), "job": dict(job or {}),
-                  "shards": [self.digest(start, start + shard_size) for start in range(0, len(self), shard_size)]}
-        record["checksum"] = _checksum(record)
-        table = table.replace_schema_metadata({_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
-        with temporary_then_rename(Path(path)) as temporary:
-            pq.write_table(table, temporary, row_group_size=shard_size)
-        fsync(Path(path).parent)
+        check_shard_size(shard_size)
+        chunks = [self.rows(start, start + shard_size) for start in range(0, len(self), shard_size)]
+        write_manifest(path, chunks, chunks, len(self), shard_size, job, self.etags is not None)
+
+    def rows(self, start, stop):
+        """The Manifest of rows `start` .. `stop` - 1."""
+        return Manifest(self.paths[start:stop], self.sizes[start:stop], self.mtimes[start:stop],
+                        self.etags[start:stop] if self.etags is not None else None)
 
     def digest(self, start=0, stop=None):
         """A digest of rows `start` .. `stop` - 1 (their path bytes, sizes and times): 32 hex digits.
@@ -297,6 +280,43 @@ class DamagedManifest(ValueError):
         return DamagedManifest(self.path, self.reason, way_out)
 
 
+def check_shard_size(shard_size):
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError("shard_size must be at least 1; got %r" % (shard_size,))
+
+
+def write_manifest(path, first_pass, second_pass, images, shard_size, job, etags):
+    """Writes a manifest file atomically from its shards, each a Manifest of `shard_size` rows (the last
+    may have fewer): `first_pass` and `second_pass` are two iterations of the same shards, the first
+    for their digests (the record heads the file), the second for their rows, so that the shards
+    need not be in memory together (`parallel.inputs.sorting`). Each shard is one row group.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    record = {"shard_size": shard_size, "images": images, "job": dict(job or {}),
+              "shards": [chunk.digest() for chunk in first_pass]}
+    record["checksum"] = _checksum(record)
+    fields = [("path", pa.string()), ("path_bytes", pa.binary()), ("size", pa.int64()), ("mtime_ns", pa.int64())]
+    schema = pa.schema(fields + ([("etag", pa.string())] if etags else []),
+                       metadata={_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
+    with temporary_then_rename(Path(path)) as temporary, pq.ParquetWriter(temporary, schema) as writer:
+        for chunk in second_pass:
+            try:  # every name valid UTF-8 (the rule): the bytes column shares the text column's buffers
+                readable = pa.array(chunk.paths, pa.string())
+                raw = readable.cast(pa.binary())
+            except UnicodeEncodeError:  # some names are not: their bytes, and a readable text with escapes
+                raw = pa.array([name.encode("utf-8", "surrogateescape") for name in chunk.paths], pa.binary())
+                readable = pa.array([name.decode("utf-8", "backslashreplace") for name in raw.to_pylist()],
+                                    pa.string())
+            columns = [readable, raw, pa.array(np.frombuffer(chunk.sizes, np.int64)),
+                       pa.array(np.frombuffer(chunk.mtimes, np.int64))]
+            if etags:
+                columns.append(pa.array(chunk.etags, pa.string()))
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=shard_size)
+    fsync(Path(path).parent)
+
+
 def _record(path, metadata):
     """The record in a manifest's metadata, its checksum verified (when it has one)."""
     record = json.loads((metadata or {})[_JOB_KEY])
@@ -330,56 +350,3 @@ def _damaged(path):
         if isinstance(error, ValueError) and str(error).startswith("shard "):
             raise
         raise DamagedManifest(path, first_line(error) or type(error).__name__) from None
-
-
-def read_list(list_file, root):
-    """The Manifest of the images a list file names (--images-from).
-
-    Args:
-      list_file: a text file of one path (or URL: s3://b/k.jpg, https://h/p.jpg) per line (blank
-        lines and lines starting with # are skipped), or a .parquet or .csv file with a column `path`.
-      root: the folder (or prefix URL) relative paths are relative to.
-
-    Returns:
-      Manifest of the listed paths, sorted, each with its size and time (-1 when it cannot
-      be stat'ed: it then fails when read, and is listed in the errors file).
-
-    Raises:
-      ValueError: the file cannot be read, has no `path` column, lists no image, or lists a
-        path twice.
-    """
-    list_file = os.fspath(list_file)
-    try:
-        if list_file.lower().endswith(".parquet"):
-            import pyarrow.parquet as pq
-            paths = [str(path) for path in pq.read_table(list_file, columns=["path"]).column("path").to_pylist()]
-        elif list_file.lower().endswith(".csv"):
-            with open(list_file, newline="", encoding="utf-8", errors="surrogateescape") as file:
-                reader = csv.DictReader(file)
-                if "path" not in (reader.fieldnames or ()):
-                    raise ValueError("it has no column 'path' (columns: %s)" % ", ".join(reader.fieldnames or ()))
-                paths = [row["path"] for row in reader]
-        else:
-            with open(list_file, encoding="utf-8", errors="surrogateescape") as file:
-                paths = [line.rstrip("\r\n") for line in file]
-                paths = [path for path in paths if path.strip() and not path.startswith("#")]
-    except (OSError, ValueError, KeyError) as error:
-        raise ValueError("--images-from %s cannot be read: %s"
-                         % (list_file, first_line(error) or type(error).__name__)) from None
-    if not paths:
-        raise ValueError("--images-from %s lists no images" % list_file)
-    paths.sort()
-    twice = sorted({first for first, second in zip(paths, paths[1:]) if first == second})
-    if twice:
-        raise ValueError("--images-from %s lists %d paths twice (%s)" % (list_file, len(twice), ", ".join(twice[:3])))
-    root = root if is_url(root) else os.fspath(root)
-    if not is_url(root) and not any(map(is_url, paths)):  # files: as they always were (no etags)
-        sizes, mtimes = array.array("q"), array.array("q")
-        for path in paths:
-            size, mtime = size_and_time(os.path.join(root, path), None)
-            sizes.append(size)
-            mtimes.append(mtime)
-        return Manifest(paths, sizes, mtimes)
-    described = describe_all([locate(root, path) for path in paths])  # URLs: concurrently
-    return Manifest(paths, [entry[0] for entry in described], [entry[1] for entry in described],
-                    [entry[2] for entry in described])

@@ -18,7 +18,7 @@ What --images takes (one value, or several tars):
 
 Several values are taken only when each is a tar (or a pattern of tars): a folder among them is
 refused with one line saying so. Tars are the job's inputs in sorted order (absolute paths, or
-URLs), each a shard of its own (parallel.inputs.tars gives their members and keys). What a
+URLs), grouped into shards by the job layer (parallel.inputs.tars gives their members and keys). What a
 job records as its images (`Source.description`) is the folder or prefix, or, for tars, their
 count, first, last and a digest of the whole list: the quoted pattern and its expansion by the
 shell are one job.

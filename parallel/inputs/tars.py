@@ -252,14 +252,14 @@ def read_index(path, keys=None):
                                          table.column("size").to_pylist())]
 
 
-def index_keys(path, tar=None):
-    """The keys of the index at `path`, in order; only those of the tar `tar` when given."""
+def index_keys(path, tars=None):
+    """The keys of the index at `path`, in order; only those of the tars `tars` (a set) when given."""
     import pyarrow.parquet as pq
     keys = [raw.decode("utf-8", "surrogateescape") for raw in pq.read_table(path, columns=["key_bytes"])
             .column("key_bytes").to_pylist()]
-    if tar is None:
+    if tars is None:
         return keys
-    return [key for key in keys if key == tar or (key.startswith(_PREFIX) and split_key(key)[1] == tar)]
+    return [key for key in keys if key in tars or (key.startswith(_PREFIX) and split_key(key)[1] in tars)]
 
 
 def merge_indexes(paths, target):

@@ -23,8 +23,9 @@ store (s3://) is always this variation, on one process too, with a commit that n
 (store_shards). Static ranks
 (distributed, ranks) and Ray actors (ray_job) only decide which process computes which shard.
 A job of tars is always this variation, on one host a single rank: the manifest freezes the tars,
-each tar is a shard, and the process computing it reads it front to back once (engine.extract_stream,
-parallel.inputs.tars); its members, known only then, are its images, recorded with the shard.
+a shard is a fixed group of consecutive tars (identity.tars_per_shard), and the process computing it
+reads each front to back once (engine.extract_stream, parallel.inputs.tars); their members, known
+only then, are its images, recorded with the shard.
 
     runner.run(config)    one process (single_host) or many (distributed, ray_job)
     config                Config (one run, what the CLI parses), Distribution (how it is spread)

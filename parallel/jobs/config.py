@@ -11,7 +11,7 @@ from typing import Optional
 
 from parallel.devices.selection import CPU_BATCH, GPU_BATCH, Devices
 from parallel.engine import check_batching
-from parallel.inputs.manifest import read_list
+from parallel.inputs.sorting import folder_entries, list_entries, read_list
 from parallel.inputs.sources import FOLDER, TARS, parse_images
 from parallel.jobs.identity import own_files
 from parallel.model import ModelSpec
@@ -40,7 +40,7 @@ class Config:
       overwrite: start afresh instead of resuming an existing output.
       strict: the first unreadable image stops the run.
       progress: show a progress bar (the CLI sets it when stderr is a terminal).
-      images_from: None, or a file listing the images (see `parallel.inputs.manifest.read_list`);
+      images_from: None, or a file listing the images (see `parallel.inputs.sorting.list_entries`);
         relative paths in it are relative to `images`.
       distribution: None (one process), or how the job is spread over processes (`Distribution`).
     """
@@ -93,7 +93,7 @@ class Config:
     def settings(self):
         """What the output records and a rerun must match: the model's settings, the images, the resizing."""
         source = {"images": self.source.description}
-        if self.source.kind == TARS:  # a shard per tar, its members found as it is read (parallel.jobs.shards)
+        if self.source.kind == TARS:  # shards of tars, their members found as they are read (parallel.jobs.shards)
             source["input"] = "tars"
         if self.images_from is not None:
             source["images_from"] = str(Path(self.images_from).resolve())
@@ -107,6 +107,17 @@ class Config:
         if self.source.kind == FOLDER and not is_url(self.output):  # an object in a store is never a local image
             return self.source.scan(exclude=own_files(Path(self.image_root), Path(self.output)))
         return self.source.scan()
+
+    def entries(self):
+        """`scan`, sorted in runs spilled to disk (`parallel.inputs.sorting.SortedEntries`): what a
+        manifest is first written from, in memory that does not grow with the job (a folder, a list
+        file; a prefix's listing and the tars are held, as fsspec lists them)."""
+        if self.images_from is not None:
+            return list_entries(self.images_from, self.image_root)
+        if self.source.kind == FOLDER:
+            exclude = () if is_url(self.output) else own_files(Path(self.image_root), Path(self.output))
+            return folder_entries(self.source.root, exclude)
+        return self.scan()
 
     @property
     def host_batch(self):

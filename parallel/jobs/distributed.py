@@ -11,6 +11,7 @@ Whoever commits the last shard writes the output; rerunning any rank finishes it
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import re
@@ -76,11 +77,11 @@ class ShardWorker:
                                      feature_size=self.runner.feature_size,
                                      settings=dict(self.settings, shard=str(index)))
             with writer:
-                if self.job.tars:  # the tar, read once; its index (every member's offset) beside the rows
+                if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
                     entries = []
-                    tar = images.paths[0]
-                    summary = extract_stream(self.config, self.runner, writer, stream_members(tar, entries),
-                                             stop=stop, progress=progress, remote=is_url(tar))
+                    members = itertools.chain.from_iterable(stream_members(tar, entries) for tar in images.paths)
+                    summary = extract_stream(self.config, self.runner, writer, members, stop=stop, progress=progress,
+                                             remote=any(map(is_url, images.paths)))
                     images = entries
                     if not summary.interrupted:
                         with run_errors():

@@ -31,6 +31,8 @@ from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_reco
 
 log = logging.getLogger("parallel")
 
+TAR_SHARD_BYTES = 256 << 20  # a shard of small tars holds about this much
+
 # The step geometry (jobs.config.Config.step_geometry): the job's record keys, and the flags that set them.
 GEOMETRY_FLAGS = {"per_device_batch": "--batch-size", "devices": "--gpus/--devices (--gpus-per-worker under Ray)"}
 
@@ -189,7 +191,7 @@ def refuse_output_among_images(output, images_root, manifest):
     Args:
       output: Path of the output.
       images_root: the folder relative image paths start from.
-      manifest: Manifest of the job's images.
+      manifest: Manifest of the job's images, or their SortedEntries (parallel.inputs.sorting).
     """
     root = os.path.abspath(images_root)
     names = {os.path.basename(os.path.abspath(output)), os.path.basename(os.path.realpath(output))}
@@ -198,7 +200,9 @@ def refuse_output_among_images(output, images_root, manifest):
         status = os.stat(output)
     except OSError:
         status = None
-    for path, size in zip(manifest.paths, manifest.sizes):
+    entries = zip(manifest.paths, manifest.sizes) if isinstance(manifest, Manifest) else \
+        ((entry[0], entry[1]) for entry in manifest)
+    for path, size in entries:
         same = False
         if os.path.basename(path) in names:
             full = os.path.join(root, path)
@@ -238,9 +242,6 @@ def freeze_sharded(config, check_folder, job=None):
         job = open_job(config.output)
     existed = job.manifest.exists()
     tars = config.source.kind == TARS
-    if tars and config.distribution.shard_size not in (None, 1):
-        raise ValueError("shard_size=%d does not apply to tars: each tar is a shard of its own"
-                         % config.distribution.shard_size)
     if existed:  # before the generic comparison: a rank started with other flags is told which
         change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
         if change:
@@ -250,9 +251,9 @@ def freeze_sharded(config, check_folder, job=None):
     # Shards that start where a single process's steps start give the rows a single process computes,
     # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
     host_batch = int(config.step_geometry["per_device_batch"]) * int(config.step_geometry["devices"])
-    job.freeze(job_record(config), lambda: _scan(config), 1 if tars else config.distribution.shard_size,
-               config.distribution.wait_seconds,
-               default_shard_size=max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
+    job.freeze(job_record(config), lambda: _scan(config, spilled=True), config.distribution.shard_size,
+               config.distribution.wait_seconds, default_shard_size=tars_per_shard if tars else
+               max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
     if job.shard_size % host_batch and not tars:
         log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
                     "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
@@ -260,6 +261,15 @@ def freeze_sharded(config, check_folder, job=None):
         with job.named():
             _check_folder(config, job)
     return job
+
+
+def tars_per_shard(manifest):
+    """How many consecutive tars make a shard of a job over `manifest`'s tars: as many as hold about
+    TAR_SHARD_BYTES at their median size, at least 1 (fixed when the job is frozen, so the same on
+    any number of processes). Tars of more than half of it are a shard each; small ones
+    share one, so that a shard is worth its commit and 100,000 tiny tars are not 100,000 shards."""
+    sizes = sorted(size for size in manifest.sizes if size > 0)
+    return max(1, min(len(manifest), TAR_SHARD_BYTES // sizes[len(sizes) // 2])) if sizes else 1
 
 
 def _check_folder(config, job):
@@ -275,9 +285,10 @@ def _check_folder(config, job):
                     "computed as they are now", len(changes.removed) + len(changes.changed))
 
 
-def _scan(config):
-    """The job's images now (`Config.scan`), of which the output is never one."""
-    current = config.scan()
+def _scan(config, spilled=False):
+    """The job's images now (`Config.scan`; `spilled`: sorted on disk, `Config.entries`), of which the
+    output is never one."""
+    current = config.entries() if spilled else config.scan()
     if not is_url(config.output):  # an object in a store is never one of the local images
         refuse_output_among_images(Path(config.output), config.image_root, current)
     return current

@@ -42,7 +42,7 @@ def run(config):
         rows are kept.
     """
     if config.distribution is None and (config.source.kind == TARS or is_url(config.output)):
-        config = as_one_rank(config)  # a shard per tar; a store has no rename for the single-host commit
+        config = as_one_rank(config)  # shards of tars; a store has no rename for the single-host commit
     if config.distribution is None:
         return single_host.run(config)
     if config.distribution.kind == "ray":
@@ -58,7 +58,7 @@ def run(config):
 def as_one_rank(config):
     """A job on one process run as the sharded job with one static rank, resumed shard by shard.
 
-    So run a tar job (a shard per tar), and a job whose output is in an object store: stores
+    So run a tar job (shards of tars), and a job whose output is in an object store: stores
     have no rename or append, so the single-host writer's commit (a part per batch, the record
     replaced) cannot run there; the sharded job's (an attempt per shard, a marker last,
     parallel.jobs.store_shards) can, and with one rank its output is the single-host one, byte

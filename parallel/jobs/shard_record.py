@@ -70,7 +70,7 @@ def shard_keys(job, index, folder=None):
     try:
         members = None if (folder / MEMBERS_FILE).exists() else job.members_index()
         if members is not None:  # O is written, the shards gone
-            return index_keys(members, tar=job.shard_images(index).paths[0])
+            return index_keys(members, tars=set(job.shard_images(index).paths))
         return index_keys(folder / MEMBERS_FILE)
     except (OSError, ValueError):
         return None

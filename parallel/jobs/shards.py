@@ -75,7 +75,7 @@ class ShardedJob:
         self.lock = self.output.with_name(self.output.name + LOCK_SUFFIX)
         self.shard_size = self.shard_count = self.images = None
         self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
-        self.tars = False  # a shard per tar, whose images are its members (known once it is read)
+        self.tars = False  # shards of tars, whose images are their members (known once they are read)
         self.members = self.output.with_name(self.output.name + MEMBERS_SUFFIX)
 
     # -- the manifest ------------------------------------------------------------------------
@@ -89,8 +89,8 @@ class ShardedJob:
           scan: callable returning the Manifest of the images now (called by the process that
             writes the manifest).
           shard_size: images per shard; None: the recorded one, else `default_shard_size`.
-          default_shard_size: the size of a new job's shards when `shard_size` is None
-            (None: DEFAULT_SHARD_SIZE).
+          default_shard_size: the size of a new job's shards when `shard_size` is None: a number,
+            or a callable of the scanned Manifest (tars grouped by their sizes); None: DEFAULT_SHARD_SIZE.
           wait_seconds: how long to wait for another process writing the manifest.
 
         Returns:
@@ -110,6 +110,8 @@ class ShardedJob:
                     current = scan()
                     if not len(current):
                         raise ValueError("the job has no images")
+                    if callable(default_shard_size):
+                        default_shard_size = default_shard_size(current)
                     current.save(self.manifest, shard_size or default_shard_size or DEFAULT_SHARD_SIZE, job=job)
                     recorded = read_job(self.manifest)
         except locks.Busy:
