@@ -12,6 +12,10 @@ GPUs per worker and job_child's colour model, and FAULT:
     badweights    the weights load in the driver but not in the workers
     cli           the command line (run_inference.py, job_child's model for VGG16's) in a process of
                   its own: first with GPUS + 1 GPUs per worker (more than a node has), then with GPUS
+    store         the output in an S3 store (moto, started by this driver on 127.0.0.1 before the
+                  cluster, so that every node's workers reach it): s3://bucket/ray/store.FORMAT, its
+                  objects then copied into FOLDER/store-copy/ for the test to read
+    tars          the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard
 
 Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
 summary's counts, the workers the driver logged (and the interrupted run's status, counts and
@@ -151,8 +155,14 @@ def run_job(images, folder, job, address):
     output, builds, steps = folder / ("%s.%s" % (fault, output_format)), folder / (fault + ".builds"), None
     if fault in ("kill", "interrupt"):  # slow steps: the fault lands mid-job
         steps = folder / (fault + ".steps")
-    distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=5, wait_seconds=30,
-                                       ray_address=address)
+    if fault == "store":
+        output = "s3://%s/ray/store.%s" % (BUCKET, output_format)
+    if fault == "tars":
+        from stores import write_tars
+        write_tars(images, folder / "tars", 8)
+        images = str(folder / "tars" / "*.tar")
+    distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=1 if fault == "tars"
+                                       else 5, wait_seconds=30, ray_address=address)
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)
     model = counting_builds(config.model, builds)
@@ -174,9 +184,35 @@ def run_job(images, folder, job, address):
         result["status"], result["summary"] = run(config)
     finally:
         logging.getLogger("parallel").removeHandler(workers)
+    if fault == "store":  # what the store holds, for the test (its server ends with this process)
+        copy = folder / "store-copy"
+        copy.mkdir()
+        for name in store().ls("%s/ray" % BUCKET):
+            if store().isfile(name):
+                (copy / Path(name).name).write_bytes(store().cat_file(name))
     built = collections.Counter(builds.read_text().split()[1::2]) if builds.exists() else {}
     return dict(result, workers=workers.infos, builds=[[int(pid), count] for pid, count in built.items()],
                 killed=killed)
+
+
+BUCKET = "bucket"
+
+
+def start_store():
+    """A moto S3 server on 127.0.0.1 (this namespace's loopback) with BUCKET; the AWS variables point at it."""
+    from moto.server import ThreadedMotoServer
+    from stores import free_port
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                      AWS_ENDPOINT_URL_S3="http://127.0.0.1:%d" % port)
+    ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()  # a daemon thread: ends with us
+    store().mkdir(BUCKET)
+
+
+def store():
+    import s3fs
+    return s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], skip_instance_cache=True)
 
 
 def main():
@@ -191,6 +227,8 @@ def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
     import ray.cluster_utils
+    if any(job.endswith(":store") for job in args.jobs):  # before the cluster: its workers inherit the variables
+        start_store()
     os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)  # set by job_child: the nodes' workers would inherit it
     cluster = ray.cluster_utils.Cluster(initialize_head=True, head_node_args=CLUSTER)
     cluster.add_node(**CLUSTER)

@@ -49,7 +49,8 @@ def isolated_network():
     return prefix, None
 
 
-JOBS = ("csv:1:kill", "parquet:2:interrupt", "csv:2:badweights", "csv:2:cli")  # FORMAT:GPUS per worker:FAULT
+JOBS = ("csv:1:kill", "parquet:2:interrupt", "csv:2:badweights", "csv:2:cli",  # FORMAT:GPUS per worker:FAULT
+        "npy:1:store", "parquet:2:tars")
 # Lines that are not the driver's own: Ray's and TensorFlow's logs (dated, or absl's "I0000 00:00"), an
 # actor's output forwarded by Ray ("(ShardActor pid=...)", "(raylet)"), Python warnings ("file.py:12:").
 NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\((?:raylet|autoscaler|gcs_server)"
@@ -78,7 +79,7 @@ def ray_runs(job_images, tmp_path_factory):
     assert child.returncode == 0 and len(results) == len(JOBS), child.stderr[-5000:]
     for result in results.values():
         result["builds"] = dict(result["builds"])  # pid: graphs built
-        result["log"] = child.stderr
+        result["log"], result["log_folder"] = child.stderr, str(folder)
     return results
 
 
@@ -120,6 +121,29 @@ def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exa
     lines = result["cli_log"].splitlines()
     assert [line for line in lines if NOISE.search(line)] == [], result["cli_log"]
     assert any(line.startswith("Ray: cluster ready in") and "s graph and weights" in line for line in lines), lines
+
+
+def test_an_output_in_an_object_store_is_the_single_host_one(ray_runs, single_outputs):
+    result = ray_runs["store"]  # workers on two nodes, committing through the store's protocol, no shared folder
+    assert result["status"] == 3 and done(result) == {"discovered": 24, "written": 23, "failed": 1,
+                                                      "already_done": 0, "skipped": 0}
+    copy = Path(result["log_folder"]) / "store-copy"
+    assert outputs(copy / "store.npy") == single_outputs["npy"]
+    assert sorted(path.name for path in copy.iterdir()) == ["store.npy" + suffix for suffix in
+                                                            ("", ".errors.csv", ".manifest.parquet", ".paths.csv",
+                                                             ".run.json")]  # the shards gone
+
+
+def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, tmp_path):
+    from parallel import jobs
+    result = ray_runs["tars"]
+    assert result["status"] == 3 and (done(result)["written"], done(result)["failed"]) == (23, 1)
+    single = tmp_path / "single.parquet"
+    jobs.run(job_child.config(str(Path(result["log_folder"]) / "tars" / "*.tar"), single, "parquet",
+                              Distribution(kind="static", rank=0, world_size=1, shard_size=1)))
+    assert outputs(result["output"]) == outputs(single)
+    members = [Path(str(output) + ".members.parquet").read_bytes() for output in (result["output"], single)]
+    assert members[0] == members[1]
 
 
 def test_each_worker_builds_its_graph_once_on_gpus_of_its_own(ray_runs):

@@ -204,10 +204,24 @@ def test_overwrite_on_one_host_starts_the_store_output_afresh(job_images, single
     assert not any(name.startswith("out.csv.shards/") for name in s3.objects())
 
 
-def test_a_ray_job_refuses_a_store_output_with_one_line(job_images, s3):
-    config = job_child.config(job_images, s3.url("out.csv"), "csv", jobs.Distribution(kind="ray", gpus_per_worker=0))
-    with pytest.raises(ValueError, match="^--output s3://.*: a Ray job writes to a local path every host sees"):
-        jobs.run(config)
+def test_a_job_sent_to_another_process_stages_in_a_folder_of_its_own(job_images, s3):
+    """What a Ray worker receives (pickled): the store and the frozen job; its staging folder is its own."""
+    import gc
+    import pickle
+    from parallel.jobs.identity import freeze_sharded
+    url = s3.url("out.csv")
+    run_rank(job_images, url, "csv", 0, 3)  # shards 0 and 3 committed
+    config = job_child.config(job_images, url, "csv", static(1, 3))
+    job = freeze_sharded(config, check_folder=False)
+    copy = pickle.loads(pickle.dumps(job))
+    assert copy.output.parent != job.output.parent and copy.output.parent.is_dir() and copy.manifest.exists()
+    assert (copy.location, copy.shard_count, copy.identity) == (job.location, job.shard_count, job.identity)
+    assert copy.shard_images(2).paths == job.shard_images(2).paths
+    assert copy.missing() == job.missing() == [1, 2, 4]
+    staging = copy.output.parent
+    del copy
+    gc.collect()
+    assert not staging.exists()  # removed with the object
 
 
 def test_a_local_output_is_still_the_rename_protocol(tmp_path):

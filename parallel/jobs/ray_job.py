@@ -33,7 +33,7 @@ from parallel.devices.selection import available_gpus, resolve_devices
 from parallel.engine import RunError
 from parallel.jobs.distributed import ShardWorker, add, committed_summary, conclude
 from parallel.jobs.identity import freeze_sharded
-from parallel.jobs.shards import ShardedJob
+from parallel.jobs.store_shards import open_job
 from parallel.loop import Summary
 from parallel.messages import Progress, first_line
 from parallel.signals import StopRequest
@@ -142,9 +142,10 @@ def run(config):
     started = time.perf_counter()
     with contextlib.ExitStack() as cluster:
         pool = None
-        if not ShardedJob(config.output).manifest.exists():  # checks first: freezing writes the manifest
+        job = open_job(config.output)  # in a folder every host sees, or in an object store
+        if not job.manifest.exists():  # checks first: freezing writes the manifest
             pool = _checked_pool(cluster, config)
-        job = freeze_sharded(config, check_folder=True)
+        job = freeze_sharded(config, check_folder=True, job=job)
         todo = job.missing()
         summary = Summary()
         for index in sorted(set(range(job.shard_count)) - set(todo)):

@@ -46,9 +46,6 @@ def run(config):
     if config.distribution is None:
         return single_host.run(config)
     if config.distribution.kind == "ray":
-        if is_url(config.output):
-            raise ValueError("--output %s: a Ray job writes to a local path every host sees (an object store "
-                             "output is for one host or --distributed static)" % config.output)
         from parallel.jobs import ray_job  # Ray itself is imported only when a job runs
         with distributed.advised(config.output):
             return ray_job.run(config)

@@ -91,16 +91,35 @@ class StoreShardedJob(ShardedJob):
 
     def __init__(self, url):
         self.store, self.name = open_store(url)
-        staging = tempfile.mkdtemp(prefix="parallel-store-")
-        self._cleanup = weakref.finalize(self, shutil.rmtree, staging, True)
-        super().__init__(Path(staging) / self.name)
+        self._stage()
         self.location = str(url)
-        self._chosen = {}  # shard -> the attempt chosen (a committed attempt stays committed)
-        self._fetched = {}  # shard -> (attempt, with its features) of the staging copy
         self.store.check(self.name)
         if self._pull(self.name + MANIFEST_SUFFIX, self.manifest):
             with self._manifest_errors():  # a damaged one is named here, by its URL
                 read_job(self.manifest)
+
+    def _stage(self):
+        """A staging folder of this process (removed with the object), and the local paths in it."""
+        staging = tempfile.mkdtemp(prefix="parallel-store-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, staging, True)
+        super().__init__(Path(staging) / self.name)
+        self._chosen = {}  # shard -> the attempt chosen (a committed attempt stays committed)
+        self._fetched = {}  # shard -> (attempt, with its features) of the staging copy
+
+    def __getstate__(self):
+        """What a Ray worker receives: the store and the frozen job, not this process's staging folder."""
+        state = dict(self.__dict__)
+        for name in ("_cleanup", "_chosen", "_fetched"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        frozen = {name: state[name] for name in ("location", "shard_size", "shard_count", "images", "identity",
+                                                 "digests", "tars")}
+        self.__dict__.update(state)
+        self._stage()  # a folder of this process, on this host
+        self.__dict__.update(frozen)
+        self._pull(self.name + MANIFEST_SUFFIX, self.manifest)
 
     @contextlib.contextmanager
     def named(self):
