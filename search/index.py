@@ -13,7 +13,7 @@ The index folder:
     index.faiss   the faiss index (with the PCA, for ivfpq): faiss.read_index reads it
     paths.csv     the path of each row, in order (one column `path`)
     vectors.f16   ivfpq only: every row's normalised vector, float16 [rows, D] little-endian, no
-                  header; memory-mapped to re-rank a search's candidates in the full D dimensions
+                  header; read by row (pread) to re-rank a search's candidates in the full D dimensions
     index.json    the metadata: source output, its settings, kind, parameters, the mean, the
                   recall measured at build time against exact search, rows; written last, so that
                   a build or add that stopped part-way leaves the previous index, or none
@@ -54,7 +54,7 @@ class Index:
     def __init__(self, folder, meta, faiss_index, paths, mean):
         self.folder, self.meta, self._index, self.paths, self.mean = Path(folder), meta, faiss_index, paths, mean
         self._rows = None
-        self._full = None  # ivfpq: the memory-mapped vectors.f16, float16 [rows, D]
+        self._full = None  # ivfpq: vectors.f16, float16 [rows, D] (search.rerank.FullVectors)
 
     @property
     def kind(self):

@@ -8,7 +8,7 @@
             its candidates re-ranked with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor
             8): about 280 bytes a row in memory. The PCA loses what the 256 axes do not hold, so the index
             folder also keeps every normalised vector in float16 on disk (vectors.f16, 2 D bytes a row,
-            memory-mapped, never read whole): the best RERANK x k candidates of a search are re-ranked
+            read a row at a time, never whole): the best RERANK x k candidates of a search are re-ranked
             with them, so the scores and the order are those of the full D dimensions.
 
 faiss is imported on first use; without it, a SearchError says how to install it.

@@ -5,8 +5,8 @@
 
 The PCA of an ivfpq index keeps only what its 256 axes hold; the exact neighbours are those of the
 full D dimensions. So a search asks the IVF-PQ for RERANK x k candidates and orders them by their
-full vectors, read from this memory-mapped file: RERANK x k rows a query, never the whole file
-in memory. float16 keeps the 3 leading digits of each component: cosines to about 1e-3.
+full vectors, read from this file: RERANK x k rows a query (by pread: never mapped into the
+process), never the whole file in memory. float16 keeps the 3 leading digits of each component: cosines to about 1e-3.
 """
 
 import contextlib
@@ -35,7 +35,7 @@ def appending(path, rows_held, feature_size):
 
 
 def map_full_vectors(path, rows, feature_size, folder):
-    """float16 [rows, D], read-only memory map of `path`; None for an empty index.
+    """The full vectors in `path` (`FullVectors`), None for an empty index.
 
     Raises:
       SearchError: the file is missing or holds fewer rows than the index.
@@ -48,14 +48,54 @@ def map_full_vectors(path, rows, feature_size, folder):
     if size < rows * feature_size * HALF.itemsize:
         raise SearchError("index=%s is damaged: %s holds %d bytes, %d rows of %d floats expected: build it again"
                           % (folder, os.path.basename(path), max(size, 0), rows, feature_size))
-    return np.memmap(path, dtype=HALF, mode="r", shape=(rows, feature_size)) if rows else None
+    return FullVectors(path, rows, feature_size) if rows else None
+
+
+class FullVectors:
+    """float16 [rows, D] in a file, rows read by `pread` when indexed: `full[ids]` -> float16 [len(ids), D].
+
+    Not memory-mapped: the rows a search reads (and the pages around them, which the kernel maps
+    with each fault) would stay in the process's resident memory until the whole file did; read
+    this way they are the page cache's, never the process's.
+    """
+
+    def __init__(self, path, rows, feature_size):
+        self.shape, self._row_bytes = (rows, feature_size), feature_size * HALF.itemsize
+        self._file = open(path, "rb", buffering=0)
+
+    def __getitem__(self, rows):
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        out = np.empty((len(rows), self.shape[1]), dtype=HALF)
+        if not len(rows):
+            return out
+        if rows.min() < 0 or rows.max() >= self.shape[0]:
+            raise IndexError("rows %d .. %d of %d" % (rows.min(), rows.max(), self.shape[0]))
+        buffer = memoryview(out).cast("B")
+        descriptor, size = self._file.fileno(), self._row_bytes
+        if rows[-1] - rows[0] == len(rows) - 1 and np.all(np.diff(rows) == 1):  # a block: one read
+            _read_fully(descriptor, buffer, int(rows[0]) * size)
+            return out
+        for position, row in enumerate(rows.tolist()):
+            _read_fully(descriptor, buffer[position * size:(position + 1) * size], row * size)
+        return out
+
+    def close(self):
+        self._file.close()
+
+
+def _read_fully(descriptor, buffer, offset):
+    while len(buffer):
+        done = os.preadv(descriptor, [buffer], offset)
+        if done <= 0:
+            raise OSError("%s ends before its rows do" % FULL_VECTORS)
+        buffer, offset = buffer[done:], offset + done
 
 
 def rerank(full, unit_vectors, candidates, k):
     """The k best of each query's candidate rows, scored by their full vectors.
 
     Args:
-      full: float16 [N, D], the rows' normalised vectors (`map_full_vectors`).
+      full: float16 [N, D] (`FullVectors`, or an array), the rows' normalised vectors.
       unit_vectors: float32 [Q, D], the normalised queries.
       candidates: int64 [Q, C], candidate rows of each query (-1: none).
       k: neighbours per query.
