@@ -163,7 +163,7 @@ def parse_args(argv=None):
     jobs.add_argument("--shard-size", type=at_least_one, metavar="N",
                       help="images per shard (default: the size the job was started with, else the largest "
                            "multiple of the images per step up to 10000: 9996 with 12 images per step, 9984 "
-                           "with 64 or 4 x 64); for tars, tars per shard (default: about 256 MiB of them)")
+                           "with 64 or 4 x 64); for tars, tars per shard (about 256 MiB of them)")
     jobs.add_argument("--manifest-wait", type=_seconds, metavar="SECONDS",
                       help="how long a process waits for the one writing the job's manifest before giving up "
                            "(default: 600)")
