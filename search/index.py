@@ -245,7 +245,7 @@ class Index:
           parameters: hnsw: efSearch (default 64); ivfpq: nprobe (lists visited, default 1/32 of
             them, at least 32), k_factor (candidates re-ranked with the PCA vectors per candidate,
             default 8) and, when the index keeps the full vectors, rerank (candidates re-ranked with
-            them per neighbour, default 5).
+            them per neighbour, default 3).
 
         Raises:
           SearchError: a parameter this kind does not have, or not a whole number >= 1.

@@ -25,7 +25,7 @@ PCA_DIMS = 256
 HNSW_M = 32
 EF_SEARCH = 64             # hnsw: recall@10 1.0 at 100k fc7-like rows, 0.05x brute force (docs/benchmarks.md#search)
 PQ_CODES = 16
-RERANK = 5                 # ivfpq: candidates re-ranked with the full vectors, per neighbour asked for
+RERANK = 3                 # ivfpq: candidates re-ranked with the full vectors, per neighbour asked for
 TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
 
 

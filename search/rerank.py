@@ -16,7 +16,7 @@ import numpy as np
 
 FULL_VECTORS = "vectors.f16"
 HALF = np.dtype("<f2")
-QUERIES_AT_ONCE = 8  # queries whose candidates are decoded at once: 8 x 50 x 4096 floats = 6.5 MB
+QUERIES_AT_ONCE = 8  # queries whose candidates are decoded at once: 8 x 30 x 4096 floats = 3.9 MB
 
 
 @contextlib.contextmanager

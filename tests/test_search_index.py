@@ -142,7 +142,7 @@ def test_search_parameters_change_the_search_and_are_checked(tmp_path):
     assert hits[0] < hits[1]
     index.save()
     assert Index.load(tmp_path / "f.index").meta["parameters"]["search"] == {"nprobe": 64, "k_factor": 16,
-                                                                                 "rerank": 5}
+                                                                                 "rerank": 3}
     with pytest.raises(SearchError, match="efSearch=10: a ivfpq index takes nprobe, k_factor, rerank"):
         index.set_search(efSearch=10)
     with pytest.raises(SearchError, match="nprobe=0; expected a whole number"):
