@@ -168,8 +168,10 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
 
     Args:
       model: ModelSpec (e.g. `models.vgg16.feature_model(...)`).
-      images: a folder (str or Path: every image under it, recursively), or a list of
-        image file paths (str or Path, absolute or relative to the working directory).
+      images: a folder (str or Path: every image under it, recursively), a prefix of an object
+        store ("s3://bucket/photos/": every image object under it, listed once), or a list of
+        image file paths (str or Path, absolute or relative to the working directory) and
+        object URLs (s3://, http(s)://: fetched with the retries of a job's).
       devices: `Devices`, or device names as for the CLI's --devices ("cpu:0,cpu:1",
         "gpu:0,gpu:1").
       per_device_batch: images per device per step; None: by device kind (12 on CPU devices,
@@ -180,7 +182,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
 
     Returns:
       (paths, features): the images that could be read, in input order (sorted relative
-      paths for a folder, the given paths for a list), and float32 [len(paths), D]. Images
+      paths for a folder or a prefix, the given paths and URLs for a list), and float32 [len(paths), D]. Images
       that could not be read are left out, with a warning naming them.
 
     Raises:
@@ -193,7 +195,14 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
     if per_device_batch is None:
         per_device_batch = devices.default_batch()
     check_batching(per_device_batch, resize, workers, prefetch_batches)
-    if isinstance(images, (str, os.PathLike)):
+    if isinstance(images, str) and is_url(images):  # a prefix of a store: its images, listed once
+        from parallel.inputs.discovery import has_image_extension
+        from parallel.inputs.remote import list_objects
+        root = images if images.endswith("/") else images + "/"
+        paths = [entry[0] for entry in list_objects(root, has_image_extension)]
+        if not paths:
+            raise ValueError("images=%s contains no images" % (images,))
+    elif isinstance(images, (str, os.PathLike)):
         root = Path(images)
         paths = discover_images(root)
         if not paths:

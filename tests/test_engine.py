@@ -171,3 +171,18 @@ def test_the_python_api_page_example_runs(tmp_path, monkeypatch, seeded_files):
     frame = __import__("pandas").read_parquet(tmp_path / "results" / "photos.parquet")
     assert list(frame["path"]) == namespace["paths"]
     np.testing.assert_array_equal(np.stack(frame["fc7"]), namespace["features"])
+
+
+def test_extract_takes_a_store_prefix_and_object_urls_as_it_takes_a_folder(tmp_path, s3_store):
+    from stores import BUCKET, upload
+    images = tmp_path / "images"
+    make_images(images, 5, bad={"b/img_02.png"})
+    paths, features = engine.extract(MODEL, images)
+    upload(images, "s3://%s/extract/photos/" % BUCKET)  # on the loopback S3 server of the session
+    listed, from_prefix = engine.extract(MODEL, "s3://%s/extract/photos" % BUCKET)
+    assert listed == paths
+    np.testing.assert_array_equal(from_prefix, features)
+    urls = ["s3://%s/extract/photos/%s" % (BUCKET, path) for path in reversed(paths)]
+    again, from_urls = engine.extract(MODEL, urls)
+    assert again == urls
+    np.testing.assert_array_equal(from_urls, features[::-1])
