@@ -173,7 +173,8 @@ def test_the_python_api_page_example_runs(tmp_path, monkeypatch, seeded_files):
     np.testing.assert_array_equal(np.stack(frame["fc7"]), namespace["features"])
 
 
-def test_extract_takes_a_store_prefix_and_object_urls_as_it_takes_a_folder(tmp_path, s3_store):
+def test_extract_takes_a_store_prefix_and_object_urls_as_it_takes_a_folder(tmp_path, s3_store, http_server):
+    import shutil
     from stores import BUCKET, upload
     images = tmp_path / "images"
     make_images(images, 5, bad={"b/img_02.png"})
@@ -182,7 +183,9 @@ def test_extract_takes_a_store_prefix_and_object_urls_as_it_takes_a_folder(tmp_p
     listed, from_prefix = engine.extract(MODEL, "s3://%s/extract/photos" % BUCKET)
     assert listed == paths
     np.testing.assert_array_equal(from_prefix, features)
-    urls = ["s3://%s/extract/photos/%s" % (BUCKET, path) for path in reversed(paths)]
+    shutil.copytree(images, http_server.root / "photos")  # half the list over HTTP, half from the store
+    urls = [("s3://%s/extract/photos/%s" if number % 2 else "%s/photos/%s") % (BUCKET if number % 2 else
+            http_server.url, path) for number, path in enumerate(reversed(paths))]
     again, from_urls = engine.extract(MODEL, urls)
     assert again == urls
     np.testing.assert_array_equal(from_urls, features[::-1])
