@@ -5,7 +5,8 @@
 
     extract_into(config, runner, writer, paths, positions)   a list of images into an open writer
     extract_stream(config, runner, writer, items)            a stream of (key, bytes), a tar's, likewise
-    extract(model, images)     a folder or a list of files into (paths, features) in memory
+    extract(model, images)     a folder, a prefix, or a list of files, URLs and tar members into
+                               (paths, features) in memory
 
 The stages overlap: the reader decodes the next batches while the devices compute, and a
 writer thread formats and commits the previous batch. Queues between them are bounded, so
