@@ -313,8 +313,9 @@ def member_reader(keys, index=None):
         its byte range. None: each tar named is streamed once now, and the members asked for are
         kept in memory (an in-memory call's images), the others skipped.
     """
-    if index is not None:
-        entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index)}
+    wanted = {key for key in keys if isinstance(key, str) and key.startswith(_PREFIX)}
+    if index is not None:  # only the entries asked for: an output's index may hold millions
+        entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index, wanted)}
 
         def read(key):
             try:
@@ -322,7 +323,6 @@ def member_reader(keys, index=None):
             except ValueError as error:  # not in the index: this image fails, not the call
                 return ImageError("unreadable", str(error))
         return read
-    wanted = {key for key in keys if isinstance(key, str) and key.startswith(_PREFIX)}
     found = {}
     for tar in sorted({split_key(key)[1] for key in wanted}):
         for key, data in stream_members(tar, []):
