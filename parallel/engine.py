@@ -5,7 +5,8 @@
 
     extract_into(config, runner, writer, paths, positions)   a list of images into an open writer
     extract_stream(config, runner, writer, items)            a stream of (key, bytes), a tar's, likewise
-    extract(model, images)     a folder or a list of files into (paths, features) in memory
+    extract(model, images)     a folder, a prefix, or a list of files, URLs and tar members into
+                               (paths, features) in memory
 
 The stages overlap: the reader decodes the next batches while the devices compute, and a
 writer thread formats and commits the previous batch. Queues between them are bounded, so
@@ -27,7 +28,7 @@ import tensorflow as tf
 from parallel.devices.compute import DeviceRunner, build_graph
 from parallel.devices.selection import Devices, resolve_devices, set_float32_precision
 from parallel.devices.staging import open_runner
-from parallel.inputs.decode import RESIZE_MODES
+from parallel.inputs.decode import RESIZE_MODES, decode_bytes_row, decode_row
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import ImageReader, step_lengths
 from parallel.inputs.remote import is_url
@@ -156,7 +157,8 @@ def disk_full_errors():
         raise RunError(first_line(error)) from error
 
 
-def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop", workers=None, prefetch_batches=2):
+def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop", workers=None, prefetch_batches=2,
+            index=None):
     """Features of a folder of images, or of a list of image files, in memory.
 
     For notebooks and pipelines, and small jobs: nothing is written. For a large job, or one
@@ -168,8 +170,10 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
 
     Args:
       model: ModelSpec (e.g. `models.vgg16.feature_model(...)`).
-      images: a folder (str or Path: every image under it, recursively), or a list of
-        image file paths (str or Path, absolute or relative to the working directory).
+      images: a folder (str or Path: every image under it, recursively), a prefix of an object
+        store ("s3://bucket/photos/": every image object under it, listed once), or a list of
+        image file paths (str or Path, absolute or relative to the working directory) and
+        object URLs (s3://, http(s)://: fetched with the retries of a job's).
       devices: `Devices`, or device names as for the CLI's --devices ("cpu:0,cpu:1",
         "gpu:0,gpu:1").
       per_device_batch: images per device per step; None: by device kind (12 on CPU devices,
@@ -177,10 +181,13 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
       resize: "crop" or "stretch" (see `parallel.inputs.decode`).
       workers: decode threads; None: one per core.
       prefetch_batches: host batches decoded ahead of the devices.
+      index: for tar members in `images` (tar://<member>::<tar>, as a job's rows name them), the
+        job's `<output>.members.parquet`: each member is read by its byte range. None: each tar
+        named is read once, front to back, before the images are computed.
 
     Returns:
       (paths, features): the images that could be read, in input order (sorted relative
-      paths for a folder, the given paths for a list), and float32 [len(paths), D]. Images
+      paths for a folder or a prefix, the given paths and URLs for a list), and float32 [len(paths), D]. Images
       that could not be read are left out, with a warning naming them.
 
     Raises:
@@ -193,7 +200,14 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
     if per_device_batch is None:
         per_device_batch = devices.default_batch()
     check_batching(per_device_batch, resize, workers, prefetch_batches)
-    if isinstance(images, (str, os.PathLike)):
+    if isinstance(images, str) and is_url(images):  # a prefix of a store: its images, listed once
+        from parallel.inputs.discovery import has_image_extension
+        from parallel.inputs.remote import list_objects
+        root = images if images.endswith("/") else images + "/"
+        paths = [entry[0] for entry in list_objects(root, has_image_extension)]
+        if not paths:
+            raise ValueError("images=%s contains no images" % (images,))
+    elif isinstance(images, (str, os.PathLike)):
         root = Path(images)
         paths = discover_images(root)
         if not paths:
@@ -202,12 +216,15 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         root, paths = Path(os.getcwd()), [os.fspath(path) for path in images]
     else:
         raise ValueError("images must be a folder or a non-empty list of files; got %r" % (images,))
+    decode = decode_row
+    if any(path.startswith("tar://") for path in paths):
+        decode = _member_decoder(paths, index)
     sink, failures = _Collected(), _Failures()
     host_batch = per_device_batch * len(devices.names)
     set_float32_precision(model.settings.get("precision"))  # process-global: before the Session
     with open_runner(model, devices, per_device_batch) as runner, ImageReader(
             root, paths, host_batch, size=tuple(model.image_size), resize=resize, workers=workers,
-            prefetch_batches=prefetch_batches) as reader:
+            prefetch_batches=prefetch_batches, decode=decode) as reader:
         run_loop(reader, runner, sink, failures, images=len(paths))
         if failures.rows:
             log.warning("%s could not be read: %s", counted(len(failures.rows), "image"),
@@ -215,6 +232,22 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         features = (np.concatenate(sink.features) if sink.features
                     else np.zeros((0, runner.feature_size), np.float32))
     return sink.paths, features
+
+
+def _member_decoder(paths, index):
+    """ImageReader's decode for a list holding tar members (their bytes from `tars.member_reader`),
+    URLs and files."""
+    from parallel.inputs.remote import decode_url_row
+    from parallel.inputs.tars import member_reader
+    read = member_reader(paths, index)
+
+    def decode(location, images, row, size, resize, max_pixels):
+        if location.startswith("tar://"):
+            return decode_bytes_row(read(location), images, row, size, resize, max_pixels)
+        if is_url(location):
+            return decode_url_row(location, images, row, size, resize, max_pixels)
+        return decode_row(location, images, row, size, resize, max_pixels)
+    return decode
 
 
 class _Collected:

@@ -171,3 +171,45 @@ def test_the_python_api_page_example_runs(tmp_path, monkeypatch, seeded_files):
     frame = __import__("pandas").read_parquet(tmp_path / "results" / "photos.parquet")
     assert list(frame["path"]) == namespace["paths"]
     np.testing.assert_array_equal(np.stack(frame["fc7"]), namespace["features"])
+
+
+def test_extract_takes_a_store_prefix_and_object_urls_as_it_takes_a_folder(tmp_path, s3_store, http_server):
+    import shutil
+    from stores import BUCKET, upload
+    images = tmp_path / "images"
+    make_images(images, 5, bad={"b/img_02.png"})
+    paths, features = engine.extract(MODEL, images)
+    upload(images, "s3://%s/extract/photos/" % BUCKET)  # on the loopback S3 server of the session
+    listed, from_prefix = engine.extract(MODEL, "s3://%s/extract/photos" % BUCKET)
+    assert listed == paths
+    np.testing.assert_array_equal(from_prefix, features)
+    shutil.copytree(images, http_server.root / "photos")  # half the list over HTTP, half from the store
+    urls = [("s3://%s/extract/photos/%s" if number % 2 else "%s/photos/%s") % (BUCKET if number % 2 else
+            http_server.url, path) for number, path in enumerate(reversed(paths))]
+    again, from_urls = engine.extract(MODEL, urls)
+    assert again == urls
+    np.testing.assert_array_equal(from_urls, features[::-1])
+
+
+def test_extract_takes_tar_members_streamed_or_by_byte_range_from_an_index(tmp_path, s3_store):
+    from parallel.inputs.tars import member_key, stream_members, write_index
+    from stores import BUCKET, upload, write_tars
+    images = tmp_path / "images"
+    make_images(images, 5, bad={"b/img_02.png"})
+    paths, features = engine.extract(MODEL, images)
+    tars = write_tars(images, tmp_path / "tars", 3)
+    upload(tmp_path / "tars", "s3://%s/extract-tars/" % BUCKET)
+    for where in [str(tar) for tar in tars], ["s3://%s/extract-tars/%s" % (BUCKET, tar.name) for tar in tars]:
+        keys = [member_key(path, tar) for tar in where for path in paths if tar.endswith(
+            "%06d.tar" % (sorted(paths + ["b/img_02.png"]).index(path) // 3))]
+        assert len(keys) == len(paths)
+        streamed, from_stream = engine.extract(MODEL, keys[::-1])  # each tar read once, front to back
+        entries = []
+        for tar in where:
+            list(stream_members(tar, entries))  # the index a job writes: each member's offset and size
+        index = tmp_path / "members.parquet"
+        write_index(index, entries)
+        ranged, from_ranges = engine.extract(MODEL, keys[::-1] + [keys[0].replace("img", "gone")], index=index)
+        assert streamed == ranged == keys[::-1]  # a member not in the index fails alone, left out
+        np.testing.assert_array_equal(from_stream, features[::-1])
+        np.testing.assert_array_equal(from_ranges, features[::-1])

@@ -2,8 +2,9 @@
 process or many, through kills and resumes (real S3 and HTTP on loopback; the colour model)."""
 
 import csv
-import io
 import dataclasses
+import io
+import json
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
 import pytest
 
 import job_child
@@ -337,3 +339,32 @@ def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(loca
     assert sorted(store().find("bucket/%s" % tmp_path.name)) == sorted(
         "bucket/%s/out.csv%s" % (tmp_path.name, suffix)
         for suffix in ("", ".errors.csv", ".members.parquet", ".manifest.parquet", ".run.json"))  # shards gone
+
+
+def wids_index(urls):
+    """A webdataset (wids) shard index of `urls`, as widsindex writes one."""
+    return json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "test",
+                       "shardlist": [{"url": url, "nsamples": 9} for url in urls]}).encode()
+
+
+def test_a_wids_shard_index_names_the_tars_of_the_job_locally_and_in_a_store(job_images, folder_output, local_tars,
+                                                                             s3_store, tmp_path):
+    index = local_tars[0].parent / "index.json"
+    index.write_bytes(wids_index([tar.name for tar in local_tars]))  # relative to the index's folder
+    store().pipe("bucket/wids/index.json", wids_index(["%06d.tar" % number for number in range(3)]))
+    for tar in local_tars:
+        store().pipe("bucket/wids/%s" % tar.name, tar.read_bytes())
+    for images, pattern in (str(index), str(local_tars[0].parent / "*.tar")), ("s3://bucket/wids/index.json",
+                                                                               "s3://bucket/wids/*.tar"):
+        output = tmp_path / ("%d.csv" % len(images))
+        summary = jobs.run(job_child.config(images, output, "csv"))
+        assert (summary.written, summary.failed) == (23, 1)
+        assert [features for _, features in rows(output)] == [features for _, features in rows(folder_output)]
+        again = jobs.run(job_child.config(pattern, output, "csv"))  # the index's tars are the pattern's: one job
+        assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+    index.unlink()  # the tars' folder is the module's
+    bad = tmp_path / "index.json"
+    bad.write_bytes(b'{"shards": []}')
+    with pytest.raises(ValueError, match="^images=.*index.json is not a readable wids shard index"):
+        jobs.run(job_child.config(str(bad), tmp_path / "bad.csv", "csv"))
+    assert not list(tmp_path.glob("bad.csv*"))

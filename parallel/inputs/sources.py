@@ -15,6 +15,9 @@ What --images takes (one value, or several tars):
     'shards/*.tar'                 a glob (local, or in a store: s3://b/shards/*.tar)
     shards/000000.tar shards/...   several tars: what the shell passes when it expands an unquoted
                                    pattern; the same job as the quoted pattern (the same tars)
+    shards/index.json              a webdataset (wids) shard index, a path or a URL: the tars its
+                                   "shardlist" names ("url", relative to the index's folder or
+                                   absolute), without listing the store; the same job as those tars
 
 Several values are taken only when each is a tar (or a pattern of tars): a folder among them is
 refused with one line saying so. Tars are the job's inputs in sorted order (absolute paths, or
@@ -96,6 +99,8 @@ def parse_images(values):
     values = [os.fspath(value) for value in values]
     if not values:
         raise ValueError("images= names nothing; give a folder, a prefix (s3://bucket/photos/) or tars")
+    if len(values) == 1 and values[0].lower().endswith(".json"):
+        values = wids_tars(values[0])
     if len(values) == 1 and not is_tar(values[0]):
         value = values[0]
         if remote.is_url(value):
@@ -116,6 +121,32 @@ def parse_images(values):
         raise ValueError("images=%s: a tar whose path holds '::' cannot be keyed (tar://<member>::<tar>); "
                          "rename it" % odd[0])
     return Source(TARS, "", tuple(tars))
+
+
+def wids_tars(index):
+    """The tars of the webdataset (wids) shard index at `index` (a path or a URL), as --images values.
+
+    A wids index is JSON: {"__kind__": "wids-shard-index-v1", "shardlist": [{"url": ..., "nsamples": ...},
+    ...]}; a relative "url" is relative to the index's folder, as wids resolves it.
+
+    Raises:
+      ValueError: the index cannot be read, is not such JSON, or names something other than tars.
+    """
+    import json
+    try:
+        data = remote.fetch(index) if remote.is_url(index) else Path(index).read_bytes()
+        shards = json.loads(data)["shardlist"]
+        urls = [shard["url"] for shard in shards]
+    except (OSError, ValueError, KeyError, TypeError, remote.ImageError) as error:
+        raise ValueError("images=%s is not a readable wids shard index (JSON with a \"shardlist\" of "
+                         "{\"url\": ...}): %s" % (index, error)) from None
+    base = index.rsplit("/", 1)[0] if remote.is_url(index) else os.path.dirname(os.path.abspath(index))
+    tars = [url if remote.is_url(url) or os.path.isabs(url) else base + "/" + url for url in urls]
+    others = [tar for tar in tars if not is_tar(tar)]
+    if not tars or others:
+        raise ValueError("images=%s: a wids index of tars is taken; it names %s" % (
+            index, "no shard" if not tars else others[0]))
+    return tars
 
 
 def _expand(value):

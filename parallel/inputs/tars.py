@@ -302,3 +302,31 @@ def read_member(key, index):
     with open(tar, "rb") as file:
         file.seek(entry.offset)
         return file.read(entry.size)
+
+
+def member_reader(keys, index=None):
+    """Reads the members `keys` name, for `parallel.extract`: callable(key) -> bytes, or an ImageError.
+
+    Args:
+      keys: member keys (tar://<member>::<tar>); other items are ignored.
+      index: as `read_member` (an output's `<output>.members.parquet`): each member is read by
+        its byte range. None: each tar named is streamed once now, and the members asked for are
+        kept in memory (an in-memory call's images), the others skipped.
+    """
+    wanted = {key for key in keys if isinstance(key, str) and key.startswith(_PREFIX)}
+    if index is not None:  # only the entries asked for: an output's index may hold millions
+        entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index, wanted)}
+
+        def read(key):
+            try:
+                return read_member(key, entries)
+            except ValueError as error:  # not in the index: this image fails, not the call
+                return ImageError("unreadable", str(error))
+        return read
+    found = {}
+    for tar in sorted({split_key(key)[1] for key in wanted}):
+        for key, data in stream_members(tar, []):
+            if key in wanted or key == tar:  # key == tar: the tar itself cannot be read
+                found[key] = data
+    return lambda key: found.get(key, found.get(split_key(key)[1],
+                                                ImageError("missing", "%s is not a member of its tar" % key)))
