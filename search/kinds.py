@@ -26,6 +26,8 @@ HNSW_M = 32
 EF_SEARCH = 64             # hnsw: recall@10 1.0 at 100k fc7-like rows, 0.05x brute force (docs/benchmarks.md#search)
 PQ_CODES = 16
 RERANK = 3                 # ivfpq: candidates re-ranked with the full vectors, per neighbour asked for
+RERANK_STEPS = (3, 5, 10, 20)  # ... or the first of these whose recall at build reaches RERANK_TARGET
+RERANK_TARGET = 0.95
 TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
 
 

@@ -204,3 +204,14 @@ def test_an_add_cuts_what_a_stopped_add_left_in_the_full_vectors(tmp_path):
 def test_the_lists_visited_grow_with_the_lists():
     from search.kinds import _nprobe
     assert [_nprobe(nlist) for nlist in (16, 64, 1024, 4096, 16384)] == [16, 32, 32, 128, 512]
+
+
+@pytest.mark.parametrize("target, chosen", [(0.5, 3), (1.01, 20)])
+def test_ivfpq_takes_the_fewest_candidates_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, target,
+                                                                                   chosen):
+    import search.index
+    monkeypatch.setattr(search.index, "RERANK_TARGET", target)  # 1.01: never reached, every step tried
+    write_npy(tmp_path / "f.npy", clustered(3000))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
+    assert index.meta["parameters"]["search"]["rerank"] == chosen
+    assert Index.load(tmp_path / "f.index").meta["parameters"]["search"]["rerank"] == chosen
