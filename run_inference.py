@@ -247,8 +247,8 @@ def main(argv=None):
         return EXIT_USAGE
     if not args.verbose:
         _silence_native_logs()
-    logging.basicConfig(format="%(message)s", stream=sys.stderr,
-                        level=logging.WARNING if args.quiet else logging.INFO)
+    # The run's own log at INFO; the libraries' (botocore's "Found credentials ...", Ray's) only their warnings.
+    logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.WARNING)
     logging.getLogger("parallel").setLevel(logging.WARNING if args.quiet else logging.INFO)
 
     try:

@@ -183,4 +183,5 @@ def feature_model(endpoint="fc7", weights="imagenet", precision="fp32", cache_di
         image_size=IMAGE_SIZE,
         load_weights=read_weights,
         output_name=endpoint,
-        settings={"model": "vgg16", "layer": endpoint, "weights": identity, "precision": precision})
+        settings={"model": "vgg16", "layer": endpoint, "weights": identity, "precision": precision},
+        files=() if weights == "imagenet" else (str(weights),))

@@ -29,6 +29,8 @@ class ModelSpec:
       output_name: prefix of the feature columns, e.g. "fc7" gives fc7_0 ... fc7_4095.
       settings: what determines the features (weights identity, layer, ...); an
         existing output written with other settings is not appended to.
+      files: the local files the model reads (its weights file): a job never writes its
+        output over one of them, --overwrite or not.
     """
 
     name: str
@@ -37,3 +39,4 @@ class ModelSpec:
     load_weights: Callable[[], Mapping[str, np.ndarray]]
     output_name: str
     settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    files: tuple = ()

@@ -44,13 +44,14 @@ class ShardWorker:
     A context manager; `close()` releases the Session.
     """
 
-    def __init__(self, config, job, devices=None):
-        """Args: config (Config), job (a frozen ShardedJob), devices (Devices; None: config.devices)."""
+    def __init__(self, config, job, devices=None, weights=None):
+        """Args: config (Config), job (a frozen ShardedJob), devices (Devices; None: config.devices),
+        weights (the model's, loaded already; None: loaded here)."""
         self.config = config
         self.job = job
         self.devices = devices or config.devices
         set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
-        self.runner = open_runner(config.model, self.devices, config.per_device_batch)
+        self.runner = open_runner(config.model, self.devices, config.per_device_batch, weights=weights)
         change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
                                                                  "devices": str(len(self.devices.names))})
         if change:  # a Ray actor that sees other devices than the job's
@@ -170,8 +171,14 @@ def _some(indexes, shown=10):
     return ", ".join(str(index) for index in indexes[:shown]) + (", ..." if len(indexes) > shown else "")
 
 
-def run(config):
+def run(config, weights=None, one_host=False):
     """This process's part of a job over static ranks (see the module docstring).
+
+    Args:
+      config: Config with a static distribution.
+      weights: the model's weights, loaded by the caller's checks (None: loaded here).
+      one_host: the job runs on this process alone (a tar job, an output in a store): the log
+        speaks of the job, not of ranks.
 
     Raises:
       ValueError: a usage error (the rank, the weights, another job's manifest, ...), found
@@ -179,8 +186,10 @@ def run(config):
       RunError: the part could not be finished (a full disk, a device error); the same
         command resumes it.
     """
+    if one_host:  # --overwrite is this process's way out: its advice stands
+        return _run_static(config, weights, one_host)
     with advised(config.output):
-        return _run_static(config)
+        return _run_static(config, weights, one_host)
 
 
 @contextlib.contextmanager
@@ -208,7 +217,7 @@ def distributed_advice(message, output):
     return re.sub(r"--overwrite|overwrite=True", "removing %s" % files, message)
 
 
-def _run_static(config):
+def _run_static(config, weights=None, one_host=False):
     """--distributed static: this process is one rank (see `run`).
 
     What can be wrong with the flags or the inputs (the rank, the output, the weights, another
@@ -217,9 +226,14 @@ def _run_static(config):
     RunError: something was written, and the same command resumes.
     """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
-    job = _check_output(config.output)
-    if not job.manifest.exists():  # checks first: freezing writes the manifest
-        config.model.load_weights()  # a bad weights= fails here, before anything is written (as Ray's driver)
+    with _check_output(config.output) as job:
+        return _run_ranks_shards(config, job, rank, weights, one_host)
+
+
+def _run_ranks_shards(config, job, rank, weights, one_host):
+    """`_run_static` once the output is checked: `job` is its ShardedJob, not frozen yet."""
+    if weights is None and not job.manifest.exists():  # checks first: freezing writes the manifest
+        weights = config.model.load_weights()  # a bad weights= fails here, before anything is written
     try:
         job = freeze_sharded(config, check_folder=rank.rank == 0, job=job)
     except PermissionError as error:  # nothing written: the output's folder is the wrong one
@@ -229,12 +243,16 @@ def _run_static(config):
         raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"
                        % (manifest_path(config.output), error.strerror or first_line(error))) from error
     mine = list(rank.shards(job.shard_count))
-    log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
-             _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
+    if one_host:
+        log.info("%s in %s; devices: %s", "%d tars" % job.images if job.tars else counted(job.images, "image"),
+                 counted(job.shard_count, "shard"), config.devices.describe(config.per_device_batch))
+    else:
+        log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
+                 _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
     summary = Summary()
     started = time.perf_counter()
     images = sum(_shard_length(job, index) for index in mine)
-    with ShardWorker(config, job) as worker, run_errors(), StopRequest() as stop, \
+    with ShardWorker(config, job, weights=weights) as worker, run_errors(), StopRequest() as stop, \
             Progress(config.progress, total=None if job.tars else images, initial=0) as progress:
         for index in mine:
             summary = add(summary, worker.process(index, stop=stop, progress=progress))
@@ -251,7 +269,10 @@ def _check_output(output):
     """
     job = open_job(output)
     if is_url(output):
-        if job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None:
+        # An output with the job's manifest beside it and no record yet is this program's, cut short
+        # between its upload and its record's (killed, or the record's upload failed): the job finishes it.
+        if job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None and not job.manifest.exists():
+            job.close()
             raise OutputError("%s exists and was not written by this program (no %s.run.json): choose another "
                               "output" % (output, job.name))
         return job

@@ -142,7 +142,7 @@ def run(config):
     started = time.perf_counter()
     with contextlib.ExitStack() as cluster:
         pool = None
-        job = open_job(config.output)  # in a folder every host sees, or in an object store
+        job = cluster.enter_context(open_job(config.output))  # in a folder every host sees, or in a store
         if not job.manifest.exists():  # checks first: freezing writes the manifest
             pool = _checked_pool(cluster, config)
         job = freeze_sharded(config, check_folder=True, job=job)

@@ -15,6 +15,7 @@ from parallel.inputs.sources import TARS
 from parallel.inputs.tars import MEMBERS_SUFFIX
 from parallel.jobs import distributed, single_host
 from parallel.jobs.config import Config, Distribution
+from parallel.jobs.protocol import before_writing, refuse_output_among_inputs
 from parallel.locations import is_url
 
 __all__ = ["Config", "Distribution", "run"]
@@ -36,13 +37,15 @@ def run(config):
 
     Raises:
       ValueError: bad inputs (missing or empty folder, bad weights, an output of another
-        job), raised before anything is logged or written; `parallel.output.OutputError`
-        (also a ValueError) when the output cannot be written.
+        job, an output that is one of the job's inputs), raised before anything is logged,
+        written or removed; `parallel.output.OutputError` (also a ValueError) when the output
+        cannot be written.
       RunError: the run stopped part-way (disk full, a device error, --strict); committed
         rows are kept.
     """
+    refuse_output_among_inputs(config)  # every mode: an input is never written over, nor removed
     if config.distribution is None and (config.source.kind == TARS or is_url(config.output)):
-        config = as_one_rank(config)  # shards of tars; a store has no rename for the single-host commit
+        return _as_one_rank(config)  # shards of tars; a store has no rename for the single-host commit
     if config.distribution is None:
         return single_host.run(config)
     if config.distribution.kind == "ray":
@@ -52,22 +55,26 @@ def run(config):
     return distributed.run(config)
 
 
-def as_one_rank(config):
+def _as_one_rank(config):
     """A job on one process run as the sharded job with one static rank, resumed shard by shard.
 
     So run a tar job (shards of tars), and a job whose output is in an object store: stores
     have no rename or append, so the single-host writer's commit (a part per batch, the record
     replaced) cannot run there; the sharded job's (an attempt per shard, a marker last,
     parallel.jobs.store_shards) can, and with one rank its output is the single-host one, byte
-    for byte. --overwrite removes the job's files first (one process: no other's to erase).
+    for byte. --overwrite removes the job's files, once every check has passed (one process: no
+    other's to erase).
     """
+    weights = before_writing(config)  # before --overwrite removes anything
     if config.overwrite and is_url(config.output):
         from parallel.jobs.store_shards import open_job
-        open_job(config.output).remove_everything()
+        with open_job(config.output) as job:
+            job.remove_everything()
     elif config.overwrite:
         _remove_job(Path(config.output))
     one = Distribution(kind="static", rank=0, world_size=1)
-    return dataclasses.replace(config, overwrite=False, distribution=one)
+    return distributed.run(dataclasses.replace(config, overwrite=False, distribution=one), weights=weights,
+                           one_host=True)
 
 
 # What a job writes beside its output O (files, and the folders of a sharded job and of parts).

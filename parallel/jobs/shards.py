@@ -78,6 +78,15 @@ class ShardedJob:
         self.tars = False  # shards of tars, whose images are their members (known once they are read)
         self.members = self.output.with_name(self.output.name + MEMBERS_SUFFIX)
 
+    def close(self):
+        """Releases what this process holds for the job (a store's job: its staging folder)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
     # -- the manifest ------------------------------------------------------------------------
 
     def freeze(self, job, scan, shard_size=None, wait_seconds=600.0, default_shard_size=None):

@@ -42,6 +42,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -61,6 +62,7 @@ from parallel.output.stores import is_url, open_store, read_json
 log = logging.getLogger("parallel")
 
 REJECTED = "_rejected"
+STAGING_PREFIX = "parallel-store-"  # a process's staging folder: parallel-store-<pid>-<random>
 _PARTS = (SHARD_FEATURES, SHARD_ERRORS)
 
 
@@ -71,6 +73,29 @@ class PartChanged(OutputError):
 def open_job(output):
     """The ShardedJob writing `output`: in a local folder (commit by rename), or in a store (this module)."""
     return StoreShardedJob(output) if is_url(output) else ShardedJob(output)
+
+
+def remove_dead_staging():
+    """Removes the staging folders of processes that no longer run (their pid is in the name).
+
+    A process removes its own when its job ends (`StoreShardedJob.close`); one killed, or ended
+    at once by a second signal, cannot: the next job on this host does.
+    """
+    pattern = re.compile(re.escape(STAGING_PREFIX) + r"(\d+)-")
+    for folder in Path(tempfile.gettempdir()).glob(STAGING_PREFIX + "*"):
+        match = pattern.match(folder.name)
+        if match and folder.is_dir() and not folder.is_symlink() and not _alive(int(match.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def file_digest(path):
@@ -99,8 +124,9 @@ class StoreShardedJob(ShardedJob):
                 read_job(self.manifest)
 
     def _stage(self):
-        """A staging folder of this process (removed with the object), and the local paths in it."""
-        staging = tempfile.mkdtemp(prefix="parallel-store-")
+        """A staging folder of this process (removed by `close`, or with the object), and the local paths in it."""
+        remove_dead_staging()
+        staging = tempfile.mkdtemp(prefix="%s%d-" % (STAGING_PREFIX, os.getpid()))
         self._cleanup = weakref.finalize(self, shutil.rmtree, staging, True)
         super().__init__(Path(staging) / self.name)
         self._chosen = {}  # shard -> the attempt chosen (a committed attempt stays committed)
@@ -120,6 +146,12 @@ class StoreShardedJob(ShardedJob):
         self._stage()  # a folder of this process, on this host
         self.__dict__.update(frozen)
         self._pull(self.name + MANIFEST_SUFFIX, self.manifest)
+
+    def close(self):
+        """Removes this process's staging folder (a copy of what it computed and read): the job is done
+        with here. A process that could not (killed, or stopped at once by a second signal) leaves it to
+        the next job's `remove_dead_staging`."""
+        self._cleanup()
 
     @contextlib.contextmanager
     def named(self):

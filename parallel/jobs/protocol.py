@@ -1,0 +1,98 @@
+"""The job protocol's rules, written once for every source (a folder, a list, a prefix, tars) and every
+output (a local file, an object in a store), on one process or many (see `parallel.jobs`).
+
+    before_writing(config)      every check a run makes before it writes or removes anything; the
+        -> weights              weights, loaded (a bad weights file is a usage error, found here)
+    refuse_output_among_inputs  the output is none of the files or objects the job reads: an image,
+                                a tar, the list file, the weights, a wids index
+    read_locations(config)      those files and objects, with the flag that names each
+
+A run that fails one of these checks has written and removed nothing, whatever its flags
+(--overwrite included): so its corrected rerun is the same job, and no input is ever destroyed.
+"""
+
+import os
+from pathlib import Path
+
+from parallel.inputs.discovery import has_image_extension
+from parallel.inputs.sources import PREFIX, TARS
+from parallel.locations import is_url
+from parallel.output import OutputError
+
+
+def read_locations(config):
+    """Every file or object the job reads, but the images of a folder (`identity.refuse_output_among_images`
+    checks those, however the job names them).
+
+    Args:
+      config: the job's Config.
+
+    Returns:
+      list of (flag, location): location a local path (str) or a URL.
+    """
+    images = config.images if isinstance(config.images, (list, tuple)) else [config.images]
+    found = [("images", os.fspath(value)) for value in images if is_url(os.fspath(value))
+             or os.path.isfile(os.fspath(value))]  # a tar, or a wids index: a folder is never an output
+    if config.source.kind == TARS:
+        found += [("images", tar) for tar in config.source.tars]
+    if config.images_from is not None:
+        found.append(("images_from", os.fspath(config.images_from)))
+    found += [("weights", os.fspath(path)) for path in config.model.files]
+    return found
+
+
+def refuse_output_among_inputs(config):
+    """OutputError (one line) when the output is a file or object the job reads.
+
+    A local output is compared with each local input by its absolute and resolved path and, when
+    both exist, by identity (a hard link); a store output with each URL. An output in a store under
+    the job's prefix, with an image extension, would be one of its images.
+    """
+    output = os.fspath(config.output)
+    for flag, location in read_locations(config):
+        if _same(output, location):
+            raise OutputError("output=%s is what %s= names (%s), which the job reads: choose another output"
+                              % (output, flag, location))
+    if config.source.kind == PREFIX and is_url(output) and output.startswith(config.source.root) \
+            and has_image_extension(output):
+        raise OutputError("output=%s is an image under images=%s, which the job reads: choose another output"
+                          % (output, config.source.root))
+
+
+def _same(first, second):
+    """Whether two locations (paths or URLs) name the same file or object."""
+    if is_url(first) or is_url(second):
+        return is_url(first) and is_url(second) and first.rstrip("/") == second.rstrip("/")
+    if os.path.abspath(first) == os.path.abspath(second) or os.path.realpath(first) == os.path.realpath(second):
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
+def before_writing(config):
+    """Every check of a run before it writes or removes anything; returns the model's weights.
+
+    The output is none of the job's inputs (`refuse_output_among_inputs`), a store output's bucket
+    can be reached, then the weights are loaded: a bad weights file is a usage error however the
+    job runs, found before --overwrite removes an output.
+
+    Args:
+      config: the job's Config.
+
+    Returns:
+      {variable name: array}, the model's weights (`ModelSpec.load_weights()`).
+
+    Raises:
+      ValueError (OutputError among them): the run must not start; nothing was written or removed.
+    """
+    config.source  # noqa: B018 -- what images= names, checked (a ValueError when it names nothing)
+    if not is_url(config.output) and Path(config.output).is_dir():
+        raise OutputError("output=%s is a folder; give a file name" % config.output)
+    refuse_output_among_inputs(config)
+    if is_url(config.output):  # one request: no bucket, no credentials, no store, before the weights are read
+        from parallel.output.stores import open_store
+        store, name = open_store(config.output)
+        store.check(name)
+    return config.model.load_weights()

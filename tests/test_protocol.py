@@ -1,0 +1,143 @@
+"""The job protocol's rules (parallel.jobs.protocol), the same for every source and output: a usage error writes
+and removes nothing, --overwrite never destroys an input, a store output never strands, a store job leaves no
+staging folder. The cheap colour model of tests/job_child.py; stores on the loopback S3 server."""
+
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import job_child
+from outputs import job_outputs
+from parallel import jobs
+from parallel.engine import RunError
+from parallel.jobs.store_shards import STAGING_PREFIX
+from stores import upload, write_tars
+
+
+def snapshot(folder):
+    """{relative path: bytes} of every file under `folder`."""
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(Path(folder).rglob("*"))
+            if path.is_file()}
+
+
+@pytest.fixture
+def tars(job_images, tmp_path):
+    """The job's images as five tars of five members (the last of four) in tmp_path/shards."""
+    return write_tars(job_images, tmp_path / "shards", 5)
+
+
+def tar_config(tars, output, output_format="csv", **changes):
+    return dataclasses.replace(job_child.config(tuple(tars), output, output_format), **changes)
+
+
+def test_overwrite_never_writes_over_a_tar_the_job_reads(tars, tmp_path):
+    before = snapshot(tmp_path / "shards")
+    for config in (tar_config(tars[:1], tars[0], overwrite=True), tar_config(tars, tars[3], overwrite=True)):
+        with pytest.raises(ValueError, match=r"^output=\S+000\d+\.tar is what images= names .* which the job reads"):
+            jobs.run(config)
+    assert snapshot(tmp_path / "shards") == before  # no tar removed, no file beside them
+
+
+@pytest.mark.parametrize("what", ["weights", "images_from"])
+def test_overwrite_never_writes_over_the_weights_or_the_list_file(job_images, tmp_path, what):
+    listed = tmp_path / "list.txt"
+    listed.write_text("a/01.png\nb/00.png\n")
+    weights = tmp_path / "colour.npy"
+    weights.write_bytes(b"the weights")
+    config = job_child.config(job_images, listed if what == "images_from" else weights, "csv", images_from=listed)
+    config = dataclasses.replace(config, overwrite=True,
+                                 model=dataclasses.replace(config.model, files=(str(weights),)))
+    with pytest.raises(ValueError, match=r"^output=\S+ is what %s= names" % what):
+        jobs.run(config)
+    assert (listed.read_text(), weights.read_bytes()) == ("a/01.png\nb/00.png\n", b"the weights")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["colour.npy", "list.txt"]
+
+
+def test_overwrite_with_bad_weights_keeps_the_finished_output_of_a_tar_job(tars, tmp_path):
+    output = tmp_path / "out.csv"
+    assert jobs.run(tar_config(tars, output)).written == 23
+    before = snapshot(tmp_path)
+
+    def unreadable():
+        raise ValueError("weights=colour.npy is not a weights file")
+
+    config = tar_config(tars, output, overwrite=True)
+    with pytest.raises(ValueError, match="is not a weights file"):
+        jobs.run(dataclasses.replace(config, model=dataclasses.replace(config.model, load_weights=unreadable)))
+    assert snapshot(tmp_path) == before
+
+
+def test_overwrite_never_writes_over_a_tar_or_an_image_in_the_store(job_images, tars, s3):
+    upload(job_images, s3.url("photos"))
+    upload(tars[0].parent, s3.url("shards"))
+    before = {name: s3.filesystem.cat_file(s3.bucket + "/" + name) for name in s3.objects()}
+    prefix_job = dataclasses.replace(job_child.config(s3.url("photos/"), s3.url("photos/a/01.png"), "csv"),
+                                     overwrite=True)
+    tar_job = tar_config([s3.url("shards/000000.tar"), s3.url("shards/000001.tar")], s3.url("shards/000001.tar"),
+                         overwrite=True)
+    for config, message in ((prefix_job, "is an image under images="), (tar_job, "is what images= names")):
+        with pytest.raises(ValueError, match=message):
+            jobs.run(config)
+    assert {name: s3.filesystem.cat_file(s3.bucket + "/" + name) for name in s3.objects()} == before
+
+
+def test_a_store_output_whose_record_failed_to_upload_is_finished_by_the_rerun(job_images, single_outputs, s3,
+                                                                                monkeypatch):
+    """The output uploaded, then its record's upload fails (a 503), as a process killed between the two leaves it."""
+    from parallel.output.stores import ObjectStore, StoreError
+    from test_store_shards import store_outputs
+    url = s3.url("out.parquet")
+    upload_object = ObjectStore.upload
+
+    def failing(store, name, local):
+        if name.endswith(".run.json"):
+            raise StoreError("cannot write %s: 503 Slow Down" % store.url(name))
+        return upload_object(store, name, local)
+
+    monkeypatch.setattr(ObjectStore, "upload", failing)
+    with pytest.raises(RunError, match="503 Slow Down"):
+        jobs.run(job_child.config(job_images, url, "parquet"))
+    assert "out.parquet" in s3.objects() and "out.parquet.run.json" not in s3.objects()
+    monkeypatch.setattr(ObjectStore, "upload", upload_object)
+    rerun = jobs.run(job_child.config(job_images, url, "parquet"))
+    assert (rerun.written, rerun.already_done, rerun.failed) == (0, 23, 1)
+    assert store_outputs(s3, "out.parquet") == single_outputs["parquet"]
+    again = jobs.run(job_child.config(job_images, url, "parquet"))
+    assert (again.written, again.already_done) == (0, 23)
+
+
+def _staging_folders(pid):
+    return sorted(Path(tempfile.gettempdir()).glob("%s%d-*" % (STAGING_PREFIX, pid)))
+
+
+def test_a_store_job_leaves_no_staging_folder_and_removes_those_of_dead_processes(job_images, s3):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead = Path(tempfile.mkdtemp(prefix="%s%d-" % (STAGING_PREFIX, ended.pid)))  # as a killed process leaves it
+    (dead / "out.csv").write_text("a full copy of an output")
+    summary = jobs.run(job_child.config(job_images, s3.url("out.csv"), "csv"))
+    assert summary.written == 23
+    assert _staging_folders(os.getpid()) == [] and not dead.exists()
+
+
+def test_one_host_speaks_of_the_job_not_of_ranks(tars, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="parallel")
+    jobs.run(tar_config(tars, tmp_path / "out.csv"))
+    assert "5 tars in 1 shard" in caplog.text and "rank" not in caplog.text
+
+
+def test_the_command_line_shows_no_store_client_chatter(job_images, s3, tmp_path):
+    """botocore logs "Found credentials in environment variables." at INFO: the run's log is ours alone."""
+    weights = tmp_path / "vgg16.npy"
+    weights.write_bytes(b"never read: the store is checked first")
+    command = [sys.executable, str(Path(job_child.__file__).parent.parent / "run_inference.py"), "--images",
+               str(job_images), "--output", "s3://%s-none/out.csv" % s3.bucket, "--weights", str(weights)]
+    result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **s3.env), timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "does not exist" in result.stderr and "Found credentials" not in result.stderr
