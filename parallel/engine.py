@@ -30,7 +30,7 @@ from parallel.devices.selection import Devices, resolve_devices, set_float32_pre
 from parallel.devices.staging import open_runner
 from parallel.inputs.decode import RESIZE_MODES, decode_bytes_row, decode_row
 from parallel.inputs.manifest import discover_images
-from parallel.inputs.reader import ImageReader, step_lengths
+from parallel.inputs.reader import ImageReader, step_layout, step_lengths
 from parallel.inputs.remote import is_url
 from parallel.inputs.streams import StreamReader
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
@@ -64,7 +64,7 @@ def check_batching(per_device_batch, resize, workers, prefetch_batches):
         raise ValueError("prefetch_batches must be at least 1; got %r" % (prefetch_batches,))
 
 
-def extract_into(config, runner, writer, paths, positions, stop=None, progress=None):
+def extract_into(config, runner, writer, paths, positions, stop=None, progress=None, total=None):
     """The loop over `paths` (relative to config.images) into an open writer; its errors file beside it.
 
     Args:
@@ -77,6 +77,9 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
         in `paths` (`parallel.inputs.reader.step_lengths`), so the rows are the bits of one
         uninterrupted run however the job was resumed or cut into shards.
       stop, progress: as for `run_loop`.
+      total: the job's images. Given, each step is computed whole, as in an uninterrupted run
+        (the slots of images not computed now hold zeros: `parallel.inputs.reader.Batch`), so
+        that a row never depends on which images failed or were done before.
 
     Returns:
       Summary of the loop (see `run_loop`).
@@ -91,7 +94,8 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
         reader = stages.enter_context(ImageReader(
             root, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
             workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches,
-            chunks=step_lengths(positions, config.host_batch)))
+            chunks=step_lengths(positions, config.host_batch),
+            steps=None if total is None else step_layout(positions, config.host_batch, total)))
         sink = stages.enter_context(WriterThread(writer))
         return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)

@@ -141,12 +141,13 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
     summary = Summary()
     clock = _StageClock()
     stage = compute if hasattr(compute, "submit") else _Immediate(compute)
-    in_flight = collections.deque()  # the paths of each batch submitted whose features are not back
+    in_flight = collections.deque()  # each batch submitted whose features are not back
 
     def put(completed):
         for features in completed:
             with clock.stage("writer"):
-                sink.put(in_flight.popleft(), features)
+                batch = in_flight.popleft()
+                sink.put(batch.paths, batch.features_of_paths(features))
 
     reached, strict_error = 0, None
     try:
@@ -161,7 +162,7 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
                 break
             summary.failed += len(batch.failures)
             if len(batch.paths):
-                in_flight.append(batch.paths)
+                in_flight.append(batch)
                 with clock.stage("devices"):
                     completed = stage.submit(batch.images)
                 put(completed)

@@ -5,6 +5,7 @@ staging folder. The cheap colour model of tests/job_child.py; stores on the loop
 import dataclasses
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -141,3 +142,36 @@ def test_the_command_line_shows_no_store_client_chatter(job_images, s3, tmp_path
     result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **s3.env), timeout=120)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "does not exist" in result.stderr and "Found credentials" not in result.stderr
+
+
+def _batch_dependent(images, output, output_format="csv", distribution=None):
+    """A job whose rows depend on how many images share a step (as a real model's may, in their last bits)."""
+    return job_child.config(images, output, output_format, distribution, devices="cpu:0,cpu:1", per_device_batch=3,
+                            batch_dependent=True)
+
+
+@pytest.fixture
+def repaired(job_images, tmp_path):
+    """(folder whose a/bad.png is unreadable, the repaired image's bytes, a clean run's output bytes)."""
+    from PIL import Image
+    broken = tmp_path / "broken"
+    clean = tmp_path / "clean"
+    shutil.copytree(job_images, broken)
+    shutil.copytree(job_images, clean)
+    Image.new("RGB", (12, 10), (200, 30, 90)).save(clean / "a" / "bad.png")
+    jobs.run(_batch_dependent(clean, tmp_path / "clean.csv"))
+    return broken, (clean / "a" / "bad.png").read_bytes(), (tmp_path / "clean.csv").read_bytes()
+
+
+def test_a_failed_image_repaired_and_retried_gives_the_bytes_of_a_clean_run(repaired, tmp_path):
+    broken, image, clean = repaired
+    output = tmp_path / "out.csv"
+    first = jobs.run(_batch_dependent(broken, output))
+    assert (first.written, first.failed) == (23, 1)
+    rows = dict(line.split(",", 1) for line in output.read_text().splitlines()[1:])
+    step_mate = "b/01.png," + rows["b/01.png"]  # shares a step of 6 with a/bad.png (a/00 .. a/22, a/bad, b/01)
+    assert step_mate in clean.decode()  # the failure did not change its step-mates' rows
+    (broken / "a" / "bad.png").write_bytes(image)
+    rerun = jobs.run(_batch_dependent(broken, output))
+    assert (rerun.written, rerun.failed, rerun.already_done) == (1, 0, 23)
+    assert output.read_bytes() == clean

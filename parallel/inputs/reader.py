@@ -49,14 +49,23 @@ class Batch:
 
     Attributes:
       paths: the images that decoded, in input order.
-      images: uint8 [len(paths), H, W, 3] RGB; row i is paths[i]. [0, H, W, 3] when every
-        image of the chunk failed.
+      images: uint8 [S, H, W, 3] RGB: the whole step, S its length in an uninterrupted run of
+        the job, whichever of its images are computed now. A slot whose image failed, or is not
+        computed now (it has a row already), holds zeros: so which images share a step, and
+        the shape the devices compute, never depend on what failed or was done before.
       failures: the other images of the chunk, in input order.
+      rows: int [len(paths)], the slot of images holding each of paths; None when they are all
+        of its rows, in order (S == len(paths)).
     """
 
     paths: list
     images: np.ndarray
     failures: list
+    rows: object = None
+
+    def features_of_paths(self, features):
+        """The rows of `features` (float32 [S, D], computed from `images`) that are `paths`'."""
+        return features if self.rows is None else features[self.rows]
 
 
 class ImageReader:
@@ -87,7 +96,7 @@ class ImageReader:
     """
 
     def __init__(self, root, paths, batch_size, size=(224, 224), resize="crop", workers=None,
-                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None):
+                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None, steps=None):
         """Checks the arguments; no thread starts before iteration.
 
         Args:
@@ -109,6 +118,9 @@ class ImageReader:
           chunks: None (batches of `batch_size` paths), or the lengths of the consecutive
             batches `paths` is cut into, each 1 .. batch_size, adding up to len(paths): the
             engine's steps at fixed positions of a job (see `step_lengths`).
+          steps: None, or for each chunk (its step's length S, the slot 0 .. S - 1 of each of its
+            paths): each batch is then the whole step, its other slots zeros (see `step_layout`
+            and `Batch`).
 
         Raises:
           ValueError: a bad argument, named with the value received.
@@ -125,6 +137,10 @@ class ImageReader:
             raise ValueError("decode must be callable; got %r" % (decode,))
         self.paths = list(paths)
         self.chunks = self._check_chunks(chunks, len(self.paths), int(batch_size))
+        if steps is not None and [len(slots) for _, slots in steps] != self.chunks:
+            raise ValueError("steps must give a slot to each path of each chunk; got %d steps for %d chunks"
+                             % (len(steps), len(self.chunks)))
+        self.steps = steps
         self.size, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.resize = resize
         self.root = root if is_url(root) else os.path.abspath(os.fspath(root))
@@ -192,23 +208,27 @@ class ImageReader:
                 # The caller has handed back the previous batch: top up to prefetch + 1 chunks,
                 # then wait for the oldest. While the caller holds a batch, prefetch are decoding.
                 while len(pending) <= self.prefetch_batches and next_chunk < len(self.chunks):
-                    pending.append(self._submit(executor, next_start, self.chunks[next_chunk]))
+                    step = self.steps[next_chunk] if self.steps is not None else None
+                    pending.append(self._submit(executor, next_start, self.chunks[next_chunk], step))
                     next_start += self.chunks[next_chunk]
                     next_chunk += 1
                 yield self._collect(*pending.popleft())
         finally:
-            for _, _, futures in pending:
-                for future in futures:
+            for submitted in pending:
+                for future in submitted[2]:
                     future.cancel()
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def _submit(self, executor, start, length):
+    def _submit(self, executor, start, length, step=None):
         chunk = self.paths[start:start + length]
-        images = np.empty((len(chunk),) + self.size + (3,), np.uint8)
+        if step is None:
+            images, slots = np.empty((len(chunk),) + self.size + (3,), np.uint8), range(len(chunk))
+        else:  # the whole step; slots of images not computed now stay zeros
+            images, slots = np.zeros((step[0],) + self.size + (3,), np.uint8), step[1]
         futures = [executor.submit(self._decoder(location), location, images, row, self.size, self.resize,
                                    self.max_pixels)
-                   for row, location in enumerate(locate(self.root, path) for path in chunk)]
-        return start, images, futures
+                   for row, location in zip(slots, (locate(self.root, path) for path in chunk))]
+        return start, images, futures, (None if step is None else list(slots))
 
     def _decoder(self, location):
         """What decodes the image at `location`: `decode`; by default, for a URL, its fetch and decode."""
@@ -217,20 +237,25 @@ class ImageReader:
             return decode_url_row
         return self.decode
 
-    def _collect(self, start, images, futures):
-        return collect_batch(self.paths[start:start + len(futures)], images, futures)
+    def _collect(self, start, images, futures, slots):
+        return collect_batch(self.paths[start:start + len(futures)], images, futures, slots)
 
 
-def collect_batch(paths, images, futures):
-    """The Batch of decoded images once their decodes are done: rows of the images that failed dropped.
+def collect_batch(paths, images, futures, slots=None):
+    """The Batch of decoded images once their decodes are done; the slots of images that failed hold zeros.
+
+    The step keeps its shape: a model's rounding may depend on how many images a device computes
+    at once, so the rows of an image's step-mates never depend on whether it could be read.
 
     Args:
-      paths: the images' keys, one per row of `images`.
-      images: uint8 [N, H, W, 3], row i filled by `futures[i]`.
-      futures: N futures of decode rows (None, or the (kind, message) of a failure).
+      paths: the images' keys.
+      images: uint8 [S, H, W, 3], slot `slots[i]` filled by `futures[i]`, the others zeros.
+      futures: a future per path of its decode (None, or the (kind, message) of a failure).
+      slots: the slot of each path in `images`; None: 0 .. len(paths) - 1 (S == len(paths)).
     """
+    slots = range(len(paths)) if slots is None else slots
     kept, failures, rows = [], [], []
-    for row, (path, future) in enumerate(zip(paths, futures)):
+    for slot, path, future in zip(slots, paths, futures):
         try:
             failed = future.result()
         except StoreUnavailable:  # no image's failure: the run stops, and resumes once the store is back
@@ -239,12 +264,35 @@ def collect_batch(paths, images, futures):
             failed = failure_of(error)
         if failed is None:
             kept.append(path)
-            rows.append(row)
+            rows.append(slot)
         else:
+            images[slot] = 0  # whatever a failed decode left there: the step computes the same bytes
             failures.append(Failure(path, *failed))
-    if failures:
-        images = images[rows]  # compacted; without failures the array is yielded as filled
-    return Batch(paths=kept, images=images, failures=failures)
+    whole = len(rows) == len(images) and rows == list(range(len(images)))
+    return Batch(paths=kept, images=images, failures=failures, rows=None if whole else np.asarray(rows, np.int64))
+
+
+def step_layout(positions, step_size, total):
+    """Each step's length in an uninterrupted run of a job of `total` images, and the slots of `positions` in it.
+
+    Args:
+      positions: increasing int positions, in the job's image list, of the images to compute.
+      step_size: images per step (the host batch).
+      total: the job's images (its last step is the shorter one).
+
+    Returns:
+      list of (length, [slot, ...]), one per step that holds any of `positions` (ImageReader's
+      `steps`, beside `step_lengths`' chunks).
+    """
+    layout = []
+    for position in positions:
+        step, slot = divmod(int(position), int(step_size))
+        if position >= total:
+            raise ValueError("position %d is not in a job of %d images" % (position, total))
+        if not layout or layout[-1][0] != step:
+            layout.append((step, min(step_size, total - step * step_size), []))
+        layout[-1][2].append(slot)
+    return [(length, slots) for _, length, slots in layout]
 
 
 def step_lengths(positions, step_size):

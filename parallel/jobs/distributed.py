@@ -90,7 +90,8 @@ class ShardWorker:
                 else:
                     first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
                     summary = extract_into(self.config, self.runner, writer, images.paths,
-                                           range(first, first + len(images)), stop=stop, progress=progress)
+                                           range(first, first + len(images)), stop=stop, progress=progress,
+                                           total=self.job.images)
                 if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
                     writer.abort()
                     return dataclasses.replace(summary, discovered=len(images), written=0, failed=0,

@@ -255,8 +255,9 @@ def freeze_sharded(config, check_folder, job=None):
                config.distribution.wait_seconds, default_shard_size=tars_per_shard if tars else
                max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
     if job.shard_size % host_batch and not tars:
-        log.warning("shards of %d images are not a multiple of the %d images of a step: rows may differ from a "
-                    "single process's in float rounding (choose a --shard-size that is)", job.shard_size, host_batch)
+        log.warning("shards of %d images are not a multiple of the %d images of a step: a step that two shards "
+                    "share is computed whole in each (the rows are a single process's; the devices do more work: "
+                    "choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
         with job.named():
             _check_folder(config, job)

@@ -61,7 +61,8 @@ def run(config):
         # The stop request covers the loop only: a signal during start-up or the final merge stops at once.
         with Progress(config.progress, total=len(job), initial=len(job) - len(todo)) as progress, \
                 StopRequest() as stop:
-            summary = extract_into(config, runner, writer, todo, positions, stop=stop, progress=progress)
+            summary = extract_into(config, runner, writer, todo, positions, stop=stop, progress=progress,
+                                   total=len(job))
         log_stage_times(summary)
         if not summary.interrupted:
             with run_errors():
