@@ -125,6 +125,37 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None, remo
     return dataclasses.replace(summary, discovered=reader.count, skipped=reader.count - reached)
 
 
+def extract_rows(config, runner, keys, positions, total, decode=None):
+    """The features of a few of a job's images, each computed at its place in its step, in memory.
+
+    Each step is computed whole, as in an uninterrupted run (the other slots hold zeros), so the
+    rows are bit for bit those of a run in which these images were computed with their
+    step-mates: how a job retries the images that failed before.
+
+    Args:
+      config: Config (images, batching, resize).
+      runner: DeviceRunner.
+      keys: the images (relative paths, URLs, tar member keys with `decode`), in job order.
+      positions: increasing ints, the place of each in the job's list.
+      total: the job's images.
+      decode: ImageReader's decode (None: files and URLs; `member_decoder` for tar members).
+
+    Returns:
+      (paths, features float32 [len(paths), D], failures [(key, kind, message)]): the images that
+      read now, and those that still fail.
+    """
+    sink, failures = _Collected(), _Failures()
+    root = getattr(config, "image_root", config.images) or os.getcwd()
+    with run_errors(), ImageReader(root, keys, config.host_batch, size=tuple(config.model.image_size),
+                                   resize=config.resize, workers=_workers(config.workers, any(map(is_url, keys))),
+                                   prefetch_batches=config.prefetch_batches, decode=decode or decode_row,
+                                   chunks=step_lengths(positions, config.host_batch),
+                                   steps=step_layout(positions, config.host_batch, total)) as reader:
+        run_loop(reader, runner, sink, failures, images=len(keys))
+    features = np.concatenate(sink.features) if sink.features else np.zeros((0, runner.feature_size), np.float32)
+    return sink.paths, features, failures.rows
+
+
 def _workers(workers, remote):
     """Reader threads: `workers` (None: a core each); for a store's images at least REMOTE_THREADS,
     so that their fetches, which wait on the network, run ahead of the devices."""
@@ -222,7 +253,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         raise ValueError("images must be a folder or a non-empty list of files; got %r" % (images,))
     decode = decode_row
     if any(path.startswith("tar://") for path in paths):
-        decode = _member_decoder(paths, index)
+        decode = member_decoder(paths, index)
     sink, failures = _Collected(), _Failures()
     host_batch = per_device_batch * len(devices.names)
     set_float32_precision(model.settings.get("precision"))  # process-global: before the Session
@@ -238,9 +269,9 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
     return sink.paths, features
 
 
-def _member_decoder(paths, index):
-    """ImageReader's decode for a list holding tar members (their bytes from `tars.member_reader`),
-    URLs and files."""
+def member_decoder(paths, index):
+    """ImageReader's decode for a list holding tar members (their bytes from `tars.member_reader`, by
+    byte range when `index` is a members index), URLs and files."""
     from parallel.inputs.remote import decode_url_row
     from parallel.inputs.tars import member_reader
     read = member_reader(paths, index)

@@ -175,3 +175,24 @@ def test_a_failed_image_repaired_and_retried_gives_the_bytes_of_a_clean_run(repa
     rerun = jobs.run(_batch_dependent(broken, output))
     assert (rerun.written, rerun.failed, rerun.already_done) == (1, 0, 23)
     assert output.read_bytes() == clean
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_a_failed_image_is_retried_by_a_one_host_store_or_sharded_job(repaired, tmp_path, s3, where):
+    """The sharded protocol (an output in a store, static ranks) retries failed images as one process does:
+    the shard is committed anew with the image's row, the finished output written afresh, bytes of a clean run."""
+    broken, image, clean = repaired
+    output = s3.url("out.csv") if where == "store" else tmp_path / "out.csv"
+    distribution = None if where == "store" else jobs.Distribution(kind="static", rank=0, world_size=1,
+                                                                   shard_size=6)
+    first = jobs.run(_batch_dependent(broken, output, distribution=distribution))
+    assert (first.written, first.failed) == (23, 1)
+    (broken / "a" / "bad.png").write_bytes(image)
+    rerun = jobs.run(_batch_dependent(broken, output, distribution=distribution))
+    # The repaired image changed: the manifest takes it as it is now, and its shard is computed again whole.
+    assert (rerun.written + rerun.already_done, rerun.failed) == (24, 0)
+    assert rerun.written <= (6 if where == "local" else 24)  # the store job is one shard
+    written = s3.filesystem.cat_file(output[len("s3://"):]) if where == "store" else output.read_bytes()
+    assert written == clean
+    again = jobs.run(_batch_dependent(broken, output, distribution=distribution))
+    assert (again.written, again.failed, again.already_done) == (0, 0, 24)

@@ -67,6 +67,11 @@ def member_key(member, tar):
     return "%s%s%s%s" % (_PREFIX, member, _SEPARATOR, tar)
 
 
+def is_member(key):
+    """Whether `key` names a tar member (tar://<member>::<tar>), not a tar that could not be read."""
+    return key.startswith(_PREFIX) and _SEPARATOR in key
+
+
 def split_key(key):
     """(member, tar) of a member's key; ValueError when `key` is not one."""
     if not key.startswith(_PREFIX) or _SEPARATOR not in key:

@@ -15,17 +15,18 @@ import itertools
 import logging
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
 from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
-from parallel.engine import RunError, extract_into, extract_stream, run_errors
+from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
-from parallel.inputs.tars import MEMBERS_FILE, stream_members, write_index
+from parallel.inputs.tars import MEMBERS_FILE, is_member, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
-from parallel.jobs.shard_record import shard_keys
+from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, shard_keys
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
@@ -59,6 +60,7 @@ class ShardWorker:
             raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
                              "differ in float rounding" % (config.output, change))
         self.settings = config.settings
+        self.replaced = set()  # shards whose failed images were retried and that were committed anew
 
     def process(self, index, stop=None, progress=None):
         """Computes shard `index` and commits it, unless it is committed already.
@@ -70,6 +72,8 @@ class ShardWorker:
         """
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
+            if self.job.failed_count(index):  # every run retries failed images, in every mode
+                return self.retry(index, stop=stop, progress=progress)
             return committed_summary(self.job, index, images)
         with self.job.attempt(index) as attempt:
             with run_errors():
@@ -102,6 +106,55 @@ class ShardWorker:
                 if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
                     log.info("shard %d was committed by another process first; this copy is dropped", index)
         return dataclasses.replace(summary, discovered=len(images))
+
+    def retry(self, index, stop=None, progress=None):
+        """Computes again the failed images of committed shard `index`; commits the shard anew if any now reads.
+
+        Each is computed at its place in its step, the step computed whole (`extract_rows`), so the
+        rows are those of a run in which it never failed. A tar that could not be read at all is
+        read again whole (its members, unknown until then, are the shard's images). The committed
+        shard is replaced by one attempt holding its rows and the new ones, in order; a finished
+        output is reopened first, and written afresh from the shards by `finish`.
+
+        Returns:
+          Summary of the shard: already_done its rows kept, written the rows new, failed the
+          images that still fail.
+        """
+        folder = self.job.committed_folder(index)
+        keys = shard_keys(self.job, index)
+        failures = error_rows(folder / SHARD_ERRORS)
+        if self.job.tars and any(not is_member(path) for path, _, _ in failures):
+            self.job.reopen()
+            self.job.set_aside(index, "a tar of it could not be read: it is read again whole")
+            self.replaced.add(index)
+            return self.process(index, stop=stop, progress=progress)
+        failed = {path for path, _, _ in failures}
+        positions = [position for position, key in enumerate(keys) if key in failed]
+        first, total = (0, len(keys)) if self.job.tars else (index * self.job.shard_size, self.job.images)
+        decode = member_decoder(keys, folder / MEMBERS_FILE) if self.job.tars else None
+        paths, features, still = extract_rows(self.config, self.runner, [keys[i] for i in positions],
+                                              [first + i for i in positions], total, decode=decode)
+        summary = Summary(discovered=len(keys), written=len(paths), failed=len(still),
+                          already_done=len(keys) - len(failures))
+        if progress is not None:
+            progress.update(len(failures), len(still))
+        if not paths:  # nothing reads yet: the shard stays as it is, its errors those of this try
+            return summary
+        self.job.reopen()
+        with self.job.attempt(index) as attempt:
+            with run_errors():
+                insert_rows(folder / SHARD_FEATURES, attempt / SHARD_FEATURES, keys, paths, features,
+                            self.config.model.output_name)
+                errors = ErrorLog(attempt / SHARD_FEATURES)
+                for row in still:
+                    errors.add(*row)
+                errors.close()
+                if self.job.tars:
+                    shutil.copyfile(folder / MEMBERS_FILE, attempt / MEMBERS_FILE)
+                self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES), replacing=True)
+        self.replaced.add(index)
+        log.info("shard %d: %d of its %d failed images computed now", index, len(paths), len(failures))
+        return summary
 
     def close(self):
         self.runner.close()

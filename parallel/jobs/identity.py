@@ -274,8 +274,16 @@ def tars_per_shard(manifest):
 
 
 def _check_folder(config, job):
-    """Refuses a folder changed in a way that would make committed rows stale (see `freeze_sharded`)."""
-    changes = job.load_manifest().changes(_scan(config))
+    """Refuses a folder changed in a way that would make committed rows stale (see `freeze_sharded`).
+
+    Images (or tars) changed that have no row (they failed, or their shard is not committed) are
+    taken as they are now, as one process takes them: the manifest records their new size, time
+    and version, so that their reads are pinned to it and a later run finds nothing changed; a
+    committed shard of them, whose record names the manifest's old images, is computed again whole.
+    """
+    manifest = job.load_manifest()
+    current = _scan(config)
+    changes = manifest.changes(current)
     if changes:
         rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
         refusal = describe_changes(changes, config.source.description, config.output, committed=rows,
@@ -284,6 +292,9 @@ def _check_folder(config, job):
             raise ValueError(refusal)
         log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
                     "computed as they are now", len(changes.removed) + len(changes.changed))
+        if changes.changed:
+            job.reopen()  # a finished output is written afresh once the shards are computed again
+            job.save_manifest(manifest.updated(current, changes.changed))
 
 
 def _scan(config, spilled=False):

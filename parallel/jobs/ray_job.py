@@ -146,7 +146,7 @@ def run(config):
         if not job.manifest.exists():  # checks first: freezing writes the manifest
             pool = _checked_pool(cluster, config)
         job = freeze_sharded(config, check_folder=True, job=job)
-        todo = job.missing()
+        todo = sorted(set(job.missing()) | set(job.retriable()))  # failed images are retried by every run
         summary = Summary()
         for index in sorted(set(range(job.shard_count)) - set(todo)):
             summary = add(summary, committed_summary(job, index))

@@ -32,6 +32,7 @@ SHARD_FEATURES = "features.parquet"
 SHARD_ERRORS = "_errors.csv"  # "_": readers of the Parquet folder skip it
 SHARD_RECORD = "_shard.json"
 REJECTED_PREFIX = "_rejected-"  # "_": readers of the Parquet folder skip it
+SUPERSEDED_PREFIX = "_superseded-"  # a committed shard a retry replaces, removed once it is replaced
 
 
 def job_identity(recorded):
@@ -156,6 +157,33 @@ def content_problem(features, errors, paths):
     return None
 
 
+def insert_rows(features, target, keys, paths, values, column_prefix):
+    """Writes `target`: the rows of the shard file `features` and the new rows (`paths`, `values`), in
+    the order of `keys` (the shard's images), with the schema of `features`.
+
+    Args:
+      features: Path of a committed shard's features.parquet.
+      target: Path to write.
+      keys: the shard's images, in order.
+      paths: the new rows' images (none of them a row of `features`).
+      values: float32 [len(paths), D].
+      column_prefix: the features column.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    old = pq.read_table(features)
+    raw = [path.encode("utf-8", "surrogateescape") for path in paths]
+    size = values.shape[1]
+    columns = {"path": pa.array([value.decode("utf-8", "backslashreplace") for value in raw], pa.string()),
+               "path_bytes": pa.array(raw, pa.binary()),
+               column_prefix: pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()), size)}
+    new = pa.table({name: columns[name] for name in old.schema.names}).cast(old.schema)
+    table = pa.concat_tables([old, new])
+    order = {key: position for position, key in enumerate(keys)}
+    rows = [order[raw.decode("utf-8", "surrogateescape")] for raw in table.column("path_bytes").to_pylist()]
+    pq.write_table(table.take(sorted(range(len(rows)), key=rows.__getitem__)), target)
+
+
 def count_rows(features):
     """Rows of a Parquet file, from its footer."""
     import pyarrow.parquet as pq
@@ -181,18 +209,19 @@ def error_paths(errors):
     return [path for path, _, _ in error_rows(errors)]
 
 
-def set_aside(folder):
+def set_aside(folder, prefix=REJECTED_PREFIX):
     """Renames a committed shard's `folder` to _rejected-<its name>.<n> beside it, so it is computed again.
 
     Args:
       folder: Path of the shard (O.shards/shard-000007).
+      prefix: of the new name (SUPERSEDED_PREFIX: a retry replaces it).
 
     Returns:
       Path it was renamed to, or None when it was gone already (another process set it aside,
       or the output was written and the shards removed).
     """
     for number in itertools.count(1):
-        target = folder.with_name("%s%s.%d" % (REJECTED_PREFIX, folder.name, number))
+        target = folder.with_name("%s%s.%d" % (prefix, folder.name, number))
         if os.path.lexists(target):
             continue
         try:

@@ -43,10 +43,12 @@ import numpy as np
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
-from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
+from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, SUPERSEDED_PREFIX, content_problem,
+                                        error_paths,
                                         error_rows, job_identity, quick_problem, rejection, set_aside, shard_keys,
                                         write_record)
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
+from parallel.output.record import save_record
 from parallel.output.durable import fsync
 
 log = logging.getLogger("parallel")
@@ -146,6 +148,13 @@ class ShardedJob:
         self.tars = recorded["job"].get("input") == "tars"
         return recorded
 
+    def save_manifest(self, manifest):
+        """Records `manifest` (the job's images, some taken anew) as the job's, with its shard size and job."""
+        with locks.exclusive(self.manifest.with_name(self.manifest.name + LOCK_SUFFIX)):
+            recorded = read_job(self.manifest)
+            manifest.save(self.manifest, recorded["shard_size"], job=recorded["job"])
+            self._take(read_job(self.manifest))
+
     def shard_images(self, index):
         """Manifest of shard `index` alone (a worker never holds the job's whole list), checked."""
         with self._manifest_errors():
@@ -187,18 +196,23 @@ class ShardedJob:
         record = read_record(self.output)
         return record is not None and record["state"] == "complete"
 
+    def _known(self):
+        """Knows the job as its manifest records it, if not frozen by this process (a tool, a test)."""
+        if self.identity is None:
+            with self._manifest_errors():
+                recorded = read_job(self.manifest)
+            if recorded is None:
+                raise ValueError("%s has no manifest (%s): its shards cannot be checked" % (self.location,
+                                                                                              self.manifest))
+            self._take(recorded)
+
     def is_committed(self, index):
         """Whether shard `index` is committed, and its record and counts check out.
 
         A committed shard that does not (of another job or manifest, a file emptied or replaced)
         is set aside with a warning, so that it is computed again: False.
         """
-        if self.identity is None:  # not frozen by this process (a tool, a test): as the manifest records
-            with self._manifest_errors():
-                recorded = read_job(self.manifest)
-            if recorded is None:
-                raise ValueError("%s has no manifest (%s): its shards cannot be checked" % (self.output, self.manifest))
-            self._take(recorded)
+        self._known()
         folder = self.shard_folder(index)
         if not os.path.lexists(folder):
             return self.is_finished()
@@ -247,13 +261,15 @@ class ShardedJob:
         """Removes the attempts of processes that were killed (their folders' locks are free)."""
         locks.remove_unlocked(self.attempts, ATTEMPT_LOCK)
 
-    def commit(self, index, attempt, errors):
+    def commit(self, index, attempt, errors, replacing=False):
         """Makes the finished attempt shard `index`'s part, in one rename, with its record.
 
         Args:
           index: the shard.
           attempt: the attempt folder, holding a closed SHARD_FEATURES output.
           errors: Path of the attempt's errors file (absent when no image failed).
+          replacing: the attempt is a retry of the committed shard's failed images (its rows and
+            more): it takes the committed one's place.
 
         Returns:
           bool: True if this attempt became the part, False if another had already committed.
@@ -261,7 +277,10 @@ class ShardedJob:
         Raises:
           OutputError: the attempt's rows and errors are not the shard's images (nothing committed).
         """
-        if self.is_committed(index):  # another attempt was committed first; it is as good
+        superseded = None
+        if replacing:
+            superseded = set_aside(self.shard_folder(index), prefix=SUPERSEDED_PREFIX)
+        elif self.is_committed(index):  # another attempt was committed first; it is as good
             shutil.rmtree(attempt, ignore_errors=True)
             return False
         keys = shard_keys(self, index, attempt)
@@ -293,7 +312,34 @@ class ShardedJob:
                 return False
         fsync(self.shards)
         shutil.rmtree(attempt, ignore_errors=True)
+        if superseded is not None:
+            shutil.rmtree(superseded, ignore_errors=True)
         return True
+
+    def failed_count(self, index):
+        """How many images committed shard `index` failed, as its record says (0 once the shards are gone)."""
+        import json
+        try:
+            return int(json.loads((self.shard_folder(index) / SHARD_RECORD).read_text(encoding="utf-8"))["failed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def retriable(self):
+        """The committed shards with failed images, whose failures a rerun computes again: [index]."""
+        self._known()
+        return [index for index in range(self.shard_count) if self.failed_count(index) and self.is_committed(index)]
+
+    def reopen(self):
+        """Marks a finished output as being written again (a shard of it is replaced by a retry): until it
+        is written afresh from its shards, no process takes it as finished, even if this one is killed."""
+        record = read_record(self.output)
+        if record is not None and record["state"] == "complete":
+            save_record(self.output, dict(record, state="writing", reopened=True))
+
+    def is_reopened(self):
+        """Whether the output was reopened (`reopen`) and must be written afresh from its shards."""
+        record = read_record(self.output)
+        return bool(record and record.get("reopened"))
 
     def remove_parts(self):
         """Removes the shards and the attempts (for --overwrite on one host: another job starts)."""
@@ -326,9 +372,9 @@ class ShardedJob:
                 self._check_shards()
                 if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
                     merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)], self.members)
-                self._assemble(output_format, column_prefix, settings)
-                if not keep_shards and self.shards.exists():
-                    shutil.rmtree(self.shards)
+                self._assemble(output_format, column_prefix, settings, afresh=self.is_reopened())
+                if not keep_shards and self.shards.exists() and not self.retriable():
+                    shutil.rmtree(self.shards)  # shards with failed images stay: a rerun retries them
                 self.remove_dead_attempts()
         except locks.Busy:
             log.info("another process is writing %s from the shards", self.output)
@@ -359,11 +405,11 @@ class ShardedJob:
         if rejected:
             raise rejection(self.location, rejected)
 
-    def _assemble(self, output_format, column_prefix, settings):
+    def _assemble(self, output_format, column_prefix, settings, afresh=False):
         import pyarrow.parquet as pq
         feature_size = pq.read_schema(self.shard_folder(0) / SHARD_FEATURES).field(column_prefix).type.list_size
         writer = open_writer(self.output, format=output_format, column_prefix=column_prefix,
-                             feature_size=feature_size, settings=settings)
+                             feature_size=feature_size, settings=settings, overwrite=afresh)
         with writer:
             for index in range(self.shard_count):
                 with pq.ParquetFile(self.shard_folder(index) / SHARD_FEATURES) as part:

@@ -201,6 +201,14 @@ class StoreShardedJob(ShardedJob):
                 recorded = super().freeze(job, scan, shard_size, wait_seconds, default_shard_size)
         return recorded
 
+    def save_manifest(self, manifest):
+        recorded = read_job(self.manifest)
+        manifest.save(self.manifest, recorded["shard_size"], job=recorded["job"])
+        self.store.upload(self.name + MANIFEST_SUFFIX, self.manifest)  # replaced whole: readers see one or the other
+        self._take(read_job(self.manifest))
+        self._chosen.clear()  # chosen anew against the manifest's digests now
+        self._fetched.clear()
+
     # -- shards -----------------------------------------------------------------------------------
 
     def _prefix(self, index):
@@ -222,12 +230,23 @@ class StoreShardedJob(ShardedJob):
         record = read_json(self.store, self.name + SIDECAR_SUFFIX)
         return record is not None and record.get("state") == "complete"
 
+    def failed_count(self, index):
+        attempt = self.chosen_attempt(index)
+        marker = attempt and read_json(self.store, self._prefix(index) + attempt + "/" + SHARD_RECORD)
+        return int(marker.get("failed") or 0) if marker else 0
+
+    def reopen(self):
+        record = read_json(self.store, self.name + SIDECAR_SUFFIX)
+        if record is not None and record.get("state") == "complete":
+            data = json.dumps(dict(record, state="writing", reopened=True), indent=1, ensure_ascii=True) + "\n"
+            self.store.write(self.name + SIDECAR_SUFFIX, data.encode("ascii"))
+
+    def is_reopened(self):
+        record = read_json(self.store, self.name + SIDECAR_SUFFIX)
+        return bool(record and record.get("reopened"))
+
     def is_committed(self, index):
-        if self.identity is None:
-            recorded = read_job(self.manifest)
-            if recorded is None:
-                raise ValueError("%s has no manifest: its shards cannot be checked" % self.location)
-            self._take(recorded)
+        self._known()
         if self.chosen_attempt(index) is not None:
             return True
         return self.is_finished()
@@ -317,13 +336,16 @@ class StoreShardedJob(ShardedJob):
                     self.store.url(name), problem)
         return self.store.url(name)
 
-    def commit(self, index, attempt, errors):
+    def commit(self, index, attempt, errors, replacing=False):
         """Uploads the finished attempt's parts, then its marker: see the module docstring.
+
+        With `replacing` (a retry of the committed shard's failed images), the attempts chosen
+        before it are then marked superseded (a `_rejected` object), so that readers choose it.
 
         Returns:
           bool: True if this attempt is the shard's chosen one, False if another is.
         """
-        if self.is_committed(index):
+        if not replacing and self.is_committed(index):
             shutil.rmtree(attempt, ignore_errors=True)
             return False
         keys = shard_keys(self, index, attempt)
@@ -346,7 +368,15 @@ class StoreShardedJob(ShardedJob):
         self.store.write(prefix + SHARD_RECORD, (json.dumps(marker, sort_keys=True) + "\n").encode("utf-8"))
         shutil.rmtree(attempt, ignore_errors=True)
         self._chosen.pop(index, None)  # chosen anew, among the finished attempts now
+        while replacing and self.chosen_attempt(index) not in (name, None):  # older ones sort first
+            self._supersede(index)
         return self.chosen_attempt(index) == name
+
+    def _supersede(self, index):
+        """Marks the chosen attempt of shard `index` superseded by a retry (no warning: nothing is wrong with it)."""
+        attempt = self._chosen.pop(index)
+        self._fetched.pop(index, None)
+        self.store.write(self._prefix(index) + attempt + "/" + REJECTED, b"superseded by a retry of its failed images\n")
 
     def remove_parts(self):
         self.store.remove(self.store.list(self.name + SHARDS_SUFFIX + "/"))
@@ -364,6 +394,7 @@ class StoreShardedJob(ShardedJob):
     def _assemble_in_store(self, output_format, column_prefix, settings, keep_shards):
         if self.is_finished():
             return True
+        afresh = self.is_reopened()
         if self.missing():
             return False
         rejected = []
@@ -379,7 +410,7 @@ class StoreShardedJob(ShardedJob):
         if self.tars:  # before O, as on a file system
             merge_indexes([self.shard_folder(index) / MEMBERS_FILE for index in range(self.shard_count)], self.members)
             self.store.upload(self.name + MEMBERS_SUFFIX, self.members)
-        self._assemble(output_format, column_prefix, settings)
+        self._assemble(output_format, column_prefix, settings, afresh=afresh)
         for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX):
             local = Path(str(self.output) + suffix)
             if local.exists():
@@ -387,6 +418,6 @@ class StoreShardedJob(ShardedJob):
             else:
                 self.store.remove([self.name + suffix])  # of an earlier job: the output has none
         self.store.upload(self.name + SIDECAR_SUFFIX, Path(str(self.output) + SIDECAR_SUFFIX))
-        if not keep_shards:
+        if not keep_shards and not self.retriable():  # shards with failed images stay: a rerun retries them
             self.remove_parts()
         return True
