@@ -1,8 +1,11 @@
 """The job layer, above the engine: what a job is, and how it runs on one process or many.
 
 A job is one set of settings and one list of images, into one output. Its protocol, the same on
-one host and on many:
+one host and on many, for every source and every output:
 
+    0. checks     before anything is written or removed (--overwrite too): the output is none of
+                  the files or objects the job reads, the store can be reached, the weights load
+                  (protocol.before_writing)
     1. identity   check what the output (and its manifest) records against this run: other
                   settings, another folder, images added since it started are refused before
                   anything is loaded or written (identity.check_job, identity.job_record).
@@ -15,6 +18,9 @@ one host and on many:
                   of one uninterrupted run however the job was resumed.
     4. commit     rows are committed batch by batch (parallel.output); the output is whole
                   once every image has a row or an error.
+    5. retry      every run computes again the images that failed (one repaired is taken as it is
+                  now and recorded in the manifest), each in its step as an uninterrupted run has
+                  it, so its row, and its step-mates', are the bytes of a clean run.
 
 The one variation, a job spread over processes: the frozen list is cut into fixed shards, each
 computed as a single-host job (steps 3 and 4) in its own attempt folder and committed by rename;
@@ -28,6 +34,7 @@ reads each front to back once (engine.extract_stream, parallel.inputs.tars); the
 only then, are its images, recorded with the shard.
 
     runner.run(config)    one process (single_host) or many (distributed, ray_job)
+    protocol              the checks before anything is written or removed, for every mode
     config                Config (one run, what the CLI parses), Distribution (how it is spread)
     identity              job identity and freezing: one process, and sharded (one module, both ways)
     single_host           a job on one process into one output it resumes
