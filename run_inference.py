@@ -20,7 +20,7 @@ from pathlib import Path
 from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
 from parallel.inputs.decode import RESIZE_MODES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
-from parallel.messages import first_line
+from parallel.messages import first_line, one_line
 from parallel.output import FORMATS
 from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal
 from parallel.locations import is_url
@@ -333,7 +333,8 @@ def as_flags(message):
 
 
 def _say(message):
-    print("run_inference: %s" % as_flags(message), file=sys.stderr)
+    """One line on stderr: the message's first line, at most LINE_LIMIT characters (--verbose has it whole)."""
+    print("run_inference: %s" % one_line(as_flags(message)), file=sys.stderr)
 
 
 def _silence_native_logs():

@@ -5,10 +5,22 @@ models can use them without importing the engine.
 """
 
 
+LINE_LIMIT = 500  # characters of a message line a user is shown; the rest is quoted data, not news
+
+
 def first_line(error):
     """The first line of `error`'s message (an exception or a str), stripped; "" when it has none."""
     lines = str(error).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def one_line(message, limit=LINE_LIMIT):
+    """`message` as the one line a user reads: its first line, cut at `limit` characters (a message that
+    quotes a row of 4,096 features, or a long list of names, says what matters first)."""
+    line = first_line(message)
+    if len(line) <= limit:
+        return line
+    return "%s ... (%d more characters)" % (line[:limit].rstrip(), len(line) - limit)
 
 
 def counted(count, noun):

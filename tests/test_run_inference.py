@@ -157,6 +157,18 @@ def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, wei
         assert message in done.stderr and "--overwrite" in done.stderr
 
 
+def test_a_refusal_that_quotes_data_is_still_a_short_line(tmp_path, monkeypatch, capsys):
+    """A message quoting a row of 4,096 features (or thousands of names) is cut: one readable line."""
+    quoted = ",".join("%.6f" % value for value in np.linspace(-1, 1, 4096) for _ in range(5))
+    monkeypatch.setattr(run_inference, "_run", lambda *args: (_ for _ in ()).throw(
+        ValueError("features.csv holds another job's rows: %s\nand more" % quoted)))
+    status = run_inference.main(["--images", str(tmp_path), "--output", str(tmp_path / "out.csv")])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1 and len(error) < 700, len(error)
+    assert error.startswith("run_inference: error: features.csv holds another job's rows: -1.000000,")
+    assert error.rstrip().endswith("more characters)")
+
+
 # ----------------------------------------------------------------------------- flags, --help and the output path
 
 def help_text(monkeypatch, capsys, program="run_inference.py"):
