@@ -196,3 +196,60 @@ def test_a_failed_image_is_retried_by_a_one_host_store_or_sharded_job(repaired, 
     assert written == clean
     again = jobs.run(_batch_dependent(broken, output, distribution=distribution))
     assert (again.written, again.failed, again.already_done) == (0, 0, 24)
+
+
+def test_a_tar_appended_to_before_its_shard_ran_finishes_and_reruns_as_already_done(tars, tmp_path):
+    """Killed after freezing (the manifest written, no shard committed); the tar is then appended to."""
+    import io
+    import tarfile
+    from parallel.jobs.identity import freeze_sharded
+    output = tmp_path / "out.csv"
+    config = tar_config(tars, output)
+    with freeze_sharded(dataclasses.replace(config, distribution=jobs.Distribution(kind="static", rank=0,
+                                                                                   world_size=1)),
+                        check_folder=True):
+        pass
+    with tarfile.open(tars[4], "a") as tar:  # tar -rf: one more member
+        with open(tars[0], "rb") as first:
+            member = tarfile.open(fileobj=first).extractfile("a/00.png").read()
+        info = tarfile.TarInfo("c/new.png")
+        info.size = len(member)
+        tar.addfile(info, io.BytesIO(member))
+    summary = jobs.run(config)
+    assert (summary.written, summary.failed) == (24, 1)
+    again = jobs.run(config)
+    assert (again.written, again.already_done, again.failed, again.exit_status) == (0, 24, 1, 3)
+
+
+def test_a_tar_with_a_member_name_twice_keeps_the_last_copy_and_finishes(job_images, tmp_path):
+    """As `tar -rf` leaves a tar after appending a newer copy of a member: tar's own rule, the last copy counts."""
+    import io
+    import tarfile
+    from PIL import Image
+    newer = io.BytesIO()
+    Image.new("RGB", (12, 10), (10, 200, 30)).save(newer, format="PNG")
+    names = ["a/00.png", "a/02.png", "b/01.png"]
+
+    def write(path, members):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    originals = [(name, (job_images / name).read_bytes()) for name in names]
+    appended = write(tmp_path / "appended" / "000000.tar", originals + [("a/00.png", newer.getvalue())])
+    expected = write(tmp_path / "expected" / "000000.tar", originals[1:] + [("a/00.png", newer.getvalue())])
+    for tar in (appended, expected):
+        summary = jobs.run(tar_config([tar], tar.parent / "out.csv"))
+        assert (summary.written, summary.failed, summary.discovered) == (3, 0, 3)
+    text = (appended.parent / "out.csv").read_text().replace(str(appended.parent), "X")
+    assert text == (expected.parent / "out.csv").read_text().replace(str(expected.parent), "X")
+    from parallel.inputs.tars import read_member
+    index = appended.parent / "out.csv.members.parquet"
+    assert read_member("tar://a/00.png::%s" % appended, index) == newer.getvalue()  # the last copy's bytes
+    again = jobs.run(tar_config([appended], appended.parent / "out.csv"))
+    assert (again.written, again.already_done) == (0, 3)
+    assert list(appended.parent.glob("out.csv.attempts/*")) == []

@@ -335,3 +335,45 @@ def member_reader(keys, index=None):
                 found[key] = data
     return lambda key: found.get(key, found.get(split_key(key)[1],
                                                 ImageError("missing", "%s is not a member of its tar" % key)))
+
+
+class LaterCopies:
+    """A tar holding a member name twice (as `tar -rf` leaves it after appending a newer copy): tar's own
+    rule, the last copy counts, and a key is one row.
+
+        copies = LaterCopies(entries)            # the list stream_members appends to
+        for key, data in copies.wrap(members):   # a later copy under a key of its own ("later-copy-1:...")
+            ...                                  # both copies computed, as they come
+        entries, kept, renames = copies.resolve()  # the last copies: their entries, streamed keys, renames
+
+    Streaming, a copy is known to be an earlier one only once the later one arrives: so each copy
+    is computed, and the rows of the earlier ones are dropped afterwards (`shard_record.keep_last_copies`).
+    """
+
+    def __init__(self, entries):
+        self.entries = entries
+        self.seen = set()
+        self.placeholders = {}  # placeholder -> the member's key
+
+    def wrap(self, members):
+        for key, data in members:
+            if is_member(key) and key in self.seen:
+                placeholder = "later-copy-%d:%s" % (len(self.placeholders) + 1, key)  # never a key or a tar
+                entry = self.entries[-1]  # appended for this item, before it was yielded
+                self.entries[-1] = Entry(placeholder, entry.offset, entry.size)
+                self.placeholders[placeholder] = key
+                key = placeholder
+            else:
+                self.seen.add(key)
+            yield key, data
+
+    def resolve(self):
+        """(the entries of the last copies, in order, under their members' keys; the keys as streamed of the
+        copies kept, a set; {placeholder: member's key} of the later copies kept)."""
+        last = {}
+        for entry in self.entries:
+            last[self.placeholders.get(entry.key, entry.key)] = entry.key
+        kept = set(last.values())
+        entries = [Entry(self.placeholders.get(entry.key, entry.key), entry.offset, entry.size)
+                   for entry in self.entries if entry.key in kept]
+        return entries, kept, {placeholder: key for placeholder, key in self.placeholders.items() if placeholder in kept}

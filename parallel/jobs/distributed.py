@@ -23,10 +23,10 @@ from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
-from parallel.inputs.tars import MEMBERS_FILE, is_member, stream_members, write_index
+from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
-from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, shard_keys
+from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
@@ -84,13 +84,11 @@ class ShardWorker:
             with writer:
                 if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
                     entries = []
-                    members = itertools.chain.from_iterable(stream_members(tar, entries) for tar in images.paths)
+                    copies = LaterCopies(entries)
+                    members = copies.wrap(itertools.chain.from_iterable(stream_members(tar, entries)
+                                                                         for tar in images.paths))
                     summary = extract_stream(self.config, self.runner, writer, members, stop=stop, progress=progress,
                                              remote=any(map(is_url, images.paths)))
-                    images = entries
-                    if not summary.interrupted:
-                        with run_errors():
-                            write_index(attempt / MEMBERS_FILE, entries)
                 else:
                     first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
                     summary = extract_into(self.config, self.runner, writer, images.paths,
@@ -98,14 +96,34 @@ class ShardWorker:
                                            total=self.job.images)
                 if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
                     writer.abort()
-                    return dataclasses.replace(summary, discovered=len(images), written=0, failed=0,
-                                               skipped=len(images))
+                    return dataclasses.replace(summary, discovered=len(entries if self.job.tars else images),
+                                               written=0, failed=0, skipped=len(entries if self.job.tars else images))
+            if self.job.tars:
+                images, summary = self._index_members(attempt, copies, summary)
             if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
                 return self.process(index)
             with run_errors():
                 if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
                     log.info("shard %d was committed by another process first; this copy is dropped", index)
         return dataclasses.replace(summary, discovered=len(images))
+
+    def _index_members(self, attempt, copies, summary):
+        """A tar shard's index of members beside its rows (the last copy of a name counting: `LaterCopies`).
+
+        Returns:
+          (its entries, the shard's Summary counting the last copies only).
+        """
+        entries, kept, renames = copies.resolve()
+        with run_errors():
+            if copies.placeholders:
+                errors = ErrorLog.path_for(attempt / SHARD_FEATURES)
+                keep_last_copies(attempt / SHARD_FEATURES, errors, entries, kept, renames)
+                failed = len(error_rows(errors)) if errors.exists() else 0
+                log.info("%d members of the shard's tars are earlier copies of a name a later one has: the last copy "
+                         "counts", len(copies.entries) - len(entries))
+                summary = dataclasses.replace(summary, written=len(entries) - failed, failed=failed)
+            write_index(attempt / MEMBERS_FILE, entries)
+        return entries, summary
 
     def retry(self, index, stop=None, progress=None):
         """Computes again the failed images of committed shard `index`; commits the shard anew if any now reads.

@@ -184,6 +184,37 @@ def insert_rows(features, target, keys, paths, values, column_prefix):
     pq.write_table(table.take(sorted(range(len(rows)), key=rows.__getitem__)), target)
 
 
+def keep_last_copies(features, errors, entries, kept, renames):
+    """Rewrites a tar shard's attempt after a member name came twice (`parallel.inputs.tars.LaterCopies`): the
+    rows and failures of the last copies only, under their members' keys, in the order of `entries`.
+
+    Args:
+      features: Path of the attempt's features.parquet.
+      errors: Path of its errors file (absent when nothing failed).
+      entries, kept, renames: `LaterCopies.resolve()`.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from parallel.output import ErrorLog
+    order = {entry.key: position for position, entry in enumerate(entries)}
+    table = pq.read_table(features)
+    streamed = [raw.decode("utf-8", "surrogateescape") for raw in table.column("path_bytes").to_pylist()]
+    rows = sorted((order[renames.get(key, key)], row) for row, key in enumerate(streamed) if key in kept)
+    raw = [renames.get(streamed[row], streamed[row]).encode("utf-8", "surrogateescape") for _, row in rows]
+    table = table.take([row for _, row in rows])
+    table = table.set_column(table.schema.get_field_index("path"), "path",
+                             pa.array([value.decode("utf-8", "backslashreplace") for value in raw], pa.string()))
+    table = table.set_column(table.schema.get_field_index("path_bytes"), "path_bytes", pa.array(raw, pa.binary()))
+    pq.write_table(table, features)
+    if errors.exists():
+        failed = sorted(((renames.get(path, path), kind, message) for path, kind, message in error_rows(errors)
+                         if path in kept), key=lambda row: order[row[0]])
+        log = ErrorLog(features)  # written anew: the failures of the last copies
+        for row in failed:
+            log.add(*row)
+        log.close()
+
+
 def count_rows(features):
     """Rows of a Parquet file, from its footer."""
     import pyarrow.parquet as pq
