@@ -53,7 +53,10 @@ def commit(job, index, failed=()):
 def test_a_committed_shard_carries_its_record_and_checks_out(job):
     assert commit(job, 1, failed=["e.png"])
     record = json.loads((job.shard_folder(1) / SHARD_RECORD).read_text())
+    files = record.pop("files")
     assert record == {"job": job.identity, "shard": 1, "images": job.shard_images(1).digest(), "rows": 2, "failed": 1}
+    assert sorted(files) == ["_errors.csv", "features.parquet"] and all(len(file["sha256"]) == 64
+                                                                      for file in files.values())
     assert quick_problem(job.shard_folder(1), job.identity, 1, job.shard_digest(1)) is None
     assert job.is_committed(1) and job.missing() == [0, 2]
     assert ShardedJob(job.output).is_committed(1)  # a job not frozen here reads what the manifest records
@@ -132,6 +135,9 @@ def test_the_assembly_sets_aside_every_shard_that_is_not_the_manifest_s_and_writ
     for index in range(3):
         commit(job, index)
     write_features(job.shard_folder(1) / SHARD_FEATURES, ["a.png", "b.png", "c.png"])  # shard 0's rows, same count
+    record = json.loads((job.shard_folder(1) / SHARD_RECORD).read_text())
+    del record["files"]  # as an earlier version wrote it: no sizes or digests, the rows' names still checked
+    (job.shard_folder(1) / SHARD_RECORD).write_text(json.dumps(record))
     with pytest.raises(RunError, match="nothing was written to .*out.csv: 1 shard did not match the manifest and was "
                                        "set aside: shard 1 \\(features.parquet holds a.png, not an image of this "
                                        "shard\\), now .*_rejected-shard-000001.1. Rerun to recompute it"):

@@ -138,7 +138,7 @@ class ShardWorker:
           Summary of the shard: already_done its rows kept, written the rows new, failed the
           images that still fail.
         """
-        folder = self.job.committed_folder(index)
+        folder = self.job.committed_folder(index, features=True)
         keys = shard_keys(self.job, index)
         failures = error_rows(folder / SHARD_ERRORS)
         if self.job.tars and any(not is_member(path) for path, _, _ in failures):
@@ -205,13 +205,27 @@ def add(total, part):
                                **{name: getattr(total, name) + getattr(part, name) for name in fields})
 
 
-def finish(config, job, summary):
-    """Writes the output if every shard is committed; the summary says what is missing if not."""
+def finish(config, job, summary, worker=None):
+    """Writes the output if every shard is committed; the summary says what is missing if not.
+
+    A shard found changed before the output is written from it is set aside; with a `worker`
+    (ShardWorker), this process computes it again at once and writes the output.
+    """
     missing = job.missing()
     if not missing:
         with run_errors():
-            written = job.assemble(config.output_format, config.model.output_name, config.settings,
-                                   keep_shards=config.distribution.keep_shards)
+            try:
+                written = job.assemble(config.output_format, config.model.output_name, config.settings,
+                                       keep_shards=config.distribution.keep_shards)
+            except RunError as error:
+                if worker is None or not getattr(error, "rejected_shards", ()):
+                    raise
+                log.warning("%s; computing %s again now", first_line(error).split(": ", 1)[0],
+                            _which_shards(list(error.rejected_shards)))
+                for index in error.rejected_shards:
+                    worker.process(index)
+                written = job.assemble(config.output_format, config.model.output_name, config.settings,
+                                       keep_shards=config.distribution.keep_shards)
         log.info("%s committed: %s %s", "the only shard is" if job.shard_count == 1
                  else "all %d shards are" % job.shard_count, config.output,
                  "is written" if written else "is being written by another process")
@@ -330,7 +344,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
             summary = add(summary, worker.process(index, stop=stop, progress=progress))
             if summary.interrupted:
                 break
-    return conclude(config, job, summary, images, started)
+        return conclude(config, job, summary, images, started, worker)
 
 
 def _check_output(output):
@@ -357,7 +371,7 @@ def _check_output(output):
     return job
 
 
-def conclude(config, job, summary, images, started):
+def conclude(config, job, summary, images, started, worker=None):
     """The Summary of this process's part of the job, and the output written if it is the last part.
 
     Args:
@@ -365,6 +379,7 @@ def conclude(config, job, summary, images, started):
       summary: Summary of the part's shards.
       images: how many images the part holds (those not reached are skipped).
       started: `time.perf_counter()` when the part began.
+      worker: this process's ShardWorker, if it may compute shards found changed (`finish`).
     """
     if job.tars:  # a tar's members are known once it is read: the job's images are those of its shards
         images = summary.discovered
@@ -373,7 +388,7 @@ def conclude(config, job, summary, images, started):
     log_stage_times(summary)
     if summary.interrupted:
         return dataclasses.replace(summary, output=_output(config))
-    return finish(config, job, summary)
+    return finish(config, job, summary, worker)
 
 
 def _shard_length(job, index):

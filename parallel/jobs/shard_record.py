@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 
 from parallel.inputs.tars import MEMBERS_FILE, index_keys
 from parallel.messages import first_line
@@ -47,10 +48,40 @@ def job_identity(recorded):
     return hashlib.sha256(content.encode()).hexdigest()[:32]
 
 
-def write_record(folder, identity, index, images_digest, rows, failed):
-    """Writes `folder`/_shard.json (the caller makes it durable with the folder)."""
-    record = {"job": identity, "shard": index, "images": images_digest, "rows": rows, "failed": failed}
+def write_record(folder, identity, index, images_digest, rows, failed, parts=()):
+    """Writes `folder`/_shard.json (the caller makes it durable with the folder), with the size and SHA-256 of
+    each of its `parts` (file names in `folder`): what is verified before a committed shard is used."""
+    record = {"job": identity, "shard": index, "images": images_digest, "rows": rows, "failed": failed,
+              "files": {name: dict(zip(("size", "sha256"), file_digest(folder / name))) for name in parts}}
     (folder / SHARD_RECORD).write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def file_digest(path):
+    """(size in bytes, SHA-256 hex) of the local file `path`."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return os.path.getsize(path), digest.hexdigest()
+
+
+def files_problem(folder, verify=False):
+    """What differs between a committed shard's files and the sizes (and, with `verify`, the SHA-256) its
+    record lists; None if nothing (a record of an earlier version lists none: nothing to compare).
+
+    The sizes are a stat each, checked whenever a shard is counted; the digests read every byte,
+    checked once, before the output is written from the shard.
+    """
+    try:
+        listed = json.loads((folder / SHARD_RECORD).read_text(encoding="utf-8")).get("files") or {}
+        for name, expected in sorted(listed.items()):
+            if os.path.getsize(folder / name) != expected["size"]:
+                return "its %s is not the size its %s records: it was changed" % (name, SHARD_RECORD)
+            if verify and file_digest(folder / name)[1] != expected["sha256"]:
+                return "its %s does not match the SHA-256 its %s records: it was changed" % (name, SHARD_RECORD)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        return "its files cannot be checked (%s)" % (first_line(error) or type(error).__name__)
+    return None
 
 
 def shard_keys(job, index, folder=None):
@@ -112,7 +143,7 @@ def quick_problem(folder, identity, index, images_digest):
         return "%s holds %d rows, not the %d committed" % (SHARD_FEATURES, counted, rows)
     if len(errors) != failed:
         return "%s lists %d failed images, not the %d committed" % (SHARD_ERRORS, len(errors), failed)
-    return None
+    return files_problem(folder)
 
 
 def content_problem(features, errors, paths):
@@ -275,8 +306,10 @@ def rejection(output, rejected):
     """
     from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
     one = len(rejected) == 1
-    return RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
-                    "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
-                    "--world-size 1); the output is then written"
-                    % (output, len(rejected), "" if one else "s", "was" if one else "were",
-                       "; ".join(rejected), "it" if one else "them"))
+    error = RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
+                     "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
+                     "--world-size 1); the output is then written"
+                     % (output, len(rejected), "" if one else "s", "was" if one else "were",
+                        "; ".join(rejected), "it" if one else "them"))
+    error.rejected_shards = tuple(int(re.match(r"shard (\d+)", text).group(1)) for text in rejected)
+    return error

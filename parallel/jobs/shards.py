@@ -44,7 +44,7 @@ from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, r
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, SUPERSEDED_PREFIX, content_problem,
-                                        error_paths,
+                                        error_paths, files_problem,
                                         error_rows, job_identity, quick_problem, rejection, set_aside, shard_keys,
                                         write_record)
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
@@ -138,6 +138,10 @@ class ShardedJob:
                               "--overwrite" % (self.output, recorded["shard_size"], shard_size))
         return self._take(recorded)
 
+    # Before the output is written from them, the shards' files are checked against the SHA-256 their records
+    # list (a store's job checks each part as it fetches it, against its marker).
+    verify_files = True
+
     named = staticmethod(contextlib.nullcontext)  # `with job.named():` errors name the files as users see them
 
     def _take(self, recorded):
@@ -183,8 +187,9 @@ class ShardedJob:
     def shard_folder(self, index):
         return self.shards / ("shard-%06d" % index)
 
-    def committed_folder(self, index):
-        """The local folder of committed shard `index`'s files (a store's job fetches them there)."""
+    def committed_folder(self, index, features=False):
+        """The local folder of committed shard `index`'s files (a store's job fetches them there; its
+        features.parquet only when `features`)."""
         return self.shard_folder(index)
 
     def members_index(self):
@@ -297,7 +302,8 @@ class ShardedJob:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
         if self.tars:  # its images: the members of its tar
             os.rename(attempt / MEMBERS_FILE, ready / MEMBERS_FILE)
-        write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed)
+        write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed,
+                     parts=(SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.tars else ()))
         for name in (SHARD_ERRORS, SHARD_RECORD) + ((MEMBERS_FILE,) if self.tars else ()):
             fsync(ready / name)
         fsync(ready)
@@ -397,6 +403,7 @@ class ShardedJob:
             except DamagedManifest as error:  # after this process wrote its shards: not a usage error
                 raise RunError(str(error)) from None
             problem = (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
+                       or files_problem(folder, verify=self.verify_files)  # every byte, once, before it is used
                        or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS,
                                           shard_keys(self, index) if self.tars else images.paths))
             if problem:

@@ -38,7 +38,6 @@ first shard not committed.
 """
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -51,7 +50,7 @@ import weakref
 from pathlib import Path
 
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
-                                        rejection, shard_keys)
+                                        file_digest, rejection, shard_keys)
 from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER
 from parallel.inputs.manifest import MANIFEST_SUFFIX, read_job
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
@@ -98,21 +97,14 @@ def _alive(pid):
     return True
 
 
-def file_digest(path):
-    """(size in bytes, SHA-256 hex) of the local file `path`."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return os.path.getsize(path), digest.hexdigest()
-
-
 class StoreShardedJob(ShardedJob):
     """The files of a sharded job whose output is the store object `url` (see the module docstring).
 
     The local paths of ShardedJob (`output`, `manifest`, `shards`, `attempts`) are in a staging
     folder of this process; `location` is the output's URL, the store holds what is committed.
     """
+
+    verify_files = False  # each part is verified against its marker as it is fetched (`_fetch`)
 
     def __init__(self, url):
         self.store, self.name = open_store(url)
@@ -218,8 +210,8 @@ class StoreShardedJob(ShardedJob):
         """The parts of an attempt: a tar shard's also its index of members (its images)."""
         return _PARTS + ((MEMBERS_FILE,) if self.tars else ())
 
-    def committed_folder(self, index):
-        return self._fetch(index) or self.shard_folder(index)
+    def committed_folder(self, index, features=False):
+        return self._fetch(index, features=features) or self.shard_folder(index)
 
     def members_index(self):
         if not self.members.exists():
