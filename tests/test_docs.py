@@ -118,6 +118,9 @@ def test_every_code_block_is_run_or_marked():
                                             "marked <!-- not run: why -->" % (block, block.first_line))
             else:
                 assert repr(block) not in run, "%r is marked not run, and RUNS runs it" % block
+                for module, name in re.findall(r"(tests/\w+\.py)(?:::(\w+))?", block.not_run):
+                    assert (ROOT / module).exists() and (not name or "\ndef %s(" % name in (ROOT / module).read_text()), (
+                        "%r: its marker names %s%s, which is not there" % (block, module, name and "::" + name))
     for test in set(RUNS.values()):
         module, _, name = test.rpartition("::")
         source = (ROOT / module).read_text() if module else Path(__file__).read_text()
