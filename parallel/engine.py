@@ -31,8 +31,8 @@ from parallel.devices.staging import open_runner
 from parallel.inputs.decode import RESIZE_MODES, decode_bytes_row, decode_row
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import ImageReader, step_lengths
-from parallel.inputs.sources import image_folder
 from parallel.inputs.remote import is_url
+from parallel.inputs.sources import image_folder
 from parallel.inputs.streams import StreamReader
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
 from parallel.messages import counted, first_line

@@ -49,7 +49,8 @@ RUNS = {
     ("docs/python-api.md", "import numpy as np"): "test_the_python_api_model_and_replication_examples_run",
     ("docs/python-api.md", "from parallel import ReplicatedVariables"):
         "test_the_python_api_model_and_replication_examples_run",
-    ("docs/search.md", "import numpy as np"): "tests/test_search_features.py::test_the_python_example_of_docs_search_runs",
+    ("docs/search.md", "import numpy as np"):
+        "tests/test_search_features.py::test_the_python_example_of_docs_search_runs",
 }
 
 
@@ -119,8 +120,9 @@ def test_every_code_block_is_run_or_marked():
             else:
                 assert repr(block) not in run, "%r is marked not run, and RUNS runs it" % block
                 for module, name in re.findall(r"(tests/\w+\.py)(?:::(\w+))?", block.not_run):
-                    assert (ROOT / module).exists() and (not name or "\ndef %s(" % name in (ROOT / module).read_text()), (
-                        "%r: its marker names %s%s, which is not there" % (block, module, name and "::" + name))
+                    there = (ROOT / module).exists() and (not name or "\ndef %s(" % name in (ROOT / module).read_text())
+                    named = module + "::" * bool(name) + name
+                    assert there, "%r: its marker names %s, which is not there" % (block, named)
     for test in set(RUNS.values()):
         module, _, name = test.rpartition("::")
         source = (ROOT / module).read_text() if module else Path(__file__).read_text()
@@ -221,8 +223,9 @@ def test_the_readme_first_commands_run_offline_as_written(tmp_path, monkeypatch)
     assert namespace["features"].shape == (8, 4096) and list(namespace["features"].index) == [
         "%d.jpg" % index for index in range(8)]
 
-    search = subprocess.run(["bash", "-e", "-c", code("README.md", "python search_features.py index results/features.csv")],
-                            cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+    search = code("README.md", "python search_features.py index results/features.csv")
+    search = subprocess.run(["bash", "-e", "-c", search], cwd=clone, env=env, capture_output=True, text=True,
+                            timeout=300)
     assert search.returncode == 0 and "nearest-neighbour cosine of 8 images" in search.stdout, search.stderr[-3000:]
 
     left = sorted(path.relative_to(clone).as_posix() for path in clone.rglob("*") if path.is_file()

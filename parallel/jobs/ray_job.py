@@ -14,9 +14,9 @@ redo, or a late commit of the dead one, to one correct part. Ray itself restarts
 (max_restarts=0): the driver decides, so a shard that kills every worker it meets stops the job.
 
 What the driver can check (room for one actor, GPUs TensorFlow can use there, the weights) fails
-before a new job's manifest is written; an actor's ValueError or RunError reaches the caller as it was raised there, so one line
-and one exit status whichever process found it. Unless --verbose, what the actors print stays in
-Ray's log files: the driver shows one progress bar, as one process does.
+before a new job's manifest is written; an actor's ValueError or RunError reaches the caller as it
+was raised there, so one line and one exit status whichever process found it. Unless --verbose,
+what the actors print stays in Ray's log files: the driver shows one progress bar, as one process does.
 
 Ray is imported here only, when a job runs: `pip install -e '.[ray]'`.
 """
@@ -178,8 +178,8 @@ def _checked_pool(cluster, config):
     started = time.perf_counter()
     ray = cluster.enter_context(_connected(config.distribution.ray_address, config.distribution.verbose))
     pool = ShardPool(ray, config)
-    pool.check_gpus()
     pool.connect_seconds = time.perf_counter() - started
+    pool.check_gpus()
     config.model.load_weights()  # ValueError: bad weights (an actor would load them again on its node)
     return pool
 
