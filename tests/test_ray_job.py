@@ -352,6 +352,17 @@ def test_gpus_per_worker_on_a_cluster_of_logical_gpus_is_one_line_before_anythin
     assert list(tmp_path.iterdir()) == [] and caplog.messages == []
 
 
+@pytest.mark.parametrize("gpus, step", [(0, 12), (2, 128)])
+def test_shards_are_weighed_against_the_step_of_a_worker_not_of_the_driver(job_images, tmp_path, caplog, gpus, step):
+    """A worker computes 12 images a step on its CPU, or 64 on each of its GPUs: the driver's 3 devices do not count."""
+    from parallel.jobs.identity import freeze_sharded
+    config = job_child.config(job_images, tmp_path / "out.csv", "csv", Distribution(
+        kind="ray", gpus_per_worker=gpus, shard_size=5), devices="cpu:0,cpu:1,cpu:2", per_device_batch=None)
+    with caplog.at_level("WARNING", logger="parallel"):
+        freeze_sharded(config, check_folder=False)
+    assert ("shards of 5 images are not a multiple of the %d images of a step" % step) in caplog.text, caplog.text
+
+
 def test_a_pool_of_cpu_workers_asks_nothing_of_the_gpus():
     ray = FakeRay(gpus=0, visible=0)
     config = types.SimpleNamespace(distribution=Distribution(kind="ray", gpus_per_worker=0))
