@@ -197,11 +197,19 @@ def ignored(paths):
     return [line.split("\t", 1)[1] for line in check.stdout.splitlines() if line.startswith("::\t")]
 
 
-def test_the_readme_first_commands_run_offline_as_written(tmp_path, monkeypatch):
+@pytest.fixture
+def clone(tmp_path):
+    """tmp_path/clone, for the README's first commands; the 553 MB of random weights they write are removed after
+    (pytest keeps the folders of its last runs)."""
+    yield tmp_path / "clone"
+    (tmp_path / "clone" / "vgg16-random.npy").unlink(missing_ok=True)
+
+
+def test_the_readme_first_commands_run_offline_as_written(tmp_path, clone, monkeypatch):
     """The first block after its install line (the install is .ci/run's), in a folder that holds the
     repository's two scripts as a clone does, offline; then the README's pandas and search snippets on
     what it wrote; everything it left is ignored by .gitignore."""
-    clone, home = tmp_path / "clone", tmp_path / "home"
+    home = tmp_path / "home"
     clone.mkdir()
     home.mkdir()
     for script in ("run_inference.py", "search_features.py"):
