@@ -32,6 +32,7 @@ from parallel.inputs.decode import RESIZE_MODES, decode_bytes_row, decode_row
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import ImageReader, step_layout, step_lengths
 from parallel.inputs.remote import is_url
+from parallel.inputs.sources import image_folder
 from parallel.inputs.streams import StreamReader
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
 from parallel.messages import counted, first_line
@@ -243,7 +244,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         if not paths:
             raise ValueError("images=%s contains no images" % (images,))
     elif isinstance(images, (str, os.PathLike)):
-        root = Path(images)
+        root = Path(image_folder(images))
         paths = discover_images(root)
         if not paths:
             raise ValueError("images=%s contains no images" % (images,))

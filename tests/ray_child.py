@@ -3,15 +3,16 @@
     unshare -n sh -c 'ip link set lo up && python tests/ray_child.py IMAGES FOLDER FORMAT:GPUS[:FAULT] ...'
 
 Runs only inside a network namespace that has nothing but loopback (Ray binds the machine's
-own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each,
-started without TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it.
-Each job writes FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images, with GPUS
-GPUs per worker and job_child's colour model, and FAULT:
+own address even when told 127.0.0.1). The cluster has 2 nodes of 2 CPUs and 2 logical GPUs each
+(`ray start --num-gpus` on machines without a GPU: a worker given them is refused), started without
+TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it. Each job writes
+FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images (2 for interrupt), with GPUS GPUs
+per worker (0 here: CPU workers) and job_child's colour model, and FAULT:
     kill          the first worker to start a step is SIGKILLed there, mid-shard
     interrupt     SIGINT to the driver once the first shard is committed, then a rerun
     badweights    the weights load in the driver but not in the workers
     cli           the command line (run_inference.py, job_child's model for VGG16's) in a process of
-                  its own: first with GPUS + 1 GPUs per worker (more than a node has), then with GPUS
+                  its own: first with GPUS + 1 GPUs per worker (logical ones: refused), then with GPUS
     store         the output in an S3 store (moto, started by this driver on 127.0.0.1 before the
                   cluster, so that every node's workers reach it): s3://bucket/ray/store.FORMAT, its
                   objects then copied into FOLDER/store-copy/ for the test to read
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import job_child
 
-CLUSTER = {"num_cpus": 1, "num_gpus": 2}
+CLUSTER = {"num_cpus": 2, "num_gpus": 2}
 COUNTS = ("discovered", "written", "failed", "already_done", "skipped", "interrupted", "pending_shards")
 
 
@@ -161,8 +162,9 @@ def run_job(images, folder, job, address):
         from stores import write_tars
         write_tars(images, folder / "tars", 8)
         images = str(folder / "tars" / "*.tar")
-    distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, shard_size=1 if fault == "tars"
-                                       else 5, wait_seconds=30, ray_address=address)
+    # Interrupt: shards of 2, more than the 4 workers take at once, so that Ctrl-C after the first leaves some.
+    distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, wait_seconds=30, ray_address=address,
+                                       shard_size={"tars": 1, "interrupt": 2}.get(fault, 5))
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)
     model = counting_builds(config.model, builds)

@@ -105,9 +105,7 @@ def parse_images(values):
         value = values[0]
         if remote.is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
-        if not os.path.isdir(value):
-            raise ValueError("images=%s is not a folder" % value)
-        return Source(FOLDER, str(Path(value).resolve()))
+        return Source(FOLDER, str(Path(image_folder(value)).resolve()))
     others = [value for value in values if not is_tar(value)]
     if others:
         raise ValueError("images= takes one folder or prefix, or tars; got %d values, of which %s is not a .tar: "
@@ -147,6 +145,18 @@ def wids_tars(index):
         raise ValueError("images=%s: a wids index of tars is taken; it names %s" % (
             index, "no shard" if not tars else others[0]))
     return tars
+
+
+def image_folder(value):
+    """`value` (a str or a PathLike), once it is known to name a folder.
+
+    Raises:
+      ValueError: it does not: "images=VALUE is not a folder", VALUE as given (a trailing / kept),
+        which the command line prints as "--images VALUE is not a folder".
+    """
+    if not os.path.isdir(value):
+        raise ValueError("images=%s is not a folder" % os.fspath(value))
+    return value
 
 
 def _expand(value):

@@ -13,10 +13,10 @@ dead attempt's folder is abandoned, and the commit-by-rename protocol (parallel.
 redo, or a late commit of the dead one, to one correct part. Ray itself restarts nothing
 (max_restarts=0): the driver decides, so a shard that kills every worker it meets stops the job.
 
-What the driver can check (room for one actor, the weights) fails before a new job's manifest is
-written; an actor's ValueError or RunError reaches the caller as it was raised there, so one line
-and one exit status whichever process found it. Unless --verbose, what the actors print stays in
-Ray's log files: the driver shows one progress bar, as one process does.
+What the driver can check (room for one actor, GPUs TensorFlow can use there, the weights) fails
+before a new job's manifest is written; an actor's ValueError or RunError reaches the caller as it
+was raised there, so one line and one exit status whichever process found it. Unless --verbose,
+what the actors print stays in Ray's log files: the driver shows one progress bar, as one process does.
 
 Ray is imported here only, when a job runs: `pip install -e '.[ray]'`.
 """
@@ -46,30 +46,42 @@ MAX_ATTEMPTS = 3
 POLL_SECONDS = 0.5  # how often the driver looks at Ctrl-C while it waits for the actors
 
 
-def actor_devices(gpus_per_worker, ray_gpu_ids, visible_gpus):
+def actor_devices(gpus_per_worker, ray_gpu_ids, visible_gpus, host="its node"):
     """The devices of an actor: the GPUs Ray gave it, as TensorFlow numbers them in that process.
+
+    The rule of --gpus: GPUs asked for and not there are an error, never a silent fall-back to the
+    CPU (a CPU worker is asked for with gpus_per_worker=0).
 
     Args:
       gpus_per_worker: GPUs each actor asked for (0: a CPU actor).
       ray_gpu_ids: `ray.get_gpu_ids()` in the actor (Ray set CUDA_VISIBLE_DEVICES to them).
       visible_gpus: GPUs TensorFlow sees in the actor.
+      host: the actor's host, for the message.
 
     Returns:
-      (Devices, note): "gpu:0".."gpu:k-1" of what TensorFlow sees, or cpu:0 for a CPU actor.
-      An actor given k GPUs that TensorFlow cannot see computes on k logical CPU devices, so
-      that its step geometry is the job's (the rows of every actor are the same bits); `note`
-      says so (else "").
+      Devices: "gpu:0".."gpu:k-1" of what TensorFlow sees, or cpu:0 for a CPU actor.
+
+    Raises:
+      ValueError: GPUs asked for, and TensorFlow sees none there (Ray's GPUs are logical ones, from
+        `ray start --num-gpus` on a machine without any, or TensorFlow there lacks CUDA).
     """
     if not gpus_per_worker:
-        return resolve_devices(devices="cpu:0", gpu_count=visible_gpus), ""
+        return resolve_devices(devices="cpu:0", gpu_count=visible_gpus)
     if not visible_gpus:
-        names = ",".join("cpu:%d" % index for index in range(gpus_per_worker))
-        return (resolve_devices(devices=names, gpu_count=0),
-                "TensorFlow sees no GPU there (logical Ray GPUs?): computing on %s" % names)
+        raise ValueError("Ray gives each worker GPUs (gpus_per_worker=%d), but TensorFlow on %s sees none (Ray's GPU "
+                         "ids there: %s; logical GPUs of ray start --num-gpus, or a TensorFlow without CUDA): pass "
+                         "--gpus-per-worker 0 for CPU workers, or pip install -e '.[gpu]' on the nodes"
+                         % (gpus_per_worker, host, ray_gpu_ids))
     if visible_gpus == len(ray_gpu_ids):  # CUDA_VISIBLE_DEVICES holds exactly Ray's GPUs
-        return resolve_devices(gpu_count=visible_gpus), ""
+        return resolve_devices(gpu_count=visible_gpus)
     # Ray was told not to set CUDA_VISIBLE_DEVICES: its ids are then the machine's GPU indices.
-    return resolve_devices(gpus=",".join(str(index) for index in ray_gpu_ids), gpu_count=visible_gpus), ""
+    return resolve_devices(gpus=",".join(str(index) for index in ray_gpu_ids), gpu_count=visible_gpus)
+
+
+def node_gpus():
+    """(host, Ray's GPU ids, GPUs TensorFlow sees) of the Ray worker process this runs in."""
+    import ray
+    return socket.gethostname(), [int(index) for index in ray.get_gpu_ids()], available_gpus()
 
 
 class ShardActor:
@@ -86,20 +98,20 @@ class ShardActor:
         self.error = None
         try:
             import ray
-            gpu_ids = [int(index) for index in ray.get_gpu_ids()]
-            devices, note = actor_devices(config.distribution.gpus_per_worker, gpu_ids, available_gpus())
+            host, gpu_ids, visible_gpus = node_gpus()
+            devices = actor_devices(config.distribution.gpus_per_worker, gpu_ids, visible_gpus, host)
             self.worker = ShardWorker(dataclasses.replace(config, devices=devices), job)
-            self.info = {"host": socket.gethostname(), "pid": os.getpid(),
-                         "node": ray.get_runtime_context().get_node_id(), "gpu_ids": gpu_ids,
-                         "devices": devices.describe(), "note": note, "build_seconds": time.perf_counter() - started}
+            self.info = {"host": host, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
+                         "gpu_ids": gpu_ids, "devices": devices.describe(),
+                         "build_seconds": time.perf_counter() - started}
         except Exception as error:  # noqa: BLE001 -- given to the driver whole, by ready()
             self.error = error
 
     def ready(self):
-        """{host, pid, node, gpu_ids, devices, note, build_seconds}, once the graph and the Session are built.
+        """{host, pid, node, gpu_ids, devices, build_seconds}, once the graph and the Session are built.
 
         Raises:
-          what building them raised (ValueError: bad weights on this node).
+          what building them raised (ValueError: bad weights on this node, or no GPU TensorFlow can use).
         """
         if self.error is not None:
             raise self.error
@@ -134,8 +146,9 @@ def run(config):
       kept, the others are left to a rerun).
 
     Raises:
-      ValueError: no node can hold an actor of `gpus_per_worker` GPUs, the weights cannot be
-        loaded (here, or on a node: its message as one process gives it), or as `freeze`.
+      ValueError: no node can hold an actor of `gpus_per_worker` GPUs, TensorFlow sees no GPU where
+        one would run, the weights cannot be loaded (here, or on a node: its message as one
+        process gives it), or as `freeze`.
       RunError: an actor failed after it started (disk full), or a shard took down
         MAX_ATTEMPTS workers; committed shards are kept.
     """
@@ -160,11 +173,13 @@ def run(config):
 
 def _checked_pool(cluster, config):
     """A ShardPool on the cluster (entered into the ExitStack `cluster`), once the driver has checked
-    what it can: room for one actor, and the weights, read here as one process reads them."""
+    what it can: room for one actor, GPUs TensorFlow can use there, and the weights, read here as one
+    process reads them."""
     started = time.perf_counter()
     ray = cluster.enter_context(_connected(config.distribution.ray_address, config.distribution.verbose))
     pool = ShardPool(ray, config)
     pool.connect_seconds = time.perf_counter() - started
+    pool.check_gpus()
     config.model.load_weights()  # ValueError: bad weights (an actor would load them again on its node)
     return pool
 
@@ -215,6 +230,19 @@ class ShardPool:
         self.connect_seconds = 0.0  # joining or starting the cluster (set by whoever connected)
         # Summed over the actors: from start to ready, of it graph and weights, computing shards, alive.
         self.clock = collections.Counter()
+
+    def check_gpus(self):
+        """Raises actor_devices' ValueError when a worker would have GPUs from Ray that TensorFlow cannot see.
+
+        Asked of one Ray task with a worker's GPUs (on one node, whichever Ray chooses), so that the
+        usual case, a cluster of logical GPUs, is refused before anything is written; an actor on
+        another node that has none raises the same line when it starts.
+        """
+        gpus = self.config.distribution.gpus_per_worker
+        if gpus:
+            probe = self.ray.remote(num_gpus=gpus, num_cpus=0, max_retries=0)(node_gpus)
+            host, gpu_ids, visible_gpus = self.ray.get(probe.remote())
+            actor_devices(gpus, gpu_ids, visible_gpus, host)
 
     def run(self, job, todo, summary, stop, progress):
         """Computes the shards `todo` of `job`, or those begun before Ctrl-C.
@@ -277,9 +305,8 @@ class ShardPool:
         self.workers += 1
         self.clock["start"] += time.perf_counter() - self.actors[actor]
         self.clock["build"] += info.get("build_seconds", 0.0)
-        log.info("worker %d on %s (pid %d): Ray GPUs %s -> %s%s", self.workers, info["host"], info["pid"],
-                 info["gpu_ids"] or "none", info["devices"], "; " + info["note"] if info["note"] else "",
-                 extra={"ray_worker": info})
+        log.info("worker %d on %s (pid %d): Ray GPUs %s -> %s", self.workers, info["host"], info["pid"],
+                 info["gpu_ids"] or "none", info["devices"], extra={"ray_worker": info})
 
     def _submit(self, actor, index):
         self.running[actor.process.remote(index)] = (actor, index)
