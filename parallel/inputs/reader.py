@@ -16,6 +16,7 @@ cannot be read never stops the run and never costs its batch-mates their rows: i
 
 import collections
 import dataclasses
+import functools
 import os
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -87,7 +88,7 @@ class ImageReader:
     """
 
     def __init__(self, root, paths, batch_size, size=(224, 224), resize="crop", workers=None,
-                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None):
+                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None, versions=None):
         """Checks the arguments; no thread starts before iteration.
 
         Args:
@@ -109,6 +110,11 @@ class ImageReader:
           chunks: None (batches of `batch_size` paths), or the lengths of the consecutive
             batches `paths` is cut into, each 1 .. batch_size, adding up to len(paths): the
             engine's steps at fixed positions of a job (see `step_lengths`).
+          versions: None, or one str per path: the version (ETag) the job recorded for the
+            object (its manifest's etag column; "" for a file, or for any version). A URL is
+            then read only as that version (`parallel.inputs.remote.fetch`): one replaced
+            since fails as kind "changed", so no row is of a version the job did not record.
+            Used by the default `decode`; a `decode` handed in reads as it will.
 
         Raises:
           ValueError: a bad argument, named with the value received.
@@ -124,6 +130,10 @@ class ImageReader:
         if not callable(decode):
             raise ValueError("decode must be callable; got %r" % (decode,))
         self.paths = list(paths)
+        self.versions = None if versions is None else list(versions)
+        if self.versions is not None and len(self.versions) != len(self.paths):
+            raise ValueError("versions must give one version per path (%d); got %d"
+                             % (len(self.paths), len(self.versions)))
         self.chunks = self._check_chunks(chunks, len(self.paths), int(batch_size))
         self.size, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.resize = resize
@@ -205,15 +215,18 @@ class ImageReader:
     def _submit(self, executor, start, length):
         chunk = self.paths[start:start + length]
         images = np.empty((len(chunk),) + self.size + (3,), np.uint8)
-        futures = [executor.submit(self._decoder(location), location, images, row, self.size, self.resize,
-                                   self.max_pixels)
+        futures = [executor.submit(self._decoder(location, start + row), location, images, row, self.size,
+                                   self.resize, self.max_pixels)
                    for row, location in enumerate(locate(self.root, path) for path in chunk)]
         return start, images, futures
 
-    def _decoder(self, location):
-        """What decodes the image at `location`: `decode`; by default, for a URL, its fetch and decode."""
+    def _decoder(self, location, position):
+        """What decodes the image at `location` (paths[position]): `decode`; by default, for a URL, its
+        fetch (pinned to its recorded version, when `versions` gives one) and decode."""
         if self.decode is decode_row and is_url(location):
             from parallel.inputs.remote import decode_url_row
+            if self.versions is not None and self.versions[position]:
+                return functools.partial(decode_url_row, version=self.versions[position])
             return decode_url_row
         return self.decode
 
