@@ -106,8 +106,9 @@ def scheme(url):
 def check_scheme(url):
     """Raises ValueError (one line naming `url` and the schemes read here) unless `url`'s scheme is in SCHEMES."""
     if scheme(url) not in SCHEMES:
-        raise ValueError("%s: %s:// is not a store this program reads; images may be local paths or in %s"
-                         % (url, scheme(url), ", ".join(name + "://" for name in SCHEMES)))
+        names = [name + "://" for name in SCHEMES]
+        raise ValueError("%s: %s:// is not a store this program reads; images may be local paths or in %s or %s"
+                         % (url, scheme(url), ", ".join(names[:-1]), names[-1]))
 
 
 def store_options(url):
@@ -405,7 +406,7 @@ class _ResumingStream(io.RawIOBase):
         if self.position >= self.size:
             return 0
         stop = min(self.size, self.position + len(buffer))
-        data = fetch(self.url, self.position, stop, self.version)
+        data = fetch(self.url, self.position, stop, version=self.version)
         if not data:
             return 0
         buffer[:len(data)] = data
