@@ -7,7 +7,7 @@ from PIL import Image
 from parallel.inputs import remote
 from parallel.inputs.decode import ImageError, decode_row
 import stores
-from stores import store
+from stores import store, tar_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -102,19 +102,6 @@ def png(value):
     return buffer.getvalue()
 
 
-def tar_of(members):
-    """The bytes of a tar of `members` [(name, bytes)]."""
-    import io
-    import tarfile
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def no_waits(monkeypatch):
     """The waits between tries, recorded instead of slept: [seconds, ...]."""
     waits = []
@@ -163,8 +150,8 @@ def test_a_tar_in_a_store_replaced_while_it_is_read_stops_at_the_change_with_obj
     from parallel.inputs import tars
     from parallel.inputs.streams import StreamReader
     monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)  # the tar in several ranged GETs
-    old = tar_of([("%d.png" % number, png(10) + bytes(1500)) for number in range(4)])
-    new = tar_of([("%d.png" % number, png(90) + bytes(1500)) for number in range(4)])
+    old = tar_bytes([("%d.png" % number, png(10) + bytes(1500)) for number in range(4)])
+    new = tar_bytes([("%d.png" % number, png(90) + bytes(1500)) for number in range(4)])
     store().pipe("bucket/pinned/t.tar", old)
     recorded = remote.describe("s3://bucket/pinned/t.tar")[2]
     reads = replace_after_first_read(monkeypatch, lambda: store().pipe("bucket/pinned/t.tar", new))
@@ -242,9 +229,9 @@ def test_over_https_reads_ask_for_the_recorded_etag_too(versioned_server, monkey
     assert remote.decode_url_row(url, images, 0, (2, 2), "crop", 10 ** 6, version=recorded)[0] == "changed"
     assert remote.decode_url_row(url, images, 0, (2, 2), "crop", 10 ** 6) is None and (images == 30).all()
     monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)
-    (versioned_server.root / "t.tar").write_bytes(tar_of([("%d.png" % n, png(10) + bytes(1500)) for n in range(4)]))
+    (versioned_server.root / "t.tar").write_bytes(tar_bytes([("%d.png" % n, png(10) + bytes(1500)) for n in range(4)]))
     replace_after_first_read(monkeypatch, lambda: (versioned_server.root / "t.tar").write_bytes(
-        tar_of([("%d.png" % n, png(90) + bytes(1500)) for n in range(4)])))
+        tar_bytes([("%d.png" % n, png(90) + bytes(1500)) for n in range(4)])))
     with pytest.raises(remote.ObjectChanged):
         list(tars.stream_members(versioned_server.url + "/t.tar", []))
 

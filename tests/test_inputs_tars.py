@@ -1,21 +1,17 @@
 """Tars read front to back once: members, their offsets, the damage of a tar accounted for, read back by range."""
 
-import io
 import tarfile
 
 import pytest
 
 from parallel.inputs import tars
 from parallel.inputs.decode import ImageError
+from stores import tar_bytes
 
 
 def make_tar(path, members, tar_format=tarfile.GNU_FORMAT):
     """Writes a tar of `members` [(name, bytes)]; returns its bytes."""
-    with tarfile.open(path, "w", format=tar_format) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(tar_bytes(members, tar_format))
     return path.read_bytes()
 
 
