@@ -216,6 +216,21 @@ def versioned_server(tmp_path):
         server.server_close()
 
 
+def test_a_server_that_gives_only_a_last_modified_time_is_asked_if_unmodified_since(http_server, monkeypatch):
+    import aiohttp
+    (http_server.root / "a.png").write_bytes(png(10))
+    recorded = remote.describe(http_server.url + "/a.png")[2]
+    asked = []
+    real = aiohttp.ClientSession._request
+
+    def request(session, method, url, **options):
+        asked.append((options.get("headers") or {}).copy())
+        return real(session, method, url, **options)
+    monkeypatch.setattr(aiohttp.ClientSession, "_request", request)
+    assert remote.fetch(http_server.url + "/a.png", version=recorded) == png(10)
+    assert recorded.endswith(" GMT") and asked[-1] == {"If-Unmodified-Since": recorded}
+
+
 def test_over_https_reads_ask_for_the_recorded_etag_too(versioned_server, monkeypatch):
     from parallel.inputs import tars
     (versioned_server.root / "a.png").write_bytes(png(10))
@@ -277,18 +292,20 @@ class FailingStore:
             connection.close()
 
 
+@pytest.mark.parametrize("scheme", ["s3", "http"])
 @pytest.mark.parametrize("mode", ["503", "silent"])
-def test_a_store_that_fails_every_get_is_given_up_after_our_tries_only(s3_store, monkeypatch, mode):
+def test_a_store_that_fails_every_get_is_given_up_after_our_tries_only(s3_store, monkeypatch, mode, scheme):
     import time
     failing = FailingStore(mode)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", failing.url)
     monkeypatch.setattr(remote, "READ_TIMEOUT_SECONDS", 0.3, raising=False)  # a try of the silent store: 0.3 s
+    url = "s3://bucket/k.png" if scheme == "s3" else failing.url + "/k.png"
     started = time.monotonic()
     try:
         for pinned in ({}, {"version": "0123456789abcdef0123456789abcdef"}):  # and pinned to a recorded ETag
             before = failing.requests
             with pytest.raises(ImageError) as failed:
-                remote.fetch("s3://bucket/k.png", **pinned)
+                remote.fetch(url, **pinned)
             assert failed.value.kind == "unreachable", failed.value
             assert failing.requests - before == remote.TRIES  # one request a try: no retries inside ours
     finally:
