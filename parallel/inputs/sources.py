@@ -20,18 +20,18 @@ What --images takes (one value, or several tars):
                                    absolute), without listing the store; the same job as those tars
 
 Several values are taken only when each is a tar (or a pattern of tars): a folder among them is
-refused with one line saying so.
+refused with one line saying so. Tars are the job's inputs in sorted order (absolute paths, or
+URLs), grouped into shards by the job layer (parallel.inputs.tars gives their members and keys). What a
+job records as its images (`Source.description`) is the folder or prefix, or, for tars, their
+count, first, last and a digest of the whole list: the quoted pattern and its expansion by the
+shell are one job.
 
 Usage errors, each one line (ValueError) before anything is written: a URL of a scheme that is not
 a store read here (ftp://: parallel.inputs.remote.SCHEMES); a glob that matches no tar (each glob
 must match one at least); tars of which none exists (a mistyped tar, a pattern whose every name
 is missing: `scan`); a prefix under which no object has an image extension (`scan`), as an empty
 folder is. A pattern some of whose names exist keeps the others as `missing` images (a gap in a
-numbered series is a fact about the data, not a typo). Tars are the job's inputs in sorted order (absolute paths, or
-URLs), grouped into shards by the job layer (parallel.inputs.tars gives their members and keys). What a
-job records as its images (`Source.description`) is the folder or prefix, or, for tars, their
-count, first, last and a digest of the whole list: the quoted pattern and its expansion by the
-shell are one job.
+numbered series is a fact about the data, not a typo).
 """
 
 import dataclasses
@@ -78,7 +78,8 @@ class Source:
         """The Manifest of the images (a folder, a prefix) or of the tars (TARS) as they are now.
 
         For objects of a store and tars in one, each one's ETag is recorded (`Manifest.etags`):
-        the version every later read of it asks for (parallel.inputs.remote).
+        the version a read asks for when it is handed it (ImageReader's `versions`,
+        stream_members's `version`: parallel.inputs.remote).
 
         Raises:
           ValueError: a prefix holds no image object, or none of the tars exists (or can be
