@@ -5,6 +5,7 @@
     http_server (fixture)     -> HTTPServer over a folder; `failures[path] = n`: the next n GETs of
                                  path answer 503 (a throttled or failing store)
     write_tars(root, tars, per_tar) -> tar paths: the images under root, in sorted order, as tars
+    tar_bytes(members)        -> the bytes of a tar of members [(name, bytes)]
     upload(folder, url)       every file under folder, to the store under the prefix url
 
 Nothing here talks to anything but 127.0.0.1.
@@ -96,6 +97,17 @@ def write_tars(root, folder, per_tar, extra=None):
                 tar.addfile(info, io.BytesIO(data))
         tars.append(path)
     return tars
+
+
+def tar_bytes(members, tar_format=tarfile.GNU_FORMAT):
+    """The bytes of a tar of `members` [(name, bytes)], in that order."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tar_format) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image, ImageFile, JpegImagePlugin
 
 from image_files import BLUE, GREEN, RED, WHITE, noise_jpeg, solid, write_bad_files
-from parallel.inputs.decode import KINDS, MAX_PIXELS, RESIZE_MODES, ImageError, decode_row, failure_of, load_image
+from parallel.inputs.decode import (KINDS, MAX_BYTES, MAX_PIXELS, RESIZE_MODES, ImageError, decode_row, failure_of,
+                                    load_image)
 
 
 def halves(size, left, right, mode="RGB"):
@@ -45,8 +46,9 @@ def fail_to_open(monkeypatch, name, error):
 def test_constants():
     assert RESIZE_MODES == ("crop", "stretch")
     assert MAX_PIXELS == 100_000_000
+    assert MAX_BYTES == 1 << 30 > 8 * MAX_PIXELS  # 16-bit RGBA, uncompressed, within the pixel limit
     assert KINDS == ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt",
-                     "unreachable")
+                     "unreachable", "changed")
 
 
 # --- one image: pixels -------------------------------------------------------------------------------------

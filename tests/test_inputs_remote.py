@@ -6,7 +6,8 @@ from PIL import Image
 
 from parallel.inputs import remote
 from parallel.inputs.decode import ImageError, decode_row
-from stores import store
+import stores
+from stores import store, tar_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +89,225 @@ def test_a_plain_install_is_told_which_extra_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_fsspec)
     with pytest.raises(ValueError, match=r"reading s3://b/k needs s3fs.*pip install -e '\.\[cloud\]'"):
         remote.filesystem("s3://b/k")
+
+
+# --- pinned versions: an object replaced since it was listed is not read ----------------------------------
+
+
+def png(value):
+    """The bytes of a 4x4 PNG of one grey `value`."""
+    import io
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((4, 4, 3), value, np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def no_waits(monkeypatch):
+    """The waits between tries, recorded instead of slept: [seconds, ...]."""
+    waits = []
+    monkeypatch.setattr(remote.time, "sleep", waits.append)
+    return waits
+
+
+def test_an_image_object_replaced_after_it_was_listed_fails_as_changed_and_is_not_tried_again(s3_store, monkeypatch):
+    from parallel.inputs.reader import ImageReader
+    store().pipe("bucket/pinned/a.png", png(10))
+    store().pipe("bucket/pinned/b.png", png(20))
+    listed = remote.list_objects("s3://bucket/pinned/", lambda name: True)
+    store().pipe("bucket/pinned/a.png", png(30))  # replaced between the listing and the fetch
+    waits = no_waits(monkeypatch)
+    paths, versions = [name for name, _, _, _ in listed], [etag for _, _, _, etag in listed]
+    with ImageReader("s3://bucket/pinned/", paths, batch_size=2, size=(2, 2), versions=versions) as reader:
+        (batch,) = list(reader)
+    assert batch.paths == ["b.png"] and (batch.images == 20).all()
+    assert [(failure.path, failure.kind) for failure in batch.failures] == [("a.png", "changed")]
+    assert "changed since the job listed it (ETag %s, now %s)" % (versions[0], remote.describe(
+        "s3://bucket/pinned/a.png")[2]) in batch.failures[0].message
+    assert waits == []  # the object is there, and another: never tried again
+    with ImageReader("s3://bucket/pinned/", paths, batch_size=2, size=(2, 2)) as reader:  # no versions: as it is
+        assert [(batch.images == 30).all() for batch in reader] == [False]
+    with pytest.raises(ValueError, match="one version per path"):
+        ImageReader("s3://bucket/pinned/", paths, batch_size=2, versions=versions[:1])
+
+
+def replace_after_first_read(monkeypatch, replace):
+    """Wraps remote.fetch: `replace()` runs once, right after the first ranged read returns (a deterministic
+    moment in the middle of a tar being read). Returns the list of the (start, stop) read."""
+    reads = []
+    real = remote.fetch
+
+    def fetch(url, start=None, stop=None, version=None):
+        data = real(url, start, stop, version)
+        reads.append((start, stop))
+        if len(reads) == 1:
+            replace()
+        return data
+    monkeypatch.setattr(remote, "fetch", fetch)
+    return reads
+
+
+def test_a_tar_in_a_store_replaced_while_it_is_read_stops_at_the_change_with_object_changed(s3_store, monkeypatch):
+    from parallel.inputs import tars
+    from parallel.inputs.streams import StreamReader
+    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)  # the tar in several ranged GETs
+    old = tar_bytes([("%d.png" % number, png(10) + bytes(1500)) for number in range(4)])
+    new = tar_bytes([("%d.png" % number, png(90) + bytes(1500)) for number in range(4)])
+    store().pipe("bucket/pinned/t.tar", old)
+    recorded = remote.describe("s3://bucket/pinned/t.tar")[2]
+    reads = replace_after_first_read(monkeypatch, lambda: store().pipe("bucket/pinned/t.tar", new))
+    items, index = [], []
+    with pytest.raises(remote.ObjectChanged) as changed:
+        for item in tars.stream_members("s3://bucket/pinned/t.tar", index):
+            items.append(item)
+    assert (changed.value.url, changed.value.recorded) == ("s3://bucket/pinned/t.tar", recorded)
+    assert changed.value.now == remote.describe("s3://bucket/pinned/t.tar")[2] != recorded
+    assert len(reads) == 1 and 0 < len(items) < 4  # what came before the change, of the old tar only
+    assert all(data == png(10) + bytes(1500) for _, data in items)
+    # The version the job recorded, given: the replaced tar is refused when opened, nothing read.
+    monkeypatch.undo()
+    with pytest.raises(remote.ObjectChanged, match="t.tar changed since the job listed it"):
+        list(tars.stream_members("s3://bucket/pinned/t.tar", [], version=recorded))
+    # Through the stream reader, the change reaches its caller as itself (the job layer catches it).
+    store().pipe("bucket/pinned/t.tar", old)
+    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)
+    replace_after_first_read(monkeypatch, lambda: store().pipe("bucket/pinned/t.tar", new))
+    with pytest.raises(remote.ObjectChanged):
+        with StreamReader(tars.stream_members("s3://bucket/pinned/t.tar", []), batch_size=1, size=(2, 2)) as reader:
+            list(reader)
+
+
+class _Versioned(stores._Handler):
+    """An HTTP server's handler that sends each file's ETag and honours If-Match (412), as stores do."""
+
+    def _etag(self):
+        import hashlib
+        from pathlib import Path
+        path = Path(self.translate_path(self.path))
+        return '"%s"' % hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+    def end_headers(self):
+        if self._etag():
+            self.send_header("ETag", self._etag())
+        super().end_headers()
+
+    def do_GET(self):
+        wanted = self.headers.get("If-Match")
+        if wanted and wanted != self._etag():
+            return self.send_error(412, "Precondition Failed")
+        return super().do_GET()
+
+
+@pytest.fixture
+def versioned_server(tmp_path):
+    """An HTTP server on 127.0.0.1 with ETags and If-Match, over tmp_path/"versioned"."""
+    import http.server
+    import threading
+    root = tmp_path / "versioned"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *args, **kwargs: _Versioned(*args, directory=str(root), **kwargs))
+    server.failures, server.refused, server.root = {}, [], root
+    server.url = "http://127.0.0.1:%d" % server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_that_gives_only_a_last_modified_time_is_asked_if_unmodified_since(http_server, monkeypatch):
+    import aiohttp
+    (http_server.root / "a.png").write_bytes(png(10))
+    recorded = remote.describe(http_server.url + "/a.png")[2]
+    asked = []
+    real = aiohttp.ClientSession._request
+
+    def request(session, method, url, **options):
+        asked.append((options.get("headers") or {}).copy())
+        return real(session, method, url, **options)
+    monkeypatch.setattr(aiohttp.ClientSession, "_request", request)
+    assert remote.fetch(http_server.url + "/a.png", version=recorded) == png(10)
+    assert recorded.endswith(" GMT") and asked[-1] == {"If-Unmodified-Since": recorded}
+
+
+def test_over_https_reads_ask_for_the_recorded_etag_too(versioned_server, monkeypatch):
+    from parallel.inputs import tars
+    (versioned_server.root / "a.png").write_bytes(png(10))
+    url = versioned_server.url + "/a.png"
+    recorded = remote.describe(url)[2]
+    assert recorded and remote.fetch(url, version=recorded) == png(10)
+    (versioned_server.root / "a.png").write_bytes(png(30))
+    with pytest.raises(remote.ObjectChanged):
+        remote.fetch(url, version=recorded)
+    images = np.zeros((1, 2, 2, 3), np.uint8)
+    assert remote.decode_url_row(url, images, 0, (2, 2), "crop", 10 ** 6, version=recorded)[0] == "changed"
+    assert remote.decode_url_row(url, images, 0, (2, 2), "crop", 10 ** 6) is None and (images == 30).all()
+    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)
+    (versioned_server.root / "t.tar").write_bytes(tar_bytes([("%d.png" % n, png(10) + bytes(1500)) for n in range(4)]))
+    replace_after_first_read(monkeypatch, lambda: (versioned_server.root / "t.tar").write_bytes(
+        tar_bytes([("%d.png" % n, png(90) + bytes(1500)) for n in range(4)])))
+    with pytest.raises(remote.ObjectChanged):
+        list(tars.stream_members(versioned_server.url + "/t.tar", []))
+
+
+# --- bounded waits: ours are the only retries ----------------------------------------------------------------
+
+
+class FailingStore:
+    """A server on 127.0.0.1 that fails every request: "503" answers S3's SlowDown at once, "silent" accepts
+    and never answers. After `ceiling` requests it answers 404 at once, so that a client retrying far
+    more than it should fails its test in moments instead of waiting minutes."""
+
+    def __init__(self, mode, ceiling=40):
+        import socket
+        import threading
+        self.mode, self.ceiling, self.requests, self.held = mode, ceiling, 0, []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.requests += 1
+            if self.mode == "silent" and self.requests <= self.ceiling:
+                self.held.append(connection)  # read, never answered
+                continue
+            head = connection.recv(65536)
+            status, body = ("503 Slow Down", b"<Error><Code>SlowDown</Code><Message>Reduce your request rate"
+                                              b"</Message></Error>") if self.requests <= self.ceiling else \
+                ("404 Not Found", b"<Error><Code>NoSuchKey</Code><Message>none</Message></Error>")
+            connection.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/xml\r\nContent-Length: %d\r\n"
+                               b"Connection: close\r\n\r\n%s" % (status.encode(), len(body),
+                                                                     b"" if head.startswith(b"HEAD") else body))
+            connection.close()
+
+    def close(self):
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.mark.parametrize("scheme", ["s3", "http"])
+@pytest.mark.parametrize("mode", ["503", "silent"])
+def test_a_store_that_fails_every_get_is_given_up_after_our_tries_only(s3_store, monkeypatch, mode, scheme):
+    import time
+    failing = FailingStore(mode)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", failing.url)
+    monkeypatch.setattr(remote, "READ_TIMEOUT_SECONDS", 0.3, raising=False)  # a try of the silent store: 0.3 s
+    url = "s3://bucket/k.png" if scheme == "s3" else failing.url + "/k.png"
+    started = time.monotonic()
+    try:
+        for pinned in ({}, {"version": "0123456789abcdef0123456789abcdef"}):  # and pinned to a recorded ETag
+            before = failing.requests
+            with pytest.raises(ImageError) as failed:
+                remote.fetch(url, **pinned)
+            assert failed.value.kind == "unreachable", failed.value
+            assert failing.requests - before == remote.TRIES  # one request a try: no retries inside ours
+    finally:
+        failing.close()
+    assert time.monotonic() - started < 2 * remote.TRIES * (0.3 + 0.1) + 2  # no wait of the stores' own

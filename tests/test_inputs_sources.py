@@ -47,3 +47,45 @@ def test_a_tar_job_scans_its_tars_not_their_members(tmp_path):
     manifest = parse_images([str(tmp_path / "1.tar"), str(tmp_path / "2.tar")]).scan()
     assert manifest.paths == [str(tmp_path / "1.tar"), str(tmp_path / "2.tar")]
     assert list(manifest.sizes) == [1024, -1] and manifest.etags == ["", ""]  # 2.tar fails as missing when read
+
+
+@pytest.mark.parametrize("values", ["ftp://host/photos/", "ftp://host/shards/000000.tar", ["ftp://h/0.tar", "1.tar"],
+                                    "sftp://host/shards/{0..3}.tar"])
+def test_a_url_of_a_scheme_that_is_not_a_store_is_refused_naming_those_that_are(values):
+    with pytest.raises(ValueError, match=r"^images=s?ftp://.*: s?ftp:// is not a store this program reads; images may "
+                                         r"be local paths or in s3://, s3a://, gs://, gcs://, http:// or https://$"):
+        parse_images(values)
+
+
+def test_a_wids_index_or_a_list_naming_such_a_url_is_refused_too(tmp_path):
+    import json
+    from parallel.inputs.sorting import read_list
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({"shardlist": [{"url": "ftp://host/0.tar"}]}))
+    with pytest.raises(ValueError, match="^images=ftp://host/0.tar: ftp:// is not a store"):
+        parse_images(str(index))
+    listing = tmp_path / "list.txt"
+    listing.write_text("a.jpg\nftp://host/b.jpg\n")
+    with pytest.raises(ValueError, match="^--images-from %s lists ftp://host/b.jpg: ftp:// is not a store" % listing):
+        read_list(listing, tmp_path)
+
+
+def test_tars_of_which_none_exists_are_a_usage_error_and_a_pattern_with_gaps_is_not(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for values in ("000000.tar", "{000000..000002}.tar", ["000000.tar", "000001.tar"]):  # a typo; nothing there
+        with pytest.raises(ValueError, match=r"^images=.* names no tar that exists: .*000000.tar: no such file$"):
+            parse_images(values).scan()
+    (tmp_path / "000001.tar").write_bytes(b"x" * 1024)
+    gaps = parse_images("{000000..000002}.tar").scan()  # a gap of a numbered series: its tars fail as missing
+    assert list(gaps.sizes) == [-1, 1024, -1]
+    with pytest.raises(ValueError, match=r"^images=.*none-\*.tar names no tar: the glob .*none-\*.tar matches none$"):
+        parse_images(["000001.tar", "none-*.tar"])  # each glob must match
+
+
+def test_a_prefix_without_an_image_object_is_a_usage_error_as_an_empty_folder_is(s3_store):
+    from stores import store
+    store().pipe("bucket/no-images/readme.txt", b"not an image")
+    for prefix in ("s3://bucket/no-images/", "s3://bucket/nothing-here/"):
+        with pytest.raises(ValueError, match="^images=%s holds no image: no object under it has an image extension$"
+                           % prefix):
+            parse_images(prefix).scan()

@@ -1,21 +1,17 @@
 """Tars read front to back once: members, their offsets, the damage of a tar accounted for, read back by range."""
 
-import io
 import tarfile
 
 import pytest
 
 from parallel.inputs import tars
 from parallel.inputs.decode import ImageError
+from stores import tar_bytes
 
 
 def make_tar(path, members, tar_format=tarfile.GNU_FORMAT):
     """Writes a tar of `members` [(name, bytes)]; returns its bytes."""
-    with tarfile.open(path, "w", format=tar_format) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(tar_bytes(members, tar_format))
     return path.read_bytes()
 
 
@@ -89,3 +85,56 @@ def test_keys_split_at_their_last_separator_and_members_read_back_by_range(tmp_p
     assert tars.index_keys(tmp_path / "index.parquet", tars={"other.tar"}) == []
     with pytest.raises(ValueError, match="is not a member in the index"):
         tars.read_member(tars.member_key("other.jpg", str(path)), tmp_path / "index.parquet")
+
+
+def tar_with_a_huge_member(path, huge):
+    """A tar of a.jpg (3 bytes), big.jpg (`huge` bytes, a hole: sparse on disk) and c.jpg (3 bytes).
+
+    Returns the offset of big.jpg's data."""
+    with open(path, "wb") as file:
+        file.write(make_tar(path.with_suffix(".a"), [("a.jpg", b"AAA")])[:1024])  # its header and data
+        header = tarfile.TarInfo("big.jpg")
+        header.size = huge
+        file.write(header.tobuf(tarfile.GNU_FORMAT))
+        offset = file.tell()
+        file.seek(offset + -(-huge // 512) * 512)  # the member's bytes: a hole, never written
+        file.write(make_tar(path.with_suffix(".c"), [("c.jpg", b"CCC")]))  # c.jpg and the end marker
+    return offset
+
+
+def test_a_member_larger_than_an_image_may_be_is_too_large_and_never_read_into_memory(tmp_path, monkeypatch):
+    import tracemalloc
+    from parallel.inputs import decode
+    monkeypatch.setattr(decode, "MAX_BYTES", 32 << 20, raising=False)
+    path = tmp_path / "t.tar"
+    offset = tar_with_a_huge_member(path, 256 << 20)  # 8 times the limit
+    tracemalloc.start()
+    try:
+        items, index = read(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(tars.split_key(key)[0], data if isinstance(data, bytes) else data.kind) for key, data in items] == [
+        ("a.jpg", b"AAA"), ("big.jpg", "too_large"), ("c.jpg", b"CCC")]
+    assert "a member of %d bytes, more than the %d an image may take" % (256 << 20, 32 << 20) in items[1][1].message
+    assert (index[1].offset, index[1].size) == (offset, 256 << 20)
+    assert peak < 16 << 20, peak  # the stream's 8 MiB buffer, not the member's 256 MiB
+
+
+def test_a_too_large_member_of_a_tar_in_a_store_is_passed_by_without_a_get_of_its_bytes(s3_store, tmp_path,
+                                                                                         monkeypatch):
+    from parallel.inputs import decode, remote
+    from stores import store
+    monkeypatch.setattr(decode, "MAX_BYTES", 64 << 10, raising=False)
+    monkeypatch.setattr(remote, "STREAM_BLOCK", 16 << 10)
+    monkeypatch.setattr(tars, "_SEEK_BYTES", 16 << 10, raising=False)
+    path = tmp_path / "t.tar"
+    tar_with_a_huge_member(path, 2 << 20)
+    store().pipe("bucket/huge/t.tar", path.read_bytes())
+    fetched = []
+    real = remote.fetch
+    monkeypatch.setattr(remote, "fetch", lambda url, start=None, stop=None, **version: fetched.append(
+        stop - start) or real(url, start, stop, **version))
+    items, _ = read("s3://bucket/huge/t.tar")
+    assert [data if isinstance(data, bytes) else data.kind for _, data in items] == [b"AAA", "too_large", b"CCC"]
+    assert sum(fetched) < 4 * (16 << 10), fetched  # the headers' blocks; none of the member's 2 MiB

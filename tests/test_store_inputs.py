@@ -369,3 +369,38 @@ def test_a_wids_shard_index_names_the_tars_of_the_job_locally_and_in_a_store(job
     with pytest.raises(ValueError, match="^images=.*index.json is not a readable wids shard index"):
         jobs.run(job_child.config(str(bad), tmp_path / "bad.csv", "csv"))
     assert not list(tmp_path.glob("bad.csv*"))
+
+
+def test_a_mistyped_tar_or_a_scheme_that_is_no_store_is_a_usage_error_with_nothing_written(local_tars, tmp_path):
+    output = tmp_path / "out.csv"
+    mistyped = tmp_path / "shards" / "000000.tar"
+    for images, message in ((str(mistyped), r"names no tar that exists: .*000000.tar: no such file"),
+                            (str(tmp_path / "shards" / "*.tar"), "matches none"),
+                            ("ftp://127.0.0.1/shards/000000.tar", "ftp:// is not a store this program reads")):
+        with pytest.raises(ValueError, match=message):
+            jobs.run(job_child.config(images, output, "csv"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == []  # nothing written, nothing to resume
+    mistyped.parent.mkdir()
+    mistyped.write_bytes(local_tars[0].read_bytes())  # the tar the user meant, there now: computed
+    summary = jobs.run(job_child.config(str(mistyped), output, "csv"))
+    assert (summary.written, summary.failed, summary.exit_status) == (8, 0, 0)
+
+
+def test_a_tar_replaced_in_the_store_while_the_job_reads_it_leaves_no_row_of_either_version(local_tars, s3_store,
+                                                                                             tmp_path, monkeypatch):
+    from parallel.inputs import remote
+    store().pipe("bucket/swapped/000000.tar", local_tars[0].read_bytes())
+    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)  # several ranged GETs: the replacement lands in between
+    real, reads = remote.fetch, []
+
+    def fetch(url, start=None, stop=None, version=None):
+        data = real(url, start, stop, version)
+        reads.append(url)
+        if len(reads) == 1:
+            store().pipe("bucket/swapped/000000.tar", local_tars[1].read_bytes())
+        return data
+    monkeypatch.setattr(remote, "fetch", fetch)
+    output = tmp_path / "out.csv"
+    with pytest.raises(remote.ObjectChanged, match="000000.tar changed since the job listed it"):
+        jobs.run(job_child.config("s3://bucket/swapped/000000.tar", output, "csv"))
+    assert not output.exists() and not list(tmp_path.glob("out.csv.shards/*/features*"))

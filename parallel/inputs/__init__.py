@@ -4,7 +4,7 @@
                   (a path or URL, a brace pattern, a glob, several tars)
     discovery     which files under a folder are images, with their sizes and times
     remote        objects of a store through fsspec: listed, described (size, time, ETag), fetched
-                  and retried; where a job's image is (a path or a URL)
+                  (pinned to the recorded ETag: ObjectChanged) and retried; where a job's image is
     manifest      the job's images (or tars): the frozen manifest and its checksums
     sorting       the images of a folder or a list file in path order, spilled to disk in sorted runs
                   (memory does not grow with the job); a list file read
@@ -35,6 +35,7 @@ _EXPORTS = {
     "Source": "parallel.inputs.sources", "parse_images": "parallel.inputs.sources",
     "read_member": "parallel.inputs.tars", "read_index": "parallel.inputs.tars",
     "StreamReader": "parallel.inputs.streams",
+    "ObjectChanged": "parallel.inputs.remote", "StoreUnavailable": "parallel.inputs.remote",
 }
 
 __all__ = sorted(_EXPORTS)

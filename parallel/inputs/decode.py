@@ -24,10 +24,14 @@ Failure kinds (`ImageError.kind`, the `kind` column of the errors file):
     empty         0 bytes
     not_an_image  no JPEG, PNG, GIF, BMP, TIFF, WebP or PNM data (text or HTML saved as .jpg)
     too_large     more than `max_pixels` pixels (checked before decoding), or over Pillow's
-                  own decompression-bomb limit
+                  own decompression-bomb limit; a tar member of more than MAX_BYTES bytes (passed
+                  by unread: parallel.inputs.tars)
     corrupt       truncated or damaged data, or pixels that cannot be made RGB
     unreachable   the object store did not answer (timeouts, 5xx, throttling) after its retries
                   (parallel.inputs.remote)
+    changed       the object in the store was replaced since the job listed it: its recorded
+                  version (ETag) is no longer there, so it is not read (parallel.inputs.remote);
+                  not tried again in the run
 
 Bytes (an object of a store, a member of a tar) follow the same rules from Image.open on; a
 0-byte object is "empty".
@@ -62,7 +66,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 RESIZE_MODES = ("crop", "stretch")
 MAX_PIXELS = 100_000_000
-KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt", "unreachable")
+# The bytes of one image held in memory to decode it (a tar member): more is too_large, unread. An
+# image within MAX_PIXELS takes at most 8 bytes a pixel uncompressed (16-bit RGBA): 800 MB.
+MAX_BYTES = 1 << 30
+KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt", "unreachable",
+         "changed")
 
 # The Pillow formats behind the image extensions of parallel.inputs.manifest
 # (MPO, a camera's multi-picture JPEG, opens as JPEG).

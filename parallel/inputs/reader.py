@@ -16,6 +16,7 @@ cannot be read never stops the run and never costs its batch-mates their rows: i
 
 import collections
 import dataclasses
+import functools
 import os
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -96,7 +97,8 @@ class ImageReader:
     """
 
     def __init__(self, root, paths, batch_size, size=(224, 224), resize="crop", workers=None,
-                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None, steps=None):
+                 prefetch_batches=2, max_pixels=MAX_PIXELS, *, decode=decode_row, chunks=None, steps=None,
+                 versions=None):
         """Checks the arguments; no thread starts before iteration.
 
         Args:
@@ -121,6 +123,11 @@ class ImageReader:
           steps: None, or for each chunk (its step's length S, the slot 0 .. S - 1 of each of its
             paths): each batch is then the whole step, its other slots zeros (see `step_layout`
             and `Batch`).
+          versions: None, or one str per path: the version (ETag) the job recorded for the
+            object (its manifest's etag column; "" for a file, or for any version). A URL is
+            then read only as that version (`parallel.inputs.remote.fetch`): one replaced
+            since fails as kind "changed", so no row is of a version the job did not record.
+            Used by the default `decode`; a `decode` handed in reads as it will.
 
         Raises:
           ValueError: a bad argument, named with the value received.
@@ -136,6 +143,10 @@ class ImageReader:
         if not callable(decode):
             raise ValueError("decode must be callable; got %r" % (decode,))
         self.paths = list(paths)
+        self.versions = None if versions is None else list(versions)
+        if self.versions is not None and len(self.versions) != len(self.paths):
+            raise ValueError("versions must give one version per path (%d); got %d"
+                             % (len(self.paths), len(self.versions)))
         self.chunks = self._check_chunks(chunks, len(self.paths), int(batch_size))
         if steps is not None and [len(slots) for _, slots in steps] != self.chunks:
             raise ValueError("steps must give a slot to each path of each chunk; got %d steps for %d chunks"
@@ -225,15 +236,18 @@ class ImageReader:
             images, slots = np.empty((len(chunk),) + self.size + (3,), np.uint8), range(len(chunk))
         else:  # the whole step; slots of images not computed now stay zeros
             images, slots = np.zeros((step[0],) + self.size + (3,), np.uint8), step[1]
-        futures = [executor.submit(self._decoder(location), location, images, row, self.size, self.resize,
-                                   self.max_pixels)
-                   for row, location in zip(slots, (locate(self.root, path) for path in chunk))]
+        futures = [executor.submit(self._decoder(location, start + number), location, images, row, self.size,
+                                   self.resize, self.max_pixels)
+                   for number, (row, location) in enumerate(zip(slots, (locate(self.root, path) for path in chunk)))]
         return start, images, futures, (None if step is None else list(slots))
 
-    def _decoder(self, location):
-        """What decodes the image at `location`: `decode`; by default, for a URL, its fetch and decode."""
+    def _decoder(self, location, position):
+        """What decodes the image at `location` (paths[position]): `decode`; by default, for a URL, its
+        fetch (pinned to its recorded version, when `versions` gives one) and decode."""
         if self.decode is decode_row and is_url(location):
             from parallel.inputs.remote import decode_url_row
+            if self.versions is not None and self.versions[position]:
+                return functools.partial(decode_url_row, version=self.versions[position])
             return decode_url_row
         return self.decode
 

@@ -23,7 +23,7 @@ import tempfile
 
 from parallel.inputs.discovery import iter_images, size_and_time
 from parallel.inputs.manifest import Manifest, check_shard_size, write_manifest
-from parallel.inputs.remote import describe_all, is_url, locate
+from parallel.inputs.remote import check_scheme, describe_all, is_url, locate
 from parallel.messages import first_line
 
 RUN_ENTRIES = 262_144   # entries sorted in memory at a time (about 50 MB of tuples)
@@ -144,8 +144,8 @@ def list_entries(list_file, root, run_entries=RUN_ENTRIES):
       root or a path is a URL (described concurrently).
 
     Raises:
-      ValueError: the file cannot be read, has no `path` column, lists no image, or lists a
-        path twice.
+      ValueError: the file cannot be read, has no `path` column, lists no image, lists a
+        path twice, or lists a URL of a scheme not read here (parallel.inputs.remote.SCHEMES).
     """
     list_file = os.fspath(list_file)
     try:
@@ -164,7 +164,12 @@ def list_entries(list_file, root, run_entries=RUN_ENTRIES):
                     twice.append(first)
         if count:
             raise ValueError("--images-from %s lists %d paths twice (%s)" % (list_file, count, ", ".join(twice)))
-        urls = urls or any(is_url(path) for (path,) in paths)
+        for (path,) in (path for path in paths if is_url(path[0])):
+            urls = True
+            try:
+                check_scheme(path)
+            except ValueError as error:
+                raise ValueError("--images-from %s lists %s" % (list_file, error)) from None
         root = root if is_url(root) else os.fspath(root)
         if not urls:  # files: as they always were (no etags)
             return SortedEntries(((path,) + size_and_time(os.path.join(root, path), None) for (path,) in paths),

@@ -25,6 +25,13 @@ URLs), grouped into shards by the job layer (parallel.inputs.tars gives their me
 job records as its images (`Source.description`) is the folder or prefix, or, for tars, their
 count, first, last and a digest of the whole list: the quoted pattern and its expansion by the
 shell are one job.
+
+Usage errors, each one line (ValueError) before anything is written: a URL of a scheme that is not
+a store read here (ftp://: parallel.inputs.remote.SCHEMES); a glob that matches no tar (each glob
+must match one at least); tars of which none exists (a mistyped tar, a pattern whose every name
+is missing: `scan`); a prefix under which no object has an image extension (`scan`), as an empty
+folder is. A pattern some of whose names exist keeps the others as `missing` images (a gap in a
+numbered series is a fact about the data, not a typo).
 """
 
 import dataclasses
@@ -68,15 +75,39 @@ class Source:
         return "%d tars %s .. %s (list %s)" % (len(self.tars), self.tars[0], self.tars[-1], digest)
 
     def scan(self, exclude=()):
-        """The Manifest of the images (a folder, a prefix) or of the tars (TARS) as they are now."""
+        """The Manifest of the images (a folder, a prefix) or of the tars (TARS) as they are now.
+
+        For objects of a store and tars in one, each one's ETag is recorded (`Manifest.etags`):
+        the version a read asks for when it is handed it (ImageReader's `versions`,
+        stream_members's `version`: parallel.inputs.remote).
+
+        Raises:
+          ValueError: a prefix holds no image object, or none of the tars exists (or can be
+            described: the line says why of the first).
+        """
         if self.kind == FOLDER:
             return Manifest.scan(self.root, exclude)
         if self.kind == PREFIX:
             entries = remote.list_objects(self.root, has_image_extension)
+            if not entries:
+                raise ValueError("images=%s holds no image: no object under it has an image extension" % self.root)
         else:
             entries = [(tar,) + tuple(described) for tar, described in zip(self.tars, remote.describe_all(self.tars))]
+            if all(size < 0 for _, size, _, _ in entries):
+                raise ValueError("images=%s names no tar that exists: %s" % (self.description, _why_not(self.tars[0])))
         return Manifest([entry[0] for entry in entries], [entry[1] for entry in entries],
                         [entry[2] for entry in entries], [entry[3] for entry in entries])
+
+
+def _why_not(tar):
+    """Why the tar at `tar` (a path or a URL) cannot be described: one line."""
+    if not remote.is_url(tar):
+        return "%s: %s" % (tar, "no such file" if not os.path.lexists(tar) else "not a readable file")
+    try:
+        remote.details(tar)
+    except remote.ImageError as error:
+        return "%s: %s" % (tar, error.message)
+    return "%s: gone while it was described" % tar
 
 
 def is_tar(value):
@@ -92,13 +123,16 @@ def parse_images(values):
 
     Raises:
       ValueError: no value, several values that are not all tars, a tar path holding "::", a
-        pattern or glob that names no tar, or a folder that does not exist.
+        pattern or glob that names no tar, a URL of a scheme not read here, or a folder that does
+        not exist.
     """
     if isinstance(values, (str, os.PathLike)):
         values = [values]
     values = [os.fspath(value) for value in values]
     if not values:
         raise ValueError("images= names nothing; give a folder, a prefix (s3://bucket/photos/) or tars")
+    for value in values:
+        _check_url(value)
     if len(values) == 1 and values[0].lower().endswith(".json"):
         values = wids_tars(values[0])
     if len(values) == 1 and not is_tar(values[0]):
@@ -140,6 +174,8 @@ def wids_tars(index):
                          "{\"url\": ...}): %s" % (index, error)) from None
     base = index.rsplit("/", 1)[0] if remote.is_url(index) else os.path.dirname(os.path.abspath(index))
     tars = [url if remote.is_url(url) or os.path.isabs(url) else base + "/" + url for url in urls]
+    for tar in tars:
+        _check_url(tar)
     others = [tar for tar in tars if not is_tar(tar)]
     if not tars or others:
         raise ValueError("images=%s: a wids index of tars is taken; it names %s" % (
@@ -159,13 +195,29 @@ def image_folder(value):
     return value
 
 
+def _check_url(value):
+    """ValueError (one line, naming `value`) when `value` is a URL of a scheme not read here."""
+    if remote.is_url(value):
+        try:
+            remote.check_scheme(value)
+        except ValueError as error:
+            raise ValueError("images=%s" % error) from None
+
+
 def _expand(value):
-    """The tars `value` names: itself, its brace expansion, or its glob's matches (absolute paths, or URLs)."""
+    """The tars `value` names: itself, its brace expansion, or its glob's matches (absolute paths, or URLs).
+
+    Raises:
+      ValueError: a glob matches no tar.
+    """
     names = expand_braces(value)
     found = []
     for name in names:
         if _GLOB.search(name.split("://", 1)[-1]):
-            found.extend(_glob(name))
+            matches = _glob(name)
+            if not matches:
+                raise ValueError("images=%s names no tar: the glob %s matches none" % (value, name))
+            found.extend(matches)
         else:
             found.append(name if remote.is_url(name) else os.path.abspath(name))
     return found

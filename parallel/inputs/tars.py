@@ -1,14 +1,25 @@
 """Tar shards (WebDataset, img2dataset): members read front to back once, and read back by one byte range.
 
     member_key("a/0001.jpg", "s3://b/shards/000007.tar") -> "tar://a/0001.jpg::s3://b/shards/000007.tar"
-    stream_members(tar)          -> (key, bytes or ImageError), ... of its image members, in tar order;
-                                    the index (key, offset, size of each) grows as they are read
+    stream_members(tar, index, version=None)
+                                 -> (key, bytes or ImageError), ... of its image members, in tar order;
+                                    the index (key, offset, size of each) grows as they are read;
+                                    remote.ObjectChanged when the tar's object is replaced
     write_index(path, entries) / read_index(path)          the index of a shard: MEMBERS_FILE
     read_member(key, index)      -> the member's bytes, by one byte range (no tar read again)
 
 A tar is read with our own header parser (ustar, GNU long names, pax `path` and `size`), once,
 from its first byte to its end marker, on a stream of large blocks (parallel.inputs.remote): no
-seek, no listing read before, so a tar in a store costs one pass of ranged GETs.
+listing read before, so a tar in a store costs one pass of ranged GETs. A member of more than
+decode.MAX_BYTES bytes is not read: it fails as "too_large", and its bytes are passed by with a
+seek (no GET of them in a store; none held in memory).
+
+A tar in a store is read as one version of its object: every ranged GET asks for the ETag it had
+when the stream opened, or for `version` (the ETag the job recorded when it froze the tar). When
+the object is replaced, before or while it is read, stream_members raises
+parallel.inputs.remote.ObjectChanged (after the members already yielded, all of the old
+version): the caller must drop what it took from this tar (a shard attempt), so that no output
+holds members of two versions of a tar, nor a member of both.
 
 The key of a member names the tar and the member: fsspec's chained form
 `tar://<member>::<tar>`, where <tar> is the absolute path or the URL of the tar. It is split at
@@ -35,9 +46,10 @@ are exactly its index's keys.
 import dataclasses
 import os
 
+from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
 from parallel.inputs.discovery import has_image_extension
-from parallel.inputs.remote import StoreUnavailable, fetch, is_url, open_stream
+from parallel.inputs.remote import ObjectChanged, StoreUnavailable, fetch, is_url, open_stream
 
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
 MEMBERS_SUFFIX = ".members.parquet"  # an output's index of every member: <output>.members.parquet
@@ -45,6 +57,7 @@ _BLOCK = 512
 _PREFIX = "tar://"
 _SEPARATOR = "::"
 _FILE_TYPES = (b"0", b"\0", b"7")
+_SEEK_BYTES = 1 << 20  # bytes to pass by from which a seek beats reading through (in a store: no GET of them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,29 +93,39 @@ def split_key(key):
     return member, tar
 
 
-def stream_members(tar, index):
+def stream_members(tar, index, version=None, max_bytes=None):
     """The image members of the tar at `tar`, read front to back once.
 
     Args:
       tar: absolute path or URL of the tar.
       index: a list; an Entry is appended for every item yielded, before it is yielded.
+      version: for a tar in a store, the ETag the job recorded for it (its manifest's etag):
+        every read asks for that version. None or "": the version it has when it is opened.
+      max_bytes: a member of more bytes is not read but fails as "too_large"; None:
+        parallel.inputs.decode.MAX_BYTES.
 
     Yields:
       (key, data): data is the member's bytes, or an ImageError when it (or the rest of the tar)
       cannot be read (see the module docstring for the keys and kinds).
+
+    Raises:
+      parallel.inputs.remote.ObjectChanged: the tar's object is not `version` (when opened), or
+        was replaced while it was read: what was yielded of it must be dropped.
+      parallel.inputs.remote.StoreUnavailable: the store cannot be connected to.
     """
     try:
-        stream = open_stream(tar)
+        stream = open_stream(tar, version)
     except ImageError as error:
         index.append(Entry(tar, -1, -1))
         yield tar, ImageError(error.kind, "the tar cannot be read: %s" % error.message)
         return
     with stream:
-        yield from _members(stream, tar, index)
+        yield from _members(stream, tar, index, decode.MAX_BYTES if max_bytes is None else max_bytes)
 
 
-def _members(stream, tar, index):
+def _members(stream, tar, index, max_bytes):
     offset, names = 0, {}  # names: what a GNU long-name or pax header says of the next member
+    end = _size(stream)
     while True:
         try:
             header = _read(stream, _BLOCK)
@@ -124,14 +147,15 @@ def _members(stream, tar, index):
         data_offset = offset + _BLOCK
         padded = -(-size // _BLOCK) * _BLOCK
         wanted = kind in _FILE_TYPES and has_image_extension(name)
+        too_large = wanted and size > max_bytes
         data = b""
         try:
-            if kind in (b"L", b"x") or wanted:
+            if kind in (b"L", b"x") or (wanted and not too_large):
                 data = _read(stream, padded)
                 got = len(data)
                 data = data[:size]
-            else:  # not an image: its bytes pass by unkept
-                got = _skip(stream, padded)
+            else:  # not an image, or one too large to hold: its bytes pass by unkept
+                got = _skip(stream, padded, end)
         except ImageError as error:
             data, got = error, -1
         offset = data_offset + padded
@@ -149,7 +173,8 @@ def _members(stream, tar, index):
         elif wanted:
             key = member_key(name, tar)
             index.append(Entry(key, data_offset, size))
-            yield key, data
+            yield key, ImageError("too_large", "a member of %d bytes, more than the %d an image may take; not read"
+                                  % (size, max_bytes)) if too_large else data
 
 
 def _read(stream, count):
@@ -158,7 +183,7 @@ def _read(stream, count):
     while left:
         try:
             chunk = stream.read(left)
-        except (ImageError, StoreUnavailable):
+        except (ImageError, StoreUnavailable, ObjectChanged):
             raise
         except OSError as error:
             raise ImageError("unreadable", "cannot read it: %s" % (error.strerror or error)) from None
@@ -169,8 +194,14 @@ def _read(stream, count):
     return b"".join(chunks)
 
 
-def _skip(stream, count):
-    """Reads past `count` bytes of `stream`; returns how many there were (fewer only at its end)."""
+def _skip(stream, count, end):
+    """Passes by `count` bytes of `stream` (whose size is `end`, or None when unknown): returns how many
+    there were (fewer only at its end). Many are passed by with a seek: none read, none held."""
+    if end is not None and count >= _SEEK_BYTES:
+        here = stream.tell()
+        target = min(here + count, end)
+        stream.seek(target)
+        return target - here
     skipped = 0
     while skipped < count:
         chunk = _read(stream, min(count - skipped, 1 << 20))
@@ -178,6 +209,17 @@ def _skip(stream, count):
             break
         skipped += len(chunk)
     return skipped
+
+
+def _size(stream):
+    """The size in bytes of the file or object `stream` reads (open_stream's), or None when unknown."""
+    size = getattr(getattr(stream, "raw", None), "size", None)  # an object's stream (remote._ResumingStream)
+    if size is not None:
+        return size
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _header_problem(header):
