@@ -65,7 +65,7 @@ def check_batching(per_device_batch, resize, workers, prefetch_batches):
         raise ValueError("prefetch_batches must be at least 1; got %r" % (prefetch_batches,))
 
 
-def extract_into(config, runner, writer, paths, positions, stop=None, progress=None, total=None):
+def extract_into(config, runner, writer, paths, positions, stop=None, progress=None, total=None, versions=None):
     """The loop over `paths` (relative to config.images) into an open writer; its errors file beside it.
 
     Args:
@@ -81,6 +81,8 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
       total: the job's images. Given, each step is computed whole, as in an uninterrupted run
         (the slots of images not computed now hold zeros: `parallel.inputs.reader.Batch`), so
         that a row never depends on which images failed or were done before.
+      versions: None, or the version (ETag) the job recorded for each of `paths` ("" for a file):
+        an object is read only as that version (`ImageReader`'s `versions`).
 
     Returns:
       Summary of the loop (see `run_loop`).
@@ -96,7 +98,7 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
             root, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
             workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches,
             chunks=step_lengths(positions, config.host_batch),
-            steps=None if total is None else step_layout(positions, config.host_batch, total)))
+            steps=None if total is None else step_layout(positions, config.host_batch, total), versions=versions))
         sink = stages.enter_context(WriterThread(writer))
         return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)
@@ -126,7 +128,7 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None, remo
     return dataclasses.replace(summary, discovered=reader.count, skipped=reader.count - reached)
 
 
-def extract_rows(config, runner, keys, positions, total, decode=None):
+def extract_rows(config, runner, keys, positions, total, decode=None, versions=None):
     """The features of a few of a job's images, each computed at its place in its step, in memory.
 
     Each step is computed whole, as in an uninterrupted run (the other slots hold zeros), so the
@@ -140,6 +142,7 @@ def extract_rows(config, runner, keys, positions, total, decode=None):
       positions: increasing ints, the place of each in the job's list.
       total: the job's images.
       decode: ImageReader's decode (None: files and URLs; `member_decoder` for tar members).
+      versions: as for `extract_into`.
 
     Returns:
       (paths, features float32 [len(paths), D], failures [(key, kind, message)]): the images that
@@ -151,7 +154,8 @@ def extract_rows(config, runner, keys, positions, total, decode=None):
                                    resize=config.resize, workers=_workers(config.workers, any(map(is_url, keys))),
                                    prefetch_batches=config.prefetch_batches, decode=decode or decode_row,
                                    chunks=step_lengths(positions, config.host_batch),
-                                   steps=step_layout(positions, config.host_batch, total)) as reader:
+                                   steps=step_layout(positions, config.host_batch, total),
+                                   versions=versions) as reader:
         run_loop(reader, runner, sink, failures, images=len(keys))
     features = np.concatenate(sink.features) if sink.features else np.zeros((0, runner.feature_size), np.float32)
     return sink.paths, features, failures.rows

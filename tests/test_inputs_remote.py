@@ -119,7 +119,7 @@ def test_an_image_object_replaced_after_it_was_listed_fails_as_changed_and_is_no
     paths, versions = [name for name, _, _, _ in listed], [etag for _, _, _, etag in listed]
     with ImageReader("s3://bucket/pinned/", paths, batch_size=2, size=(2, 2), versions=versions) as reader:
         (batch,) = list(reader)
-    assert batch.paths == ["b.png"] and (batch.images == 20).all()
+    assert batch.paths == ["b.png"] and (batch.features_of_paths(batch.images) == 20).all()
     assert [(failure.path, failure.kind) for failure in batch.failures] == [("a.png", "changed")]
     assert "changed since the job listed it (ETag %s, now %s)" % (versions[0], remote.describe(
         "s3://bucket/pinned/a.png")[2]) in batch.failures[0].message

@@ -7,6 +7,7 @@ import io
 import json
 import signal
 import subprocess
+import tarfile
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 import job_child
 from outputs import job_outputs
-from parallel import jobs
+from parallel import engine, jobs
 from parallel.inputs.tars import read_index, read_member, split_key
 from stores import serve, store, upload, write_tars
 
@@ -401,6 +402,15 @@ def test_a_tar_replaced_in_the_store_while_the_job_reads_it_leaves_no_row_of_eit
         return data
     monkeypatch.setattr(remote, "fetch", fetch)
     output = tmp_path / "out.csv"
-    with pytest.raises(remote.ObjectChanged, match="000000.tar changed since the job listed it"):
-        jobs.run(job_child.config("s3://bucket/swapped/000000.tar", output, "csv"))
+    config = job_child.config("s3://bucket/swapped/000000.tar", output, "csv")
+    with pytest.raises(engine.RunError, match="000000.tar changed since the job listed it .*rerun the same command"):
+        jobs.run(config)
     assert not output.exists() and not list(tmp_path.glob("out.csv.shards/*/features*"))
+    assert not list(tmp_path.glob("out.csv.attempts/*"))  # nothing of the attempt kept
+    monkeypatch.setattr(remote, "fetch", real)
+    rerun = jobs.run(config)  # the tar as it is now: its new version recorded, then read
+    with tarfile.open(local_tars[1]) as tar:
+        members = [member.name for member in tar.getmembers() if member.name.endswith(".png")]
+    rows = [line.split(",")[0] for line in output.read_text().splitlines()[1:]]
+    assert rerun.written + rerun.failed == len(members) and all(key.split("::")[0][len("tar://"):] in members
+                                                                 for key in rows)

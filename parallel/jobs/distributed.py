@@ -23,6 +23,7 @@ from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
+from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
@@ -85,15 +86,21 @@ class ShardWorker:
                 if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
                     entries = []
                     copies = LaterCopies(entries)
-                    members = copies.wrap(itertools.chain.from_iterable(stream_members(tar, entries)
-                                                                         for tar in images.paths))
-                    summary = extract_stream(self.config, self.runner, writer, members, stop=stop, progress=progress,
-                                             remote=any(map(is_url, images.paths)))
+                    versions = images.etags or [""] * len(images)
+                    members = copies.wrap(itertools.chain.from_iterable(
+                        stream_members(tar, entries, version=version) for tar, version in zip(images.paths, versions)))
+                    try:
+                        summary = extract_stream(self.config, self.runner, writer, members, stop=stop,
+                                                 progress=progress, remote=any(map(is_url, images.paths)))
+                    except ObjectChanged as error:  # no row of either version: the attempt goes
+                        writer.abort()
+                        raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
+                                       "it as it is now" % (index, error)) from None
                 else:
                     first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
                     summary = extract_into(self.config, self.runner, writer, images.paths,
                                            range(first, first + len(images)), stop=stop, progress=progress,
-                                           total=self.job.images)
+                                           total=self.job.images, versions=images.etags)
                 if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
                     writer.abort()
                     return dataclasses.replace(summary, discovered=len(entries if self.job.tars else images),
@@ -150,8 +157,10 @@ class ShardWorker:
         positions = [position for position, key in enumerate(keys) if key in failed]
         first, total = (0, len(keys)) if self.job.tars else (index * self.job.shard_size, self.job.images)
         decode = member_decoder(keys, folder / MEMBERS_FILE) if self.job.tars else None
+        etags = None if self.job.tars else self.job.shard_images(index).etags
         paths, features, still = extract_rows(self.config, self.runner, [keys[i] for i in positions],
-                                              [first + i for i in positions], total, decode=decode)
+                                              [first + i for i in positions], total, decode=decode,
+                                              versions=etags and [etags[i] for i in positions])
         summary = Summary(discovered=len(keys), written=len(paths), failed=len(still),
                           already_done=len(keys) - len(failures))
         if progress is not None:

@@ -256,11 +256,16 @@ class ShardedJob:
         """`with job.attempt(i) as folder:` a fresh folder of this process for computing shard `index`.
 
         The folder is locked while the block runs, so that `remove_dead_attempts` never removes an
-        attempt that is alive (another process given the same shard, say).
+        attempt that is alive (another process given the same shard, say). A block that raises
+        (a signal, a full disk, an input that changed) leaves no folder: nothing of it is kept.
         """
         folder = self.new_attempt(index)
-        with locks.exclusive(folder / ATTEMPT_LOCK):
-            yield folder
+        try:
+            with locks.exclusive(folder / ATTEMPT_LOCK):
+                yield folder
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def remove_dead_attempts(self):
         """Removes the attempts of processes that were killed (their folders' locks are free)."""

@@ -62,7 +62,7 @@ def run(config):
         with Progress(config.progress, total=len(job), initial=len(job) - len(todo)) as progress, \
                 StopRequest() as stop:
             summary = extract_into(config, runner, writer, todo, positions, stop=stop, progress=progress,
-                                   total=len(job))
+                                   total=len(job), versions=job.etags and [job.etags[index] for index in positions])
         log_stage_times(summary)
         if not summary.interrupted:
             with run_errors():
