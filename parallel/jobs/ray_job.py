@@ -153,22 +153,22 @@ def run(config):
         MAX_ATTEMPTS workers; committed shards are kept.
     """
     started = time.perf_counter()
-    with contextlib.ExitStack() as cluster:
-        pool = None
-        job = cluster.enter_context(open_job(config.output))  # in a folder every host sees, or in a store
-        if not job.manifest.exists():  # checks first: freezing writes the manifest
-            pool = _checked_pool(cluster, config)
-        job = freeze_sharded(config, check_folder=True, job=job)
-        todo = sorted(set(job.missing()) | set(job.retriable()))  # failed images are retried by every run
-        summary = Summary()
-        for index in sorted(set(range(job.shard_count)) - set(todo)):
-            summary = add(summary, committed_summary(job, index))
-        if todo:  # a job whose shards are all committed needs no cluster to be written
-            pool = pool or _checked_pool(cluster, config)
-            with StopRequest() as stop, Progress(config.progress, total=job.images,
-                                                 initial=summary.already_done + summary.failed) as progress:
-                summary = pool.run(job, todo, summary, stop, progress)
-    return conclude(config, job, summary, job.images, started)
+    with open_job(config.output) as job:  # in a folder every host sees, or in a store (staged here until written)
+        with contextlib.ExitStack() as cluster:
+            pool = None
+            if not job.manifest.exists():  # checks first: freezing writes the manifest
+                pool = _checked_pool(cluster, config)
+            job = freeze_sharded(config, check_folder=True, job=job)
+            todo = sorted(set(job.missing()) | set(job.retriable()))  # failed images are retried by every run
+            summary = Summary()
+            for index in sorted(set(range(job.shard_count)) - set(todo)):
+                summary = add(summary, committed_summary(job, index))
+            if todo:  # a job whose shards are all committed needs no cluster to be written
+                pool = pool or _checked_pool(cluster, config)
+                with StopRequest() as stop, Progress(config.progress, total=job.images,
+                                                     initial=summary.already_done + summary.failed) as progress:
+                    summary = pool.run(job, todo, summary, stop, progress)
+        return conclude(config, job, summary, job.images, started)
 
 
 def _checked_pool(cluster, config):
