@@ -17,7 +17,7 @@ import numpy as np
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from parallel.messages import Progress, first_line
 from parallel.signals import EXIT_INTERRUPTED
-from run_inference import at_least_one
+from run_inference import _silence_native_logs, at_least_one
 from search.kinds import EF_SEARCH, RERANK
 
 PROGRAM = "search_features"
@@ -113,6 +113,8 @@ def parse_args(argv=None):
     page.add_argument("--query", action="append", default=[], metavar="QUERY", help="as for neighbours; repeat")
     page.add_argument("--threshold", type=_cosine, help="show the duplicate groups at this cosine")
     page.add_argument("--neighbours", type=at_least_one, default=20, metavar="N", help="as for duplicates")
+    page.add_argument("--overwrite", action="store_true",
+                      help="replace an index.html in --out that is not a page this program wrote")
     _search_flags(page)
     _query_flags(page)
 
@@ -222,9 +224,20 @@ def _index(args, bars):
                         full_vectors=args.full_vectors)
     bars.close()
     recall = index.meta["recall_at_build"]
-    print("indexed %d rows of %s (%s) into %s; recall@%d at build %s" % (len(index), args.output, index.kind,
-          folder, recall["k"], recall["recall"]), file=sys.stderr)
+    _say_left_out(index.meta["left_out"])
+    print("indexed %d rows of %s (%s%s) into %s; recall@%d at build %s" % (
+        len(index), args.output, index.kind, "" if index.meta["centre"]["centred"] else ", raw cosines: too few "
+        "rows or rows all alike to centre on their mean", folder, recall["k"], recall["recall"]), file=sys.stderr)
     return EXIT_OK
+
+
+def _say_left_out(left_out):
+    """One line naming the rows left out of the index (values that are not finite), if any."""
+    if left_out["rows"]:
+        more = left_out["rows"] - len(left_out["paths"])
+        _say("left out %d row%s with values that are not finite (inf or nan): %s%s" % (
+            left_out["rows"], "s" if left_out["rows"] > 1 else "", ", ".join(left_out["paths"]),
+            " and %d more" % more if more else ""))
 
 
 def _add(args, bars):
@@ -232,6 +245,7 @@ def _add(args, bars):
     index = Index.load(args.index)
     added = index.add(args.output, progress=bars)
     bars.close()
+    _say_left_out(index.left_out)
     print("added %d rows; %d in all" % (added, len(index)), file=sys.stderr)
     return EXIT_OK
 
@@ -285,6 +299,7 @@ def _image_vectors(index, files, args):
         if fingerprint(Path(weights)) != settings.get("weights"):
             raise SearchError("--weights %s is not the weights the output was computed with (%s)"
                               % (weights, settings.get("weights")))
+    _silence_native_logs()  # TensorFlow's start-up lines, as run_inference.py hides them (before its import)
     from models import vgg16
     from parallel import extract
     model = vgg16.feature_model(endpoint=settings["layer"], weights=weights, precision=settings.get("precision",
@@ -337,8 +352,10 @@ def _duplicates(args, bars):
 def _page(args, bars):
     from parallel.inputs.tars import MEMBERS_SUFFIX
     from search import duplicates
-    from search.page import write_page
+    from search.page import check_page_folder, write_page
     index = _load(args)
+    folder = Path(args.out or index.folder / "page")
+    check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
     queries = [{"label": label, "image": image, "neighbours": found}
                for label, image, found in _neighbour_lists(index, args, args.query)] if args.query else []
     groups = []
@@ -347,13 +364,12 @@ def _page(args, bars):
         groups = [[index.paths[row] for row in group] for group in duplicates.group_pairs(pairs, len(index))]
     histogram = duplicates.histogram(duplicates.nearest_scores(index))
     bars.close()
-    folder = Path(args.out or index.folder / "page")
     details = "%d images of %s, %s index, layer %s" % (len(index), index.meta["source"]["output"], index.kind,
                                                        index.settings.get("layer", "?"))
     page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
                     threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
                     % Path(index.meta["source"]["output"]).name, details=details, progress=bars,
-                    members=index.meta["source"]["output"] + MEMBERS_SUFFIX)
+                    members=index.meta["source"]["output"] + MEMBERS_SUFFIX, overwrite=args.overwrite)
     bars.close()
     print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
     return EXIT_OK

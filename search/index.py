@@ -6,6 +6,13 @@
 
 Centring on the mean, then normalising, makes the inner product a cosine of centred vectors:
 fc7 after the ReLU is non-negative, and without centring every cosine is high (faiss #2636).
+The mean is a centre only when the collection can give one (`choose_centre`): with fewer than
+CENTRE_MIN_ROWS rows, each row weighs too much in it (two rows always score -1 with each other), and
+rows all alike (near-copies of one image) have nothing left once it is taken away; such an index
+keeps the raw cosine (its centre is zero), and index.json says which (`centre`).
+
+Rows with a value that is not finite (inf, nan) are left out of the index and named in index.json
+(`left_out`): one would otherwise spoil the mean and every score.
 
 Kinds (`KINDS`: exact, hnsw, ivfpq), chosen by size unless given: see search/kinds.py.
 
@@ -26,10 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
+from parallel.messages import first_line
 from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
-from search.kinds import (KINDS, TRAIN_ROWS, SearchError, choose_kind, import_faiss,  # noqa: F401 -- the API
-                          new_index, normalise)
+from search.kinds import (KINDS, TRAIN_ROWS, SearchError, check_rows_for_kind, choose_kind,  # noqa: F401
+                          import_faiss, new_index, normalise)
 from search.kinds import EF_SEARCH, RERANK, RERANK_STEPS, RERANK_TARGET
 from search.recall import ExactNeighbours
 from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
@@ -37,6 +45,9 @@ from search.vectors import read_output
 
 RECALL_QUERIES = 200       # rows whose exact neighbours are found while the index is filled
 RECALL_K = 10
+CENTRE_MIN_ROWS = 10       # fewer rows: no centring (centred cosines average -1/(N-1): -0.11 at 10 rows)
+CENTRE_MIN_SPREAD = 0.01   # ... nor when the rows keep less than this share of their energy off the mean
+LEFT_OUT_NAMED = 20        # paths of left-out rows recorded in index.json (the count is always)
 _VERSION = 1
 _FILES = ("index.faiss", "paths.csv", "index.json")
 
@@ -54,6 +65,7 @@ class Index:
     def __init__(self, folder, meta, faiss_index, paths, mean):
         self.folder, self.meta, self._index, self.paths, self.mean = Path(folder), meta, faiss_index, paths, mean
         self._rows = None
+        self.left_out = {"rows": 0, "paths": []}  # of the last add (a build's are in meta["left_out"])
         self._full = None  # ivfpq: vectors.f16, float16 [rows, D] (search.rerank.FullVectors)
 
     @property
@@ -96,10 +108,11 @@ class Index:
             PCA's scores and order only (less disk, lower recall: docs/benchmarks.md#search).
 
         Returns:
-          Index.
+          Index; `meta["left_out"]` names the rows left out (values not finite).
 
         Raises:
-          SearchError: an unknown kind, an empty output, faiss missing. ValueError: an unreadable output.
+          SearchError: an unknown kind, fewer than 2 rows with finite values, a kind that cannot be
+            trained on so few rows, faiss missing. ValueError: an unreadable output.
         """
         faiss = import_faiss()
         source = source or read_output(output)
@@ -108,10 +121,13 @@ class Index:
         if source.count < 2:
             raise SearchError("output=%s holds %d rows: nothing to index" % (source.output, source.count))
         kind = kind or choose_kind(source.count, source.feature_size)
+        check_rows_for_kind(kind, source.count, source.output)
         started = time.monotonic()
-        mean, sample = _mean_and_sample(source, batch_rows, seed, progress)
+        mean, sample, centre = _mean_and_sample(source, batch_rows, seed, progress)
+        check_rows_for_kind(kind, centre["rows"], source.output)
         queries = sample[:RECALL_QUERIES]  # the sample is in random order
-        faiss_index, parameters = new_index(faiss, kind, source.feature_size, source.count, normalise(sample, mean))
+        faiss_index, parameters = new_index(faiss, kind, source.feature_size, centre["rows"],
+                                            normalise(sample, mean))
         del sample
         if not full_vectors:
             parameters.pop("full_vectors", None)
@@ -119,11 +135,11 @@ class Index:
         meta = {"version": _VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
                 "source": {"output": str(Path(str(source.output)).resolve()), "format": source.format,
                            "settings": source.settings, "complete": source.complete},
-                "parameters": parameters, "mean": [float(value) for value in mean]}
+                "parameters": parameters, "centre": centre, "mean": [float(value) for value in mean]}
         index = cls(folder, meta, faiss_index, [], mean)
         recall = ExactNeighbours(normalise(queries, mean), RECALL_K)
         index.folder.mkdir(parents=True, exist_ok=True)
-        index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
+        meta["left_out"] = index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
         index._map_full(index._full_path(".tmp"))
         meta["recall_at_build"] = recall.measure(index)
         # ivfpq: the fewest candidates a neighbour that find RERANK_TARGET of the exact top k here (more rows
@@ -142,7 +158,7 @@ class Index:
         the index lacks, with the mean, PCA and training of the build; saves the index.
 
         Returns:
-          int: rows added.
+          int: rows added (`left_out` then names those left out: values not finite).
 
         Raises:
           SearchError: the output's settings or feature size differ from the indexed one's.
@@ -157,7 +173,7 @@ class Index:
                               "separately" % (source.output, differences))
         before = len(self.paths)
         self._full = None  # its file grows: mapped again below
-        self._fill(source, batch_rows, set(self.paths), progress, None, self._full_path())
+        self.left_out = self._fill(source, batch_rows, set(self.paths), progress, None, self._full_path())
         added = len(self.paths) - before
         if added:
             self.meta["source"]["complete"] = source.complete
@@ -167,22 +183,34 @@ class Index:
 
     def _fill(self, source, batch_rows, skip, progress, recall, full_path):
         """Adds the rows of `source` not in `skip`; with full vectors, appends theirs to `full_path` (cut
-        first to the rows the index holds: what an add that stopped part-way left after them is not ours)."""
+        first to the rows the index holds: what an add that stopped part-way left after them is not ours).
+
+        Returns:
+          {"rows": int, "paths": the first LEFT_OUT_NAMED}: the rows left out, whose values are not finite.
+        """
         done = 0
+        left_out = {"rows": 0, "paths": []}
         keep = "full_vectors" in self.meta["parameters"]
         with appending(full_path if keep else None, len(self.paths), self.meta["feature_size"]) as full:
             for paths, vectors in source.batches(batch_rows, skip=skip):
+                done += len(paths)
+                finite = np.isfinite(vectors).all(axis=1)
+                if not finite.all():
+                    bad = np.flatnonzero(~finite)
+                    left_out["rows"] += len(bad)
+                    left_out["paths"] += [paths[row] for row in bad[:LEFT_OUT_NAMED - len(left_out["paths"])]]
+                    paths, vectors = [paths[row] for row in np.flatnonzero(finite)], vectors[finite]
                 unit = normalise(vectors, self.mean)
                 if recall is not None:
                     recall.update(unit, len(self.paths))
                 self._index.add(unit)
                 full(unit)
                 self.paths.extend(paths)
-                done += len(paths)
                 if progress:
                     progress(done, source.count, "adding")
         self.meta["rows"] = len(self.paths)
         self._rows = None
+        return left_out
 
     def _full_path(self, suffix=""):
         return self.folder / (FULL_VECTORS + suffix)
@@ -227,21 +255,25 @@ class Index:
             raise SearchError("index=%s is not an index folder (no %s): build one with `search-features index`"
                               % (folder, ", ".join(missing)))
         try:
-            meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
-            if meta.get("version") != _VERSION:
-                raise ValueError("version %r" % meta.get("version"))
+            meta = _checked_meta(json.loads((folder / "index.json").read_text(encoding="utf-8")))
             paths = read_paths_csv(folder / "paths.csv")
             flags = faiss.IO_FLAG_MMAP if mmap and meta["kind"] != "hnsw" else 0
             faiss_index = faiss.read_index(str(folder / "index.faiss"), flags)
-            mean = np.asarray(meta["mean"], dtype=np.float32)
-        except (ValueError, KeyError, RuntimeError, OSError) as error:
-            raise SearchError("index=%s is damaged (%s): build it again" % (folder, str(error).splitlines()[0]))
-        if not len(paths) == faiss_index.ntotal == meta["rows"]:
-            raise SearchError("index=%s is damaged: %d paths, %d vectors, %d rows recorded: build it again"
-                              % (folder, len(paths), faiss_index.ntotal, meta["rows"]))
-        index = cls(folder, meta, faiss_index, paths, mean)
-        index._map_full(index._full_path())
-        index._set_search_parameters()
+            if not isinstance(faiss_index, _FAISS_CLASSES[meta["kind"]]()) or faiss_index.d != meta["feature_size"]:
+                raise ValueError("index.faiss is a %s of %d dimensions, not the %s index of %d that index.json "
+                                 "says" % (type(faiss_index).__name__, faiss_index.d, meta["kind"],
+                                           meta["feature_size"]))
+            if not len(paths) == faiss_index.ntotal == meta["rows"]:
+                raise ValueError("%d paths, %d vectors, %d rows recorded" % (len(paths), faiss_index.ntotal,
+                                                                            meta["rows"]))
+            index = cls(folder, meta, faiss_index, paths, np.asarray(meta["mean"], dtype=np.float32))
+            index._map_full(index._full_path())
+            index._set_search_parameters()
+        except SearchError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError, OSError) as error:
+            raise SearchError("index=%s is damaged (%s): build it again" % (folder, first_line(error)
+                                                                              or type(error).__name__)) from None
         return index
 
     def set_search(self, **parameters):
@@ -323,7 +355,7 @@ class Index:
         """Raw vectors (as the output holds them: float32 [Q, D] or [D]) -> centred, normalised [Q, D].
 
         Raises:
-          SearchError: not D floats a row.
+          SearchError: not D floats a row, or a value that is not finite.
         """
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim == 1:
@@ -331,6 +363,10 @@ class Index:
         if vectors.ndim != 2 or vectors.shape[1] != self.meta["feature_size"]:
             raise SearchError("vectors of shape %s; the index holds %d features a row (%s)"
                               % (vectors.shape, self.meta["feature_size"], self.settings.get("layer", "?")))
+        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+        if len(bad):
+            raise SearchError("query vector%s %s hold%s values that are not finite (inf or nan)"
+                              % ("s" if len(bad) > 1 else "", ", ".join(map(str, bad[:10])), "" if len(bad) > 1 else "s"))
         return normalise(vectors, self.mean)
 
     def search(self, vectors, k=10):
@@ -350,6 +386,45 @@ class Index:
         return [[self.paths[row] for row in row_ids if row >= 0] for row_ids in ids], scores
 
 
+# The faiss class of each kind's index.faiss (a function: faiss is imported on first use).
+_FAISS_CLASSES = {"exact": lambda: import_faiss().IndexFlat, "hnsw": lambda: import_faiss().IndexHNSW,
+                  "ivfpq": lambda: import_faiss().IndexPreTransform}
+
+
+def _checked_meta(meta):
+    """`meta` (index.json, parsed) if it holds what `load` and `search` read, with their types.
+
+    Raises:
+      ValueError: naming the first key missing or of the wrong type (a hand-edited or damaged file).
+    """
+    def need(container, key, kinds, where="index.json"):
+        value = container.get(key) if isinstance(container, dict) else None
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise ValueError("%s: %s=%r" % (where, key, value))
+        return value
+
+    if not isinstance(meta, dict):
+        raise ValueError("index.json holds a %s, not an object" % type(meta).__name__)
+    if meta.get("version") != _VERSION:
+        raise ValueError("index.json: version=%r" % meta.get("version"))
+    if meta.get("kind") not in KINDS:
+        raise ValueError("index.json: kind=%r, not one of %s" % (meta.get("kind"), ", ".join(KINDS)))
+    feature_size = need(meta, "feature_size", int)
+    if need(meta, "rows", int) < 0 or feature_size < 1:
+        raise ValueError("index.json: rows=%r, feature_size=%r" % (meta["rows"], feature_size))
+    mean = need(meta, "mean", list)
+    if len(mean) != feature_size or not all(isinstance(value, (int, float)) for value in mean):
+        raise ValueError("index.json: mean is not %d numbers" % feature_size)
+    source = need(meta, "source", dict)
+    need(source, "output", str, "index.json source")
+    need(source, "settings", dict, "index.json source")
+    search = need(meta, "parameters", dict).get("search", {})
+    if not isinstance(search, dict) or not all(isinstance(value, int) and not isinstance(value, bool) and value >= 1
+                                               for value in search.values()):
+        raise ValueError("index.json: parameters.search=%r" % (search,))
+    return meta
+
+
 def _differences(recorded, given):
     """'key=a, not b; ...' for the model settings that differ (the images folder may differ: an extended copy)."""
     keys = ("model", "layer", "weights", "precision", "resize", "image_size")
@@ -358,22 +433,59 @@ def _differences(recorded, given):
 
 
 def _mean_and_sample(source, batch_rows, seed, progress):
-    """First pass: the mean of all rows (float64 sums) and up to TRAIN_ROWS rows chosen at random, shuffled."""
+    """First pass: the centre (`choose_centre`) and up to TRAIN_ROWS rows chosen at random, shuffled; rows
+    with a value that is not finite take no part (the fill leaves them out).
+
+    Returns:
+      (centre float32 [D], sample float32 [S, D], the centre's record for index.json).
+
+    Raises:
+      SearchError: fewer than 2 rows with finite values.
+    """
     rng = np.random.default_rng(seed)
     take = min(source.count, TRAIN_ROWS)
     chosen = np.sort(rng.choice(source.count, size=take, replace=False))
     sums = np.zeros(source.feature_size, dtype=np.float64)
-    sample, start, done = [], 0, 0
+    squares, finite_rows = 0.0, 0
+    sample, start = [], 0
     for _, vectors in source.batches(batch_rows):
-        sums += vectors.sum(axis=0, dtype=np.float64)
+        finite = np.isfinite(vectors).all(axis=1)
+        kept = vectors if finite.all() else vectors[finite]
+        sums += kept.sum(axis=0, dtype=np.float64)
+        squares += float(np.einsum("ij,ij->", kept, kept, dtype=np.float64))
+        finite_rows += len(kept)
         stop = start + len(vectors)
-        picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)]
+        picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)] - start
+        picked = picked[finite[picked]]
         if len(picked):
-            sample.append(vectors[picked - start].copy())
-        start = done = stop
+            sample.append(vectors[picked].copy())
+        start = stop
         if progress:
-            progress(done, source.count, "reading")
-    if start == 0:
-        raise SearchError("output=%s holds no rows: nothing to index" % source.output)
+            progress(start, source.count, "reading")
+    if finite_rows < 2:
+        raise SearchError("output=%s holds %d rows with finite values: nothing to index" % (source.output, finite_rows))
+    if not sample:  # more than TRAIN_ROWS rows, and every one sampled was not finite
+        raise SearchError("output=%s: the %d rows sampled all hold values that are not finite: write it again"
+                          % (source.output, take))
     sample = np.concatenate(sample)
-    return (sums / start).astype(np.float32), sample[rng.permutation(len(sample))]
+    mean, centre = choose_centre(sums, squares, finite_rows)
+    return mean, sample[rng.permutation(len(sample))], centre
+
+
+def choose_centre(sums, squares, rows):
+    """The centre of the vectors whose sum is `sums` (float64 [D]) and sum of squared norms `squares`.
+
+    The mean, unless the collection cannot give a centre: fewer than CENTRE_MIN_ROWS rows (each row
+    weighs 1/N in its own centre: two rows centred always score -1), or rows that keep less than
+    CENTRE_MIN_SPREAD of their energy off the mean (all alike: an image and its near-copies would be
+    left with rounding noise, or with nothing). Then the centre is zero: scores are raw cosines.
+
+    Returns:
+      (float32 [D], {"centred": bool, "rows": N, "spread": the share of the energy off the mean}).
+    """
+    mean = sums / rows
+    energy = squares / rows
+    spread = max(0.0, energy - float(mean @ mean)) / energy if energy > 0 else 0.0
+    centred = rows >= CENTRE_MIN_ROWS and spread >= CENTRE_MIN_SPREAD
+    centre = mean.astype(np.float32) if centred else np.zeros(len(sums), dtype=np.float32)
+    return centre, {"centred": bool(centred), "rows": int(rows), "spread": round(spread, 6)}

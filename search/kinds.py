@@ -29,6 +29,8 @@ RERANK = 3                 # ivfpq: candidates re-ranked with the full vectors, 
 RERANK_STEPS = (3, 5, 10, 20)  # ... or the first of these whose recall at build reaches RERANK_TARGET
 RERANK_TARGET = 0.95
 TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
+PQ_BITS = 8
+IVFPQ_MIN_ROWS = 2 ** PQ_BITS  # faiss's k-means of each code needs a training row per centroid
 
 
 class SearchError(ValueError):
@@ -58,6 +60,13 @@ def choose_kind(rows, feature_size, available_bytes=None):
     if available_bytes is None:
         available_bytes = _available_memory()
     return "hnsw" if rows * (feature_size * 4 + HNSW_M * 2 * 4 + 16) <= available_bytes // 2 else "ivfpq"
+
+
+def check_rows_for_kind(kind, rows, output):
+    """Raises SearchError when `kind` cannot be trained on `rows` rows, naming the kinds that can."""
+    if kind == "ivfpq" and rows < IVFPQ_MIN_ROWS:
+        raise SearchError("kind=ivfpq needs at least %d rows to train its codes; output=%s holds %d: use --kind "
+                          "exact or hnsw (or leave --kind out)" % (IVFPQ_MIN_ROWS, output, rows))
 
 
 def _available_memory():
@@ -106,7 +115,7 @@ def new_index(faiss, kind, dims, rows, training):
     while pca_dims % codes:
         codes -= 1
     quantizer = faiss.IndexFlatIP(pca_dims)
-    ivf = faiss.IndexIVFPQ(quantizer, pca_dims, nlist, codes, 8, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.IndexIVFPQ(quantizer, pca_dims, nlist, codes, PQ_BITS, faiss.METRIC_INNER_PRODUCT)
     refine = faiss.IndexRefine(ivf, faiss.IndexScalarQuantizer(pca_dims, faiss.ScalarQuantizer.QT_8bit,
                                                               faiss.METRIC_INNER_PRODUCT))
     refine.train(reduced)  # trains the IVF-PQ and the scalar quantiser
@@ -118,7 +127,7 @@ def new_index(faiss, kind, dims, rows, training):
     return index, {"faiss": "LinearTransform (PCA) + NormalizationTransform + IndexIVFPQ + IndexRefine(SQ8)",
                    "pca_dims": pca_dims,
                    "pca_variance_kept": round(kept, 4), "trained_on": len(training), "nlist": nlist,
-                   "pq_codes": codes, "pq_bits": 8, "refine": "8-bit scalar of the PCA vectors",
+                   "pq_codes": codes, "pq_bits": PQ_BITS, "refine": "8-bit scalar of the PCA vectors",
                    "full_vectors": "float16", "search": {"nprobe": ivf.nprobe, "k_factor": 8, "rerank": RERANK}}
 
 

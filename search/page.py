@@ -21,6 +21,8 @@ import http.server
 import io
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -32,6 +34,7 @@ GROUPS_PER_PAGE = 50
 MEMBERS_SHOWN = 60
 THUMBS = "thumbs"
 THUMB_THREADS = 8  # thumbnails made at once: objects and tar members are fetched over the network
+GENERATOR = '<meta name="generator" content="search-features page">'  # how a page we wrote is told from others
 
 
 def _thumb_name(image_path):
@@ -187,9 +190,29 @@ showQueries(); showGroups();
 """
 
 
+def check_page_folder(folder, overwrite=False):
+    """Refuses a `folder` whose index.html this module did not write (it lacks GENERATOR), unless `overwrite`.
+
+    Raises:
+      ValueError: naming the file.
+    """
+    page = Path(folder) / "index.html"
+    if overwrite or not page.exists():
+        return
+    try:
+        with open(page, "rb") as file:
+            ours = GENERATOR.encode("utf-8") in file.read(4096)
+    except OSError:
+        ours = False
+    if not ours:
+        raise ValueError("%s exists and is not a page search-features wrote: pass --overwrite to replace it, or "
+                         "choose another --out" % page)
+
+
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
-               details="", progress=None, members=None):
-    """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced).
+               details="", progress=None, members=None, overwrite=False):
+    """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced, another
+    index.html only if `overwrite`).
 
     Args:
       folder: the report's folder (str or Path).
@@ -202,10 +225,15 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
       members: the output's members index (`<output>.members.parquet`), for keys of tar members.
       title: the page's heading. details: a line under it (what was indexed).
       progress: callable(done, total) while thumbnails are made, or None.
+      overwrite: replace an index.html in `folder` that is not a page written here.
 
     Returns:
       Path of index.html.
+
+    Raises:
+      ValueError: `folder` holds an index.html written by something else, and not `overwrite`.
     """
+    check_page_folder(folder, overwrite)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     images = {path for query in queries for path, _ in query["neighbours"]}
@@ -224,7 +252,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")
     svg = histogram_svg(*histogram, threshold=threshold) if histogram is not None else "<p>not computed</p>"
     text = "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', GENERATOR,
         '<link rel="icon" href="data:,">',
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src \'self\' file: data:; '
         'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'">',
@@ -244,13 +272,42 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     return page
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _PageHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the files under the page's folder, and nothing else.
+
+    No folder listings; no file whose real path (symbolic links followed) is outside the folder; no
+    request whose Host is not the address served (127.0.0.1:<port>, or localhost:<port>): a web page on
+    another site that a DNS name re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as Host.
+    """
+
+    def __init__(self, *args, root, hosts, **kwargs):
+        self.root, self.hosts = root, hosts
+        super().__init__(*args, directory=str(root), **kwargs)
+
+    def send_head(self):
+        if self.headers.get("Host", "").lower() not in self.hosts:
+            self.send_error(421, "Misdirected Request", "this server answers only to %s" % sorted(self.hosts)[0])
+            return None
+        path = self.translate_path(self.path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "index.html")
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, str(self.root)]) != str(self.root) or not os.path.isfile(real):
+            self.send_error(404, "File not found")
+            return None
+        return super().send_head()
+
+    def list_directory(self, path):  # a folder without index.html (send_head refuses it first; kept shut here too)
+        self.send_error(404, "File not found")
+        return None
+
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         pass
 
 
 def make_server(folder, port=0):
-    """An HTTP server of `folder` on 127.0.0.1 only (loopback: nothing on the network can reach it).
+    """An HTTP server of `folder` on 127.0.0.1 only (loopback: nothing on the network can reach it),
+    serving its files only (`_PageHandler`).
 
     Args:
       folder: the report's folder.
@@ -262,22 +319,52 @@ def make_server(folder, port=0):
     folder = Path(folder)
     if not (folder / "index.html").is_file():
         raise ValueError("%s has no index.html: write the page first (search-features page)" % folder)
+    root = Path(os.path.realpath(folder))
+    hosts = set()
 
     def handler(*args, **kwargs):
-        return _QuietHandler(*args, directory=str(folder), **kwargs)
+        return _PageHandler(*args, root=root, hosts=hosts, **kwargs)
 
     try:
-        return http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
     except OSError as error:  # in use, or below 1024 without the right
         raise ValueError("port=%s on 127.0.0.1 cannot be opened (%s): choose another with --port (0: any free "
                          "port)" % (port, error.strerror or error)) from None
+    bound = server.server_address[1]
+    hosts.update({"127.0.0.1:%d" % bound, "localhost:%d" % bound})
+    if bound == 80:
+        hosts.update({"127.0.0.1", "localhost"})
+    return server
+
+
+class _Stop(Exception):
+    """Raised by the signal handler of `serve`: out of serve_forever, the server closed."""
+
+
+def _stop(signum, frame):
+    raise _Stop(signal.Signals(signum).name)
 
 
 def serve(folder, port=8000, announce=print):
-    """Serves the report in `folder` at http://127.0.0.1:<port>/ until interrupted."""
+    """Serves the report in `folder` at http://127.0.0.1:<port>/ until SIGINT (Ctrl-C) or SIGTERM.
+
+    Either stops it cleanly and returns (the engine's policy, docs/failure-behaviour.md: SIGTERM always;
+    SIGINT unless the process was started with it ignored, as a shell's background job or a batch
+    system starts it, where it stays ignored). From a thread other than the main one, where handlers
+    cannot be set, signals keep their usual effect.
+    """
+    from parallel.signals import STOP_SIGNALS, handled
     with make_server(folder, port) as server:
-        announce("serving %s at http://127.0.0.1:%d/ (Ctrl-C to stop)" % (folder, server.server_address[1]))
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS if handled(signum)}
         try:
+            announce("serving %s at http://127.0.0.1:%d/ (%s to stop)"
+                     % (folder, server.server_address[1], "Ctrl-C" if signal.SIGINT in previous else "kill %d"
+                        % os.getpid()))
             server.serve_forever()
-        except KeyboardInterrupt:
+        except (_Stop, KeyboardInterrupt):
             pass
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
