@@ -36,9 +36,10 @@ import numpy as np
 from parallel.messages import first_line
 from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
-from search.kinds import (KINDS, TRAIN_ROWS, SearchError, check_rows_for_kind, choose_kind,  # noqa: F401
-                          import_faiss, new_index, normalise)
+from search.kinds import (KINDS, SearchError, check_rows_for_kind, choose_kind, import_faiss,  # noqa: F401
+                          new_index, normalise, training_rows)
 from search.kinds import EF_SEARCH, RERANK, RERANK_STEPS, RERANK_TARGET
+from search.exact import stored_matrix, top_k
 from search.recall import ExactNeighbours
 from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
 from search.vectors import read_output
@@ -91,9 +92,10 @@ class Index:
               full_vectors=True):
         """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
 
-        Two passes over the rows, a batch at a time: the first takes their mean and a sample (to
-        train the PCA and IVF-PQ), the second adds them. Memory: the index plus one batch plus the
-        sample (TRAIN_ROWS rows) for ivfpq; the whole matrix is never held.
+        Two passes over the rows, a batch at a time: the first takes their mean and a sample (the
+        rows of the recall check, and for ivfpq the TRAIN_ROWS that train the PCA and IVF-PQ), the
+        second adds them. Memory: the index plus a few copies of one batch, plus for ivfpq its
+        sample while it is trained; the whole matrix is never held.
 
         Args:
           output: an output path (see `search.vectors.read_output`).
@@ -123,9 +125,10 @@ class Index:
         kind = kind or choose_kind(source.count, source.feature_size)
         check_rows_for_kind(kind, source.count, source.output)
         started = time.monotonic()
-        mean, sample, centre = _mean_and_sample(source, batch_rows, seed, progress)
+        mean, sample, centre = _mean_and_sample(source, batch_rows, seed, progress,
+                                                max(RECALL_QUERIES, training_rows(kind)))
         check_rows_for_kind(kind, centre["rows"], source.output)
-        queries = sample[:RECALL_QUERIES]  # the sample is in random order
+        queries = sample[:RECALL_QUERIES].copy()  # the sample is in random order; a copy, so that it can go
         faiss_index, parameters = new_index(faiss, kind, source.feature_size, centre["rows"],
                                             normalise(sample, mean))
         del sample
@@ -344,6 +347,8 @@ class Index:
         if k < 1:
             raise SearchError("k=%d; expected at least 1" % k)
         unit_vectors = np.ascontiguousarray(unit_vectors, dtype=np.float32)
+        if self.kind == "exact":  # numpy's matrix product over faiss's storage: see search/exact.py
+            return top_k(stored_matrix(self._index), unit_vectors, k)
         if self._full is None:
             scores, ids = self._index.search(unit_vectors, k)
             return ids, scores
@@ -432,9 +437,9 @@ def _differences(recorded, given):
                      if key in recorded and key in given and recorded[key] != given[key])
 
 
-def _mean_and_sample(source, batch_rows, seed, progress):
-    """First pass: the centre (`choose_centre`) and up to TRAIN_ROWS rows chosen at random, shuffled; rows
-    with a value that is not finite take no part (the fill leaves them out).
+def _mean_and_sample(source, batch_rows, seed, progress, sample_rows):
+    """First pass: the centre (`choose_centre`) and up to `sample_rows` rows chosen at random, shuffled;
+    rows with a value that is not finite take no part (the fill leaves them out).
 
     Returns:
       (centre float32 [D], sample float32 [S, D], the centre's record for index.json).
@@ -443,7 +448,7 @@ def _mean_and_sample(source, batch_rows, seed, progress):
       SearchError: fewer than 2 rows with finite values.
     """
     rng = np.random.default_rng(seed)
-    take = min(source.count, TRAIN_ROWS)
+    take = min(source.count, sample_rows)
     chosen = np.sort(rng.choice(source.count, size=take, replace=False))
     sums = np.zeros(source.feature_size, dtype=np.float64)
     squares, finite_rows = 0.0, 0
@@ -464,7 +469,7 @@ def _mean_and_sample(source, batch_rows, seed, progress):
             progress(start, source.count, "reading")
     if finite_rows < 2:
         raise SearchError("output=%s holds %d rows with finite values: nothing to index" % (source.output, finite_rows))
-    if not sample:  # more than TRAIN_ROWS rows, and every one sampled was not finite
+    if not sample:  # more rows than sampled, and every one sampled was not finite
         raise SearchError("output=%s: the %d rows sampled all hold values that are not finite: write it again"
                           % (source.output, take))
     sample = np.concatenate(sample)

@@ -1,6 +1,8 @@
 """The faiss index of each kind: which kind for a size, its training, its parameters.
 
-    exact   IndexFlatIP: every vector compared; up to EXACT_MAX rows.
+    exact   IndexFlatIP's storage, every vector compared (numpy's matrix product: search/exact.py);
+            the default while its vectors take at most EXACT_MAX_BYTES, so that one query, which reads
+            them all, stays within about 25 ms (docs/benchmarks.md#search).
     hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64): a graph over the full vectors,
             while they take at most half the available memory.
     ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
@@ -20,7 +22,7 @@ import os
 import numpy as np
 
 KINDS = ("exact", "hnsw", "ivfpq")
-EXACT_MAX = 200_000
+EXACT_MAX_BYTES = 256 << 20  # exact by default up to 16,384 rows of 4,096 floats: a query reads every byte
 PCA_DIMS = 256
 HNSW_M = 32
 EF_SEARCH = 64             # hnsw: recall@10 1.0 at 100k fc7-like rows, 0.05x brute force (docs/benchmarks.md#search)
@@ -53,13 +55,19 @@ def normalise(vectors, mean):
 
 
 def choose_kind(rows, feature_size, available_bytes=None):
-    """The kind for `rows` vectors of `feature_size` floats: exact up to EXACT_MAX, HNSW while the
-    vectors and the graph take at most half the available memory, else ivfpq."""
-    if rows <= EXACT_MAX:
+    """The kind for `rows` vectors of `feature_size` floats, by the time of one query (what the command
+    line and the page ask): exact while the vectors take at most EXACT_MAX_BYTES, HNSW while the vectors
+    and the graph take at most half the available memory, else ivfpq."""
+    if rows * feature_size * 4 <= EXACT_MAX_BYTES:
         return "exact"
     if available_bytes is None:
         available_bytes = _available_memory()
     return "hnsw" if rows * (feature_size * 4 + HNSW_M * 2 * 4 + 16) <= available_bytes // 2 else "ivfpq"
+
+
+def training_rows(kind):
+    """Rows of the output that train an index of `kind` (a sample held while it is built): 0 for exact and hnsw."""
+    return TRAIN_ROWS if kind == "ivfpq" else 0
 
 
 def check_rows_for_kind(kind, rows, output):
