@@ -38,7 +38,7 @@ from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
 from search.kinds import (KINDS, SearchError, check_rows_for_kind, choose_kind, import_faiss,  # noqa: F401
                           new_index, normalise, training_rows)
-from search.kinds import EF_SEARCH, RERANK, RERANK_STEPS, RERANK_TARGET
+from search.kinds import EF_SEARCH, RECALL_TARGET, RERANK, search_steps
 from search.exact import stored_matrix, top_k
 from search.recall import ExactNeighbours
 from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
@@ -145,12 +145,12 @@ class Index:
         meta["left_out"] = index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
         index._map_full(index._full_path(".tmp"))
         meta["recall_at_build"] = recall.measure(index)
-        # ivfpq: the fewest candidates a neighbour that find RERANK_TARGET of the exact top k here (more rows
-        # a cluster need more: 3 found 1.0 of them at 100k fc7-like rows, 0.88 at 1M).
-        for per_neighbour in RERANK_STEPS[1:] if index.keeps_full_vectors else ():
-            if (meta["recall_at_build"]["recall"] or 0) >= RERANK_TARGET:
+        # The least work a query that finds RECALL_TARGET of the exact top k here: harder data and more rows
+        # need more (ivfpq: rerank 3 found 1.0 at 100k fc7-like rows, 0.88 at 1M).
+        for step in search_steps(kind, meta["parameters"]):
+            if (meta["recall_at_build"]["recall"] or 0) >= RECALL_TARGET:
                 break
-            index.set_search(rerank=per_neighbour)
+            index.set_search(**step)
             meta["recall_at_build"] = recall.measure(index)
         meta["build_seconds"] = round(time.monotonic() - started, 3)
         index.save()

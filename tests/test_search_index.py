@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from search.index import Index, SearchError, choose_kind, normalise
-from search_data import SETTINGS, clustered, with_near_copy, write_npy
+from search_data import SETTINGS, clustered, hard, with_near_copy, write_npy
 
 ROOT = Path(__file__).resolve().parent.parent
 def exact_ids(rows, queries, mean, k):
@@ -213,7 +213,7 @@ def test_the_lists_visited_grow_with_the_lists():
 def test_ivfpq_takes_the_fewest_candidates_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, target,
                                                                                    chosen):
     import search.index
-    monkeypatch.setattr(search.index, "RERANK_TARGET", target)  # 1.01: never reached, every step tried
+    monkeypatch.setattr(search.index, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
     write_npy(tmp_path / "f.npy", clustered(3000))
     index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
     assert index.meta["parameters"]["search"]["rerank"] == chosen
@@ -328,3 +328,36 @@ def test_a_hand_edited_index_json_is_damaged(tmp_path, damage):
     _edit_meta(tmp_path / "f.index", DAMAGES[damage])
     with pytest.raises(SearchError, match=r"^index=.*f.index is damaged \(.+\): build it again$"):
         Index.load(tmp_path / "f.index")
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivfpq"])
+@pytest.mark.parametrize("generator", [clustered, hard])
+def test_the_parameters_chosen_at_build_reach_the_recall_bar_on_both_generators(tmp_path, kind, generator):
+    rows = generator(4050)
+    rows, queries = rows[:4000], rows[4000:]  # new rows of the same distribution
+    write_npy(tmp_path / "f.npy", rows)
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
+    truth = exact_ids(rows, queries, index.mean, 10)
+    found = index.search_ids(index.prepare(queries), 10)[0]
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, found)])
+    assert recall >= 0.95 and index.meta["recall_at_build"]["recall"] >= 0.95, (recall, index.meta["parameters"])
+
+
+@pytest.mark.parametrize("target, chosen", [(0.5, 64), (1.01, 512)])
+def test_hnsw_takes_the_smallest_ef_search_that_reaches_the_recall_target_at_build(tmp_path, monkeypatch, target,
+                                                                                    chosen):
+    import search.index
+    monkeypatch.setattr(search.index, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
+    write_npy(tmp_path / "f.npy", hard(2000))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="hnsw")
+    assert index.meta["parameters"]["search"] == {"efSearch": chosen}
+    assert Index.load(tmp_path / "f.index")._index.hnsw.efSearch == chosen
+
+
+def test_ivfpq_visits_more_lists_when_re_ranking_more_is_not_enough(tmp_path, monkeypatch):
+    import search.index
+    monkeypatch.setattr(search.index, "RECALL_TARGET", 1.01)
+    write_npy(tmp_path / "f.npy", hard(4000))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
+    nlist = index.meta["parameters"]["nlist"]
+    assert index.meta["parameters"]["search"] == {"nprobe": min(nlist, 32 * 8), "k_factor": 8, "rerank": 20}
