@@ -46,10 +46,10 @@ examples:
 
 exit status:
   0    done
-  2    usage error (bad flag, no such output or index, a query the index cannot take, faiss
-       missing): one line on stderr, nothing written
+  2    usage error (bad flag, no such output or index, a damaged index or output, a query the
+       index cannot take, faiss missing): one line on stderr, nothing written
   1    could not finish (disk full, a damaged file met part-way): what was written before is kept
-  130  stopped by Ctrl-C"""
+  130  stopped by Ctrl-C (serve: 0, stopping is how it ends)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,8 +77,9 @@ def parse_args(argv=None):
     index.add_argument("output", help="a .csv, .parquet or .npy output, or a kept <output>.shards/ folder")
     index.add_argument("--index", metavar="FOLDER", help="the index folder (default: <output>.index)")
     index.add_argument("--kind", choices=("exact", "hnsw", "ivfpq"),
-                       help="exact (default up to 200,000 rows), hnsw (while it fits in memory), ivfpq "
-                            "(PCA 256 + IVF-PQ, beyond)")
+                       help="exact (default while the vectors take at most 256 MiB: 16,384 rows of 4,096 "
+                            "floats), hnsw (while it fits in memory), ivfpq (PCA 256 + IVF-PQ, beyond; at least "
+                            "256 rows)")
     index.add_argument("--overwrite", action="store_true", help="replace an existing index folder")
     index.add_argument("--no-full-vectors", dest="full_vectors", action="store_false",
                        help="ivfpq: do not keep every vector in float16 beside the index (2 x D bytes a row on "
@@ -118,7 +119,7 @@ def parse_args(argv=None):
     _search_flags(page)
     _query_flags(page)
 
-    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1")
+    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1 until Ctrl-C or SIGTERM (exit 0)")
     serve.add_argument("folder", help="the page's folder")
     serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
     return parser.parse_args(argv)
@@ -126,14 +127,14 @@ def parse_args(argv=None):
 
 def _search_flags(parser):
     parser.add_argument("--ef-search", type=at_least_one, metavar="N",
-                        help="hnsw: candidates kept while searching (default: the index's, %d); more finds more"
-                             % EF_SEARCH)
+                        help="hnsw: candidates kept while searching (default: the index's, chosen at build, "
+                             "%d or more); more finds more" % EF_SEARCH)
     parser.add_argument("--nprobe", type=at_least_one, metavar="N",
-                        help="ivfpq: lists visited per query (default: the index's, 1/32 of its lists, at least "
-                             "32); more finds more")
+                        help="ivfpq: lists visited per query (default: the index's, chosen at build, 1/32 of "
+                             "its lists, at least 32, or more); more finds more")
     parser.add_argument("--rerank", type=at_least_one, metavar="N",
                         help="ivfpq: candidates re-ranked with the full vectors per neighbour asked for (default: "
-                             "the index's, %d); more finds more" % RERANK)
+                             "the index's, chosen at build, %d or more); more finds more" % RERANK)
 
 
 def _load(args):

@@ -9,7 +9,11 @@ The modules, one job each:
     vectors.py      an output's rows in batches (CSV, Parquet, npy, a kept shards folder) and its record
     index.py        Index: centred, L2-normalised vectors in a faiss index, the metadata beside it,
                     rows added later, search
-    kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training
+    kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training,
+                    the search parameters tried at build
+    exact.py        exact search: numpy's matrix product over the vectors faiss holds
+    rerank.py       ivfpq's full vectors on disk, and the re-ranking of candidates with them
+    recall.py       the recall measured at build against exact search
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report, its thumbnails, and the loopback server that shows it
 

@@ -284,11 +284,11 @@ class Index:
         and finds more of the exact neighbours (docs/benchmarks.md#search measures both).
 
         Args:
-          parameters: hnsw: efSearch (default 64); ivfpq: nprobe (lists visited, default 1/32 of
-            them, at least 32), k_factor (candidates re-ranked with the PCA vectors per candidate,
-            default 8) and, when the index keeps the full vectors, rerank (candidates re-ranked with
-            them per neighbour: chosen at build, the first of 3, 5, 10, 20 that finds 0.95 of the exact
-            neighbours of the recall check).
+          parameters: hnsw: efSearch; ivfpq: nprobe (lists visited), k_factor (candidates re-ranked
+            with the PCA vectors per candidate, default 8) and, when the index keeps the full vectors,
+            rerank (candidates re-ranked with them per neighbour). The defaults are chosen at build:
+            the least work that finds RECALL_TARGET of the exact neighbours of the recall check
+            (search.kinds.search_steps).
 
         Raises:
           SearchError: a parameter this kind does not have, or not a whole number >= 1.

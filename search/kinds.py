@@ -3,15 +3,19 @@
     exact   IndexFlatIP's storage, every vector compared (numpy's matrix product: search/exact.py);
             the default while its vectors take at most EXACT_MAX_BYTES, so that one query, which reads
             them all, stays within about 25 ms (docs/benchmarks.md#search).
-    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64): a graph over the full vectors,
-            while they take at most half the available memory.
+    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64 or more: `search_steps`): a graph over
+            the full vectors, while they take at most half the available memory.
     ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
-            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32),
+            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32,
+            or more: `search_steps`; at least IVFPQ_MIN_ROWS rows to train),
             its candidates re-ranked with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor
             8): about 280 bytes a row in memory. The PCA loses what the 256 axes do not hold, so the index
             folder also keeps every normalised vector in float16 on disk (vectors.f16, 2 D bytes a row,
             read a row at a time, never whole): the best RERANK x k candidates of a search are re-ranked
             with them, so the scores and the order are those of the full D dimensions.
+
+The search parameters of hnsw and ivfpq are chosen at build (search.index): the defaults, then each of
+`search_steps` in turn until the recall@10 measured at build reaches RECALL_TARGET.
 
 faiss is imported on first use; without it, a SearchError says how to install it.
 """
