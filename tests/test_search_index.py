@@ -209,15 +209,16 @@ def test_the_lists_visited_grow_with_the_lists():
     assert [_nprobe(nlist) for nlist in (16, 64, 1024, 4096, 16384)] == [16, 32, 32, 128, 512]
 
 
-@pytest.mark.parametrize("target, chosen", [(0.5, 3), (1.01, 20)])
-def test_ivfpq_takes_the_fewest_candidates_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, target,
-                                                                                   chosen):
+@pytest.mark.parametrize("kind, target, chosen", [("ivfpq", 0.5, {"rerank": 3}), ("ivfpq", 1.01, {"rerank": 20}),
+                                                  ("hnsw", 0.5, {"efSearch": 64}), ("hnsw", 1.01, {"efSearch": 512})])
+def test_the_search_parameters_are_the_least_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, kind,
+                                                                                     target, chosen):
     import search.index
     monkeypatch.setattr(search.index, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
-    write_npy(tmp_path / "f.npy", clustered(3000))
-    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
-    assert index.meta["parameters"]["search"]["rerank"] == chosen
-    assert Index.load(tmp_path / "f.index").meta["parameters"]["search"]["rerank"] == chosen
+    write_npy(tmp_path / "f.npy", hard(3000))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
+    for search in (index.meta["parameters"]["search"], Index.load(tmp_path / "f.index").meta["parameters"]["search"]):
+        assert {name: search[name] for name in chosen} == chosen
 
 
 # --- the edges: small and uniform collections, values that are not finite, damaged folders -------------------
@@ -343,15 +344,12 @@ def test_the_parameters_chosen_at_build_reach_the_recall_bar_on_both_generators(
     assert recall >= 0.95 and index.meta["recall_at_build"]["recall"] >= 0.95, (recall, index.meta["parameters"])
 
 
-@pytest.mark.parametrize("target, chosen", [(0.5, 64), (1.01, 512)])
-def test_hnsw_takes_the_smallest_ef_search_that_reaches_the_recall_target_at_build(tmp_path, monkeypatch, target,
-                                                                                    chosen):
+def test_a_loaded_hnsw_index_searches_with_the_ef_search_chosen_at_build(tmp_path, monkeypatch):
     import search.index
-    monkeypatch.setattr(search.index, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
+    monkeypatch.setattr(search.index, "RECALL_TARGET", 1.01)
     write_npy(tmp_path / "f.npy", hard(2000))
-    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="hnsw")
-    assert index.meta["parameters"]["search"] == {"efSearch": chosen}
-    assert Index.load(tmp_path / "f.index")._index.hnsw.efSearch == chosen
+    Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="hnsw")
+    assert Index.load(tmp_path / "f.index")._index.hnsw.efSearch == 512
 
 
 def test_ivfpq_visits_more_lists_when_re_ranking_more_is_not_enough(tmp_path, monkeypatch):
