@@ -377,7 +377,7 @@ def _page(args, bars):
 
 
 def _serve(args, bars):
-    from search.page import serve
+    from search.server import serve
     serve(args.folder, args.port, announce=lambda line: print(line, file=sys.stderr, flush=True))
     return EXIT_OK
 

@@ -6,7 +6,7 @@
 
 Centring on the mean, then normalising, makes the inner product a cosine of centred vectors:
 fc7 after the ReLU is non-negative, and without centring every cosine is high (faiss #2636).
-The mean is a centre only when the collection can give one (`choose_centre`): with fewer than
+The mean is a centre only when the collection can give one (search/centre.py): with fewer than
 CENTRE_MIN_ROWS rows, each row weighs too much in it (two rows always score -1 with each other), and
 rows all alike (near-copies of one image) have nothing left once it is taken away; such an index
 keeps the raw cosine (its centre is zero), and index.json says which (`centre`).
@@ -39,17 +39,16 @@ from parallel.output.durable import replace_atomically
 from search.kinds import (KINDS, SearchError, check_rows_for_kind, choose_kind, import_faiss,  # noqa: F401
                           new_index, normalise, training_rows)
 from search.kinds import EF_SEARCH, RECALL_TARGET, RERANK, search_steps
+from search.centre import mean_and_sample
 from search.exact import stored_matrix, top_k
+from search.metadata import VERSION, check_faiss_index, checked_meta
 from search.recall import ExactNeighbours
 from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
 from search.vectors import read_output
 
 RECALL_QUERIES = 200       # rows whose exact neighbours are found while the index is filled
 RECALL_K = 10
-CENTRE_MIN_ROWS = 10       # fewer rows: no centring (centred cosines average -1/(N-1): -0.11 at 10 rows)
-CENTRE_MIN_SPREAD = 0.01   # ... nor when the rows keep less than this share of their energy off the mean
 LEFT_OUT_NAMED = 20        # paths of left-out rows recorded in index.json (the count is always)
-_VERSION = 1
 _FILES = ("index.faiss", "paths.csv", "index.json")
 
 
@@ -125,7 +124,7 @@ class Index:
         kind = kind or choose_kind(source.count, source.feature_size)
         check_rows_for_kind(kind, source.count, source.output)
         started = time.monotonic()
-        mean, sample, centre = _mean_and_sample(source, batch_rows, seed, progress,
+        mean, sample, centre = mean_and_sample(source, batch_rows, seed, progress,
                                                 max(RECALL_QUERIES, training_rows(kind)))
         check_rows_for_kind(kind, centre["rows"], source.output)
         queries = sample[:RECALL_QUERIES].copy()  # the sample is in random order; a copy, so that it can go
@@ -135,7 +134,7 @@ class Index:
         if not full_vectors:
             parameters.pop("full_vectors", None)
             parameters.get("search", {}).pop("rerank", None)
-        meta = {"version": _VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
+        meta = {"version": VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
                 "source": {"output": str(Path(str(source.output)).resolve()), "format": source.format,
                            "settings": source.settings, "complete": source.complete},
                 "parameters": parameters, "centre": centre, "mean": [float(value) for value in mean]}
@@ -249,7 +248,8 @@ class Index:
           mmap: map index.faiss instead of reading it (exact and ivfpq kinds; less memory, slower first queries).
 
         Raises:
-          SearchError: not an index folder, or one whose files disagree (a copy interrupted part-way).
+          SearchError: not an index folder, one whose files disagree (a copy interrupted part-way), or
+            whose index.json is not what `build` writes (search/metadata.py).
         """
         faiss = import_faiss()
         folder = Path(folder)
@@ -258,14 +258,11 @@ class Index:
             raise SearchError("index=%s is not an index folder (no %s): build one with `search-features index`"
                               % (folder, ", ".join(missing)))
         try:
-            meta = _checked_meta(json.loads((folder / "index.json").read_text(encoding="utf-8")))
+            meta = checked_meta(json.loads((folder / "index.json").read_text(encoding="utf-8")))
             paths = read_paths_csv(folder / "paths.csv")
             flags = faiss.IO_FLAG_MMAP if mmap and meta["kind"] != "hnsw" else 0
             faiss_index = faiss.read_index(str(folder / "index.faiss"), flags)
-            if not isinstance(faiss_index, _FAISS_CLASSES[meta["kind"]]()) or faiss_index.d != meta["feature_size"]:
-                raise ValueError("index.faiss is a %s of %d dimensions, not the %s index of %d that index.json "
-                                 "says" % (type(faiss_index).__name__, faiss_index.d, meta["kind"],
-                                           meta["feature_size"]))
+            check_faiss_index(faiss_index, meta)
             if not len(paths) == faiss_index.ntotal == meta["rows"]:
                 raise ValueError("%d paths, %d vectors, %d rows recorded" % (len(paths), faiss_index.ntotal,
                                                                             meta["rows"]))
@@ -370,8 +367,9 @@ class Index:
                               % (vectors.shape, self.meta["feature_size"], self.settings.get("layer", "?")))
         bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
         if len(bad):
+            several = len(bad) > 1
             raise SearchError("query vector%s %s hold%s values that are not finite (inf or nan)"
-                              % ("s" if len(bad) > 1 else "", ", ".join(map(str, bad[:10])), "" if len(bad) > 1 else "s"))
+                              % ("s" if several else "", ", ".join(map(str, bad[:10])), "" if several else "s"))
         return normalise(vectors, self.mean)
 
     def search(self, vectors, k=10):
@@ -391,106 +389,8 @@ class Index:
         return [[self.paths[row] for row in row_ids if row >= 0] for row_ids in ids], scores
 
 
-# The faiss class of each kind's index.faiss (a function: faiss is imported on first use).
-_FAISS_CLASSES = {"exact": lambda: import_faiss().IndexFlat, "hnsw": lambda: import_faiss().IndexHNSW,
-                  "ivfpq": lambda: import_faiss().IndexPreTransform}
-
-
-def _checked_meta(meta):
-    """`meta` (index.json, parsed) if it holds what `load` and `search` read, with their types.
-
-    Raises:
-      ValueError: naming the first key missing or of the wrong type (a hand-edited or damaged file).
-    """
-    def need(container, key, kinds, where="index.json"):
-        value = container.get(key) if isinstance(container, dict) else None
-        if not isinstance(value, kinds) or isinstance(value, bool):
-            raise ValueError("%s: %s=%r" % (where, key, value))
-        return value
-
-    if not isinstance(meta, dict):
-        raise ValueError("index.json holds a %s, not an object" % type(meta).__name__)
-    if meta.get("version") != _VERSION:
-        raise ValueError("index.json: version=%r" % meta.get("version"))
-    if meta.get("kind") not in KINDS:
-        raise ValueError("index.json: kind=%r, not one of %s" % (meta.get("kind"), ", ".join(KINDS)))
-    feature_size = need(meta, "feature_size", int)
-    if need(meta, "rows", int) < 0 or feature_size < 1:
-        raise ValueError("index.json: rows=%r, feature_size=%r" % (meta["rows"], feature_size))
-    mean = need(meta, "mean", list)
-    if len(mean) != feature_size or not all(isinstance(value, (int, float)) for value in mean):
-        raise ValueError("index.json: mean is not %d numbers" % feature_size)
-    source = need(meta, "source", dict)
-    need(source, "output", str, "index.json source")
-    need(source, "settings", dict, "index.json source")
-    search = need(meta, "parameters", dict).get("search", {})
-    if not isinstance(search, dict) or not all(isinstance(value, int) and not isinstance(value, bool) and value >= 1
-                                               for value in search.values()):
-        raise ValueError("index.json: parameters.search=%r" % (search,))
-    return meta
-
-
 def _differences(recorded, given):
     """'key=a, not b; ...' for the model settings that differ (the images folder may differ: an extended copy)."""
     keys = ("model", "layer", "weights", "precision", "resize", "image_size")
     return "; ".join("%s=%r, not %r" % (key, recorded.get(key), given.get(key)) for key in keys
                      if key in recorded and key in given and recorded[key] != given[key])
-
-
-def _mean_and_sample(source, batch_rows, seed, progress, sample_rows):
-    """First pass: the centre (`choose_centre`) and up to `sample_rows` rows chosen at random, shuffled;
-    rows with a value that is not finite take no part (the fill leaves them out).
-
-    Returns:
-      (centre float32 [D], sample float32 [S, D], the centre's record for index.json).
-
-    Raises:
-      SearchError: fewer than 2 rows with finite values.
-    """
-    rng = np.random.default_rng(seed)
-    take = min(source.count, sample_rows)
-    chosen = np.sort(rng.choice(source.count, size=take, replace=False))
-    sums = np.zeros(source.feature_size, dtype=np.float64)
-    squares, finite_rows = 0.0, 0
-    sample, start = [], 0
-    for _, vectors in source.batches(batch_rows):
-        finite = np.isfinite(vectors).all(axis=1)
-        kept = vectors if finite.all() else vectors[finite]
-        sums += kept.sum(axis=0, dtype=np.float64)
-        squares += float(np.einsum("ij,ij->", kept, kept, dtype=np.float64))
-        finite_rows += len(kept)
-        stop = start + len(vectors)
-        picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)] - start
-        picked = picked[finite[picked]]
-        if len(picked):
-            sample.append(vectors[picked].copy())
-        start = stop
-        if progress:
-            progress(start, source.count, "reading")
-    if finite_rows < 2:
-        raise SearchError("output=%s holds %d rows with finite values: nothing to index" % (source.output, finite_rows))
-    if not sample:  # more rows than sampled, and every one sampled was not finite
-        raise SearchError("output=%s: the %d rows sampled all hold values that are not finite: write it again"
-                          % (source.output, take))
-    sample = np.concatenate(sample)
-    mean, centre = choose_centre(sums, squares, finite_rows)
-    return mean, sample[rng.permutation(len(sample))], centre
-
-
-def choose_centre(sums, squares, rows):
-    """The centre of the vectors whose sum is `sums` (float64 [D]) and sum of squared norms `squares`.
-
-    The mean, unless the collection cannot give a centre: fewer than CENTRE_MIN_ROWS rows (each row
-    weighs 1/N in its own centre: two rows centred always score -1), or rows that keep less than
-    CENTRE_MIN_SPREAD of their energy off the mean (all alike: an image and its near-copies would be
-    left with rounding noise, or with nothing). Then the centre is zero: scores are raw cosines.
-
-    Returns:
-      (float32 [D], {"centred": bool, "rows": N, "spread": the share of the energy off the mean}).
-    """
-    mean = sums / rows
-    energy = squares / rows
-    spread = max(0.0, energy - float(mean @ mean)) / energy if energy > 0 else 0.0
-    centred = rows >= CENTRE_MIN_ROWS and spread >= CENTRE_MIN_SPREAD
-    centre = mean.astype(np.float32) if centred else np.zeros(len(sums), dtype=np.float32)
-    return centre, {"centred": bool(centred), "rows": int(rows), "spread": round(spread, 6)}

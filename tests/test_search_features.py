@@ -182,8 +182,9 @@ def test_an_image_file_is_computed_with_the_settings_of_the_indexed_output(photo
 def test_an_image_query_prints_no_tensorflow_log(photo_output, seeded_files):
     folder, images, _ = photo_output
     assert run("--quiet", "index", folder / "f.npy", "--index", folder / "quiet.index", "--overwrite") == 0
-    result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "neighbours", str(folder / "quiet.index"),
-                             str(images / "photo1-half.jpg"), "-k", "1", "--weights", str(seeded_files["npy"])],
+    result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "neighbours",
+                             str(folder / "quiet.index"), str(images / "photo1-half.jpg"), "-k", "1", "--weights",
+                             str(seeded_files["npy"])],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0 and result.stderr == "", result.stderr  # TensorFlow's C++ log hidden
     assert result.stdout.splitlines()[1].endswith(",photo1-half.jpg")

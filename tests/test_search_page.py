@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from search.duplicates import histogram
-from search.page import GROUPS_PER_PAGE, THUMBS, make_server, make_thumbnail, write_page
+from search.page import GROUPS_PER_PAGE, THUMBS, make_thumbnail, write_page
+from search.server import make_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
