@@ -293,18 +293,22 @@ def test_two_images_and_six_identical_copies_are_near_copies(tmp_path, capsys):
     assert all(float(row["score"]) == pytest.approx(1.0, abs=1e-5) for row in rows)
 
 
-def _one_line_error(capsys, *texts):
-    err = capsys.readouterr().err
+def _one_line_error(capture, *texts):
+    err = capture.readouterr().err
     assert err.count("\n") == 1 and err.startswith("search_features: error: ") and "Traceback" not in err, err
     for text in texts:
         assert text in err, err
 
 
-def test_ivfpq_on_too_few_rows_is_one_line_and_status_2(tmp_path, capsys):
+def test_ivfpq_on_too_few_rows_is_one_line_and_status_2(tmp_path, capfd):
     write_npy(tmp_path / "f.npy", clustered(35))
     assert run("--quiet", "index", tmp_path / "f.npy", "--kind", "ivfpq") == 2
-    _one_line_error(capsys, "kind=ivfpq needs at least 256 rows", "holds 35", "use --kind exact or hnsw")
+    _one_line_error(capfd, "kind=ivfpq needs at least 256 rows", "holds 35", "use --kind exact or hnsw")
     assert not (tmp_path / "f.npy.index").exists()
+    write_npy(tmp_path / "g.npy", clustered(300))  # enough, though fewer than faiss would like: no warning
+    assert run("--quiet", "index", tmp_path / "g.npy", "--kind", "ivfpq") == 0
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("indexed 300 rows"), err
 
 
 def test_a_row_that_is_not_finite_is_left_out_and_named(tmp_path, capsys):
