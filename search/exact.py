@@ -11,7 +11,7 @@ block of SCORES_BYTES of scores at a time, never Q x N at once.
 
 import numpy as np
 
-SCORES_BYTES = 64 << 20  # scores of one block of queries against every row: 64 MiB
+SCORES_BYTES = 16 << 20  # scores of one block of queries against every row (argpartition's int64 ids: twice that)
 
 
 def stored_matrix(flat_index):
@@ -47,7 +47,8 @@ def top_k(rows, queries, k):
     per_block = max(1, SCORES_BYTES // (4 * count))
     for start in range(0, len(queries), per_block):
         block = queries[start:start + per_block] @ rows.T                              # [B, N]
-        best = np.argpartition(-block, take - 1, axis=1)[:, :take] if take < count else \
+        # The `take` largest, at the end of each row (no negated copy of the block).
+        best = np.argpartition(block, count - take, axis=1)[:, count - take:] if take < count else \
             np.broadcast_to(np.arange(count), block.shape)
         best_scores = np.take_along_axis(block, best, axis=1)
         order = np.lexsort((best, -best_scores), axis=1)  # highest first, then the lower row

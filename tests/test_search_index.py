@@ -359,3 +359,25 @@ def test_ivfpq_visits_more_lists_when_re_ranking_more_is_not_enough(tmp_path, mo
     index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
     nlist = index.meta["parameters"]["nlist"]
     assert index.meta["parameters"]["search"] == {"nprobe": min(nlist, 32 * 8), "k_factor": 8, "rerank": 20}
+
+
+def test_an_exact_build_holds_no_training_sample(tmp_path):
+    # 36,864 rows of 1,024 floats, made 4,096 at a time: the 32,768-row sample builds held before (and its
+    # normalised copy) would be 256 MiB of numpy arrays; a batch and its copies are a few dozen.
+    import tracemalloc
+    from search.vectors import OutputVectors
+
+    def batches(batch_rows):
+        for start in range(0, 9 * 4096, 4096):
+            block = np.random.default_rng(start).standard_normal((4096, 1024), dtype=np.float32)
+            yield ["img/%06d.jpg" % row for row in range(start, start + 4096)], block
+
+    source = OutputVectors("generated", "npy", 9 * 4096, 1024, {}, True, batches)
+    tracemalloc.start()
+    try:
+        index = Index.build(None, tmp_path / "f.index", kind="exact", source=source)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(index) == 9 * 4096 and index.meta["recall_at_build"]["recall"] == 1.0
+    assert peak < 100 << 20, peak / 2 ** 20  # numpy's arrays (faiss's storage is not traced)
