@@ -1,8 +1,8 @@
 """The faiss index of each kind: which kind for a size, its training, its parameters.
 
     exact   IndexFlatIP's storage, every vector compared (numpy's matrix product: search/exact.py);
-            the default while its vectors take at most EXACT_MAX_BYTES, so that one query, which reads
-            them all, stays within about 25 ms (docs/benchmarks.md#search).
+            the default while its vectors take at most EXACT_MAX_BYTES: one query reads them all (16-28 ms
+            at 256 MiB, 43-55 ms at 100k rows of fc7, where hnsw took 0.5-1.2 ms: docs/benchmarks.md#search).
     hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64 or more: `search_steps`): a graph over
             the full vectors, while they take at most half the available memory.
     ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
