@@ -76,8 +76,10 @@ def make_server(folder, port=0):
     return server
 
 
-class _Stop(Exception):
-    """Raised by the signal handler of `serve`: out of serve_forever, the server closed."""
+class _Stop(BaseException):
+    """Raised by the signal handler of `serve`: out of serve_forever, the server closed. A BaseException,
+    as KeyboardInterrupt is: socketserver catches Exception around a request it accepts, and would
+    print this one and serve on."""
 
 
 def _stop(signum, frame):
