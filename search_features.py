@@ -17,7 +17,7 @@ import numpy as np
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from parallel.messages import Progress, first_line
 from parallel.signals import EXIT_INTERRUPTED
-from run_inference import at_least_one
+from run_inference import _silence_native_logs, at_least_one
 from search.kinds import EF_SEARCH, RERANK
 
 PROGRAM = "search_features"
@@ -46,10 +46,10 @@ examples:
 
 exit status:
   0    done
-  2    usage error (bad flag, no such output or index, a query the index cannot take, faiss
-       missing): one line on stderr, nothing written
+  2    usage error (bad flag, no such output or index, a damaged index or output, a query the
+       index cannot take, faiss missing): one line on stderr, nothing written
   1    could not finish (disk full, a damaged file met part-way): what was written before is kept
-  130  stopped by Ctrl-C"""
+  130  stopped by Ctrl-C (serve: 0, stopping is how it ends)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,8 +77,9 @@ def parse_args(argv=None):
     index.add_argument("output", help="a .csv, .parquet or .npy output, or a kept <output>.shards/ folder")
     index.add_argument("--index", metavar="FOLDER", help="the index folder (default: <output>.index)")
     index.add_argument("--kind", choices=("exact", "hnsw", "ivfpq"),
-                       help="exact (default up to 200,000 rows), hnsw (while it fits in memory), ivfpq "
-                            "(PCA 256 + IVF-PQ, beyond)")
+                       help="exact (default while the vectors take at most 256 MiB: 16,384 rows of 4,096 "
+                            "floats), hnsw (while it fits in memory), ivfpq (PCA 256 + IVF-PQ, beyond; at least "
+                            "256 rows)")
     index.add_argument("--overwrite", action="store_true", help="replace an existing index folder")
     index.add_argument("--no-full-vectors", dest="full_vectors", action="store_false",
                        help="ivfpq: do not keep every vector in float16 beside the index (2 x D bytes a row on "
@@ -113,10 +114,12 @@ def parse_args(argv=None):
     page.add_argument("--query", action="append", default=[], metavar="QUERY", help="as for neighbours; repeat")
     page.add_argument("--threshold", type=_cosine, help="show the duplicate groups at this cosine")
     page.add_argument("--neighbours", type=at_least_one, default=20, metavar="N", help="as for duplicates")
+    page.add_argument("--overwrite", action="store_true",
+                      help="replace an index.html in --out that is not a page this program wrote")
     _search_flags(page)
     _query_flags(page)
 
-    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1")
+    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1 until Ctrl-C or SIGTERM (exit 0)")
     serve.add_argument("folder", help="the page's folder")
     serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
     return parser.parse_args(argv)
@@ -124,14 +127,14 @@ def parse_args(argv=None):
 
 def _search_flags(parser):
     parser.add_argument("--ef-search", type=at_least_one, metavar="N",
-                        help="hnsw: candidates kept while searching (default: the index's, %d); more finds more"
-                             % EF_SEARCH)
+                        help="hnsw: candidates kept while searching (default: the index's, chosen at build, "
+                             "%d or more); more finds more" % EF_SEARCH)
     parser.add_argument("--nprobe", type=at_least_one, metavar="N",
-                        help="ivfpq: lists visited per query (default: the index's, 1/32 of its lists, at least "
-                             "32); more finds more")
+                        help="ivfpq: lists visited per query (default: the index's, chosen at build, 1/32 of "
+                             "its lists, at least 32, or more); more finds more")
     parser.add_argument("--rerank", type=at_least_one, metavar="N",
                         help="ivfpq: candidates re-ranked with the full vectors per neighbour asked for (default: "
-                             "the index's, %d); more finds more" % RERANK)
+                             "the index's, chosen at build, %d or more); more finds more" % RERANK)
 
 
 def _load(args):
@@ -222,9 +225,20 @@ def _index(args, bars):
                         full_vectors=args.full_vectors)
     bars.close()
     recall = index.meta["recall_at_build"]
-    print("indexed %d rows of %s (%s) into %s; recall@%d at build %s" % (len(index), args.output, index.kind,
-          folder, recall["k"], recall["recall"]), file=sys.stderr)
+    _say_left_out(index.meta["left_out"])
+    print("indexed %d rows of %s (%s%s) into %s; recall@%d at build %s" % (
+        len(index), args.output, index.kind, "" if index.meta["centre"]["centred"] else ", raw cosines: too few "
+        "rows or rows all alike to centre on their mean", folder, recall["k"], recall["recall"]), file=sys.stderr)
     return EXIT_OK
+
+
+def _say_left_out(left_out):
+    """One line naming the rows left out of the index (values that are not finite), if any."""
+    if left_out["rows"]:
+        more = left_out["rows"] - len(left_out["paths"])
+        _say("left out %d row%s with values that are not finite (inf or nan): %s%s" % (
+            left_out["rows"], "s" if left_out["rows"] > 1 else "", ", ".join(left_out["paths"]),
+            " and %d more" % more if more else ""))
 
 
 def _add(args, bars):
@@ -232,6 +246,7 @@ def _add(args, bars):
     index = Index.load(args.index)
     added = index.add(args.output, progress=bars)
     bars.close()
+    _say_left_out(index.left_out)
     print("added %d rows; %d in all" % (added, len(index)), file=sys.stderr)
     return EXIT_OK
 
@@ -285,6 +300,7 @@ def _image_vectors(index, files, args):
         if fingerprint(Path(weights)) != settings.get("weights"):
             raise SearchError("--weights %s is not the weights the output was computed with (%s)"
                               % (weights, settings.get("weights")))
+    _silence_native_logs()  # TensorFlow's start-up lines, as run_inference.py hides them (before its import)
     from models import vgg16
     from parallel import extract
     model = vgg16.feature_model(endpoint=settings["layer"], weights=weights, precision=settings.get("precision",
@@ -337,8 +353,10 @@ def _duplicates(args, bars):
 def _page(args, bars):
     from parallel.inputs.tars import MEMBERS_SUFFIX
     from search import duplicates
-    from search.page import write_page
+    from search.page import check_page_folder, write_page
     index = _load(args)
+    folder = Path(args.out or index.folder / "page")
+    check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
     queries = [{"label": label, "image": image, "neighbours": found}
                for label, image, found in _neighbour_lists(index, args, args.query)] if args.query else []
     groups = []
@@ -347,20 +365,19 @@ def _page(args, bars):
         groups = [[index.paths[row] for row in group] for group in duplicates.group_pairs(pairs, len(index))]
     histogram = duplicates.histogram(duplicates.nearest_scores(index))
     bars.close()
-    folder = Path(args.out or index.folder / "page")
     details = "%d images of %s, %s index, layer %s" % (len(index), index.meta["source"]["output"], index.kind,
                                                        index.settings.get("layer", "?"))
     page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
                     threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
                     % Path(index.meta["source"]["output"]).name, details=details, progress=bars,
-                    members=index.meta["source"]["output"] + MEMBERS_SUFFIX)
+                    members=index.meta["source"]["output"] + MEMBERS_SUFFIX, overwrite=args.overwrite)
     bars.close()
     print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
     return EXIT_OK
 
 
 def _serve(args, bars):
-    from search.page import serve
+    from search.server import serve
     serve(args.folder, args.port, announce=lambda line: print(line, file=sys.stderr, flush=True))
     return EXIT_OK
 

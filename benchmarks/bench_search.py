@@ -9,12 +9,16 @@ are made. Parts:
 sweep       the same, for hnsw and ivfpq at several search parameters (efSearch; rerank and nprobe),
             each time the median of 3 runs, and the brute force the median of 3 too.
 recall      N = 100,000 x 4096, 1,000 queries (new rows of the same distribution). Each kind is built
-            with Index.build from the rows streamed in blocks; recall@10 is the share of the exact
+            with Index.build from the rows streamed in blocks, in a fresh process (its peak RSS, VmHWM,
+            is the build's memory; the index's size beside it); recall@10 is the share of the exact
             top 10 (numpy brute force: centred, normalised, full 4096 dimensions) that the index
             returns. Query time per query: the 1,000 queries as one batch, divided by 1,000, against
             the numpy brute force on the same batch (matrix product + argpartition), alternated for 3
             rounds, the medians; for ivfpq, also its recall without the full vectors (the PCA's order).
-            --kinds: which kinds (this part and duplicates).
+            Single-query latency: SINGLE queries asked one at a time (as the command line and the page
+            ask them), the median and the 90th percentile, and numpy's brute force the same way.
+            --kinds: which kinds (this part and duplicates); --generator: fc7_like (the default) or
+            hard (fc7_like.py: before the ReLU, harder for an index).
 duplicates  threshold 0.9 over the same 100,000 rows, each kind, in a fresh process per kind (its peak
             RSS, VmHWM, includes loading the index). Brute force: the N x N similarity matrix. Its
             memory is arithmetic (N^2 x 4 bytes); its time is measured on 5 blocks of 1,000 rows
@@ -46,6 +50,7 @@ from search.index import Index, normalise  # noqa: E402
 
 ROWS = int(os.environ.get("BENCH_SEARCH_ROWS", 100_000))  # smaller for a quick check of the script
 QUERIES = 1_000
+SINGLE = 100               # queries asked one at a time for the single-query latency
 K = 10
 THRESHOLD = 0.9
 KINDS = ("exact", "hnsw", "ivfpq")
@@ -78,8 +83,34 @@ def machine():
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)")}
 
 
-def all_rows():
-    return np.concatenate([vectors for _, vectors in fc7_like.batches(ROWS)])
+def all_rows(generator="fc7_like"):
+    return np.concatenate([vectors for _, vectors in fc7_like.batches(ROWS, generator=generator)])
+
+
+def single_query_ms(search, unit_queries):
+    """(median, 90th percentile) ms of `search(query [1, D])` over SINGLE queries asked one at a time."""
+    times = []
+    for query in unit_queries[:SINGLE]:
+        started = time.perf_counter()
+        search(query[None])
+        times.append(1000 * (time.perf_counter() - started))
+    return round(float(np.median(times)), 3), round(float(np.percentile(times, 90)), 3)
+
+
+def build_in_child(folder, kind, generator):
+    """Builds the ROWS-row index of `kind` in a fresh process: {"build_s", "peak_rss_mib", "index_mib"}."""
+    child = subprocess.run([sys.executable, __file__, "--build-child", str(folder), kind, generator],
+                           capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def build_child(folder, kind, generator):
+    started = time.perf_counter()
+    Index.build(None, folder, kind=kind, source=fc7_like.Source(ROWS, generator=generator))
+    seconds = time.perf_counter() - started
+    size = sum(path.stat().st_size for path in Path(folder).iterdir() if path.is_file())
+    print(json.dumps({"build_s": round(seconds, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
+                      "index_mib": round(size / 2 ** 20, 1)}))
 
 
 def brute_force(unit_rows, unit_queries, k):
@@ -92,13 +123,12 @@ def brute_force(unit_rows, unit_queries, k):
     return ids, time.perf_counter() - started
 
 
-def part_recall(workdir, results, kinds=KINDS, rounds=3):
-    queries = fc7_like.queries(QUERIES)
-    rows = all_rows()
+def part_recall(workdir, results, kinds=KINDS, rounds=3, generator="fc7_like"):
+    queries = fc7_like.queries(QUERIES, generator=generator)
+    rows = all_rows(generator)
     for kind in kinds:
-        started = time.perf_counter()
-        index = Index.build(None, workdir / ("%s.index" % kind), kind=kind, source=fc7_like.Source(ROWS))
-        build = time.perf_counter() - started
+        built = build_in_child(workdir / ("%s.index" % kind), kind, generator)
+        index = Index.load(workdir / ("%s.index" % kind))
         unit_queries = index.prepare(queries)
         unit_rows = normalise(rows, index.mean)
         times, brute_times = [], []
@@ -108,10 +138,16 @@ def part_recall(workdir, results, kinds=KINDS, rounds=3):
             started = time.perf_counter()
             found, _ = index.search_ids(unit_queries, K)
             times.append(time.perf_counter() - started)
+        single = single_query_ms(lambda query: index.search_ids(query, K), unit_queries)
+        brute_single = single_query_ms(lambda query: brute_force(unit_rows, query, K), unit_queries)
         del unit_rows
         seconds, brute_seconds = float(np.median(times)), float(np.median(brute_times))
         recall = np.mean([len(set(a) & set(b)) / K for a, b in zip(exact, found)])
-        entry = {"kind": kind, "build_s": round(build, 1), "recall_at_10": round(float(recall), 4),
+        entry = {"kind": kind, "generator": generator, "rows": ROWS, "build_s": built["build_s"],
+                 "build_peak_rss_mib": built["peak_rss_mib"], "index_mib": built["index_mib"],
+                 "recall_at_10": round(float(recall), 4),
+                 "single_query_ms": single[0], "single_query_ms_p90": single[1],
+                 "brute_force_single_query_ms": brute_single[0],
                  "ms_per_query": round(1000 * seconds / QUERIES, 3),
                  "brute_force_ms_per_query": round(1000 * brute_seconds / QUERIES, 3),
                  "time_ratio": round(seconds / brute_seconds, 4), "rounds": rounds,
@@ -249,11 +285,16 @@ def main():
     parser.add_argument("--million-rows", type=int, default=1_000_000)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
                         help="of the recall and duplicates parts")
+    parser.add_argument("--generator", choices=("fc7_like", "hard"), default="fc7_like",
+                        help="of the recall part's rows (fc7_like.py)")
     parser.add_argument("--duplicates-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--build-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--million-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.duplicates_child:
         return duplicates_child(args.duplicates_child)
+    if args.build_child:
+        return build_child(Path(args.build_child[0]), *args.build_child[1:])
     if args.million_child:
         return million_child(Path(args.million_child[0]), int(args.million_child[1]))
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -266,9 +307,12 @@ def main():
         else:
             if name == "sweep":
                 part_sweep(args.workdir, results)
+            elif name == "recall":
+                part_recall(args.workdir, results, args.kinds, generator=args.generator)
             else:
-                {"recall": part_recall, "duplicates": part_duplicates}[name](args.workdir, results, args.kinds)
-        (args.workdir / ("results-%s.json" % "-".join(args.only or ["all"]))).write_text(json.dumps(results, indent=1))
+                part_duplicates(args.workdir, results, args.kinds)
+        (args.workdir / ("results-%s-%s.json" % ("-".join(args.only or ["all"]), args.generator))).write_text(
+            json.dumps(results, indent=1))
     # The indexes are 1.6 GB each: removed once this run's parts are done (only this run's: another run
     # may be using the workdir's others).
     parts = set(args.only or ("recall", "sweep", "duplicates", "million"))

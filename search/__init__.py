@@ -9,9 +9,14 @@ The modules, one job each:
     vectors.py      an output's rows in batches (CSV, Parquet, npy, a kept shards folder) and its record
     index.py        Index: centred, L2-normalised vectors in a faiss index, the metadata beside it,
                     rows added later, search
-    kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training
+    kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training,
+                    the search parameters tried at build
+    exact.py        exact search: numpy's matrix product over the vectors faiss holds
+    rerank.py       ivfpq's full vectors on disk, and the re-ranking of candidates with them
+    recall.py       the recall measured at build against exact search
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
-    page.py         the static HTML report, its thumbnails, and the loopback server that shows it
+    page.py         the static HTML report and its thumbnails
+    server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
 only `parallel.output`'s readers and `parallel.messages`, which import neither. faiss is imported
@@ -25,7 +30,8 @@ _MODULES = {
     "vectors": ("read_output", "OutputVectors"),
     "index": ("Index", "SearchError"),
     "duplicates": ("find_pairs", "group_pairs", "nearest_scores", "histogram"),
-    "page": ("write_page", "serve"),
+    "page": ("write_page",),
+    "server": ("serve",),
 }
 _EXPORTS = {name: __name__ + "." + module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)

@@ -6,6 +6,13 @@
 
 Centring on the mean, then normalising, makes the inner product a cosine of centred vectors:
 fc7 after the ReLU is non-negative, and without centring every cosine is high (faiss #2636).
+The mean is a centre only when the collection can give one (search/centre.py): with fewer than
+CENTRE_MIN_ROWS rows, each row weighs too much in it (two rows always score -1 with each other), and
+rows all alike (near-copies of one image) have nothing left once it is taken away; such an index
+keeps the raw cosine (its centre is zero), and index.json says which (`centre`).
+
+Rows with a value that is not finite (inf, nan) are left out of the index and named in index.json
+(`left_out`): one would otherwise spoil the mean and every score.
 
 Kinds (`KINDS`: exact, hnsw, ivfpq), chosen by size unless given: see search/kinds.py.
 
@@ -26,18 +33,22 @@ from pathlib import Path
 
 import numpy as np
 
+from parallel.messages import first_line
 from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
-from search.kinds import (KINDS, TRAIN_ROWS, SearchError, choose_kind, import_faiss,  # noqa: F401 -- the API
-                          new_index, normalise)
-from search.kinds import EF_SEARCH, RERANK, RERANK_STEPS, RERANK_TARGET
+from search.kinds import (KINDS, SearchError, check_rows_for_kind, choose_kind, import_faiss,  # noqa: F401
+                          new_index, normalise, training_rows)
+from search.kinds import EF_SEARCH, RECALL_TARGET, RERANK, search_steps
+from search.centre import mean_and_sample
+from search.exact import stored_matrix, top_k
+from search.metadata import VERSION, check_faiss_index, checked_meta
 from search.recall import ExactNeighbours
 from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
 from search.vectors import read_output
 
 RECALL_QUERIES = 200       # rows whose exact neighbours are found while the index is filled
 RECALL_K = 10
-_VERSION = 1
+LEFT_OUT_NAMED = 20        # paths of left-out rows recorded in index.json (the count is always)
 _FILES = ("index.faiss", "paths.csv", "index.json")
 
 
@@ -54,6 +65,7 @@ class Index:
     def __init__(self, folder, meta, faiss_index, paths, mean):
         self.folder, self.meta, self._index, self.paths, self.mean = Path(folder), meta, faiss_index, paths, mean
         self._rows = None
+        self.left_out = {"rows": 0, "paths": []}  # of the last add (a build's are in meta["left_out"])
         self._full = None  # ivfpq: vectors.f16, float16 [rows, D] (search.rerank.FullVectors)
 
     @property
@@ -79,9 +91,10 @@ class Index:
               full_vectors=True):
         """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
 
-        Two passes over the rows, a batch at a time: the first takes their mean and a sample (to
-        train the PCA and IVF-PQ), the second adds them. Memory: the index plus one batch plus the
-        sample (TRAIN_ROWS rows) for ivfpq; the whole matrix is never held.
+        Two passes over the rows, a batch at a time: the first takes their mean and a sample (the
+        rows of the recall check, and for ivfpq the TRAIN_ROWS that train the PCA and IVF-PQ), the
+        second adds them. Memory: the index plus a few copies of one batch, plus for ivfpq its
+        sample while it is trained; the whole matrix is never held.
 
         Args:
           output: an output path (see `search.vectors.read_output`).
@@ -96,10 +109,11 @@ class Index:
             PCA's scores and order only (less disk, lower recall: docs/benchmarks.md#search).
 
         Returns:
-          Index.
+          Index; `meta["left_out"]` names the rows left out (values not finite).
 
         Raises:
-          SearchError: an unknown kind, an empty output, faiss missing. ValueError: an unreadable output.
+          SearchError: an unknown kind, fewer than 2 rows with finite values, a kind that cannot be
+            trained on so few rows, faiss missing. ValueError: an unreadable output.
         """
         faiss = import_faiss()
         source = source or read_output(output)
@@ -108,30 +122,34 @@ class Index:
         if source.count < 2:
             raise SearchError("output=%s holds %d rows: nothing to index" % (source.output, source.count))
         kind = kind or choose_kind(source.count, source.feature_size)
+        check_rows_for_kind(kind, source.count, source.output)
         started = time.monotonic()
-        mean, sample = _mean_and_sample(source, batch_rows, seed, progress)
-        queries = sample[:RECALL_QUERIES]  # the sample is in random order
-        faiss_index, parameters = new_index(faiss, kind, source.feature_size, source.count, normalise(sample, mean))
+        mean, sample, centre = mean_and_sample(source, batch_rows, seed, progress,
+                                                max(RECALL_QUERIES, training_rows(kind)))
+        check_rows_for_kind(kind, centre["rows"], source.output)
+        queries = sample[:RECALL_QUERIES].copy()  # the sample is in random order; a copy, so that it can go
+        faiss_index, parameters = new_index(faiss, kind, source.feature_size, centre["rows"],
+                                            normalise(sample, mean))
         del sample
         if not full_vectors:
             parameters.pop("full_vectors", None)
             parameters.get("search", {}).pop("rerank", None)
-        meta = {"version": _VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
+        meta = {"version": VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
                 "source": {"output": str(Path(str(source.output)).resolve()), "format": source.format,
                            "settings": source.settings, "complete": source.complete},
-                "parameters": parameters, "mean": [float(value) for value in mean]}
+                "parameters": parameters, "centre": centre, "mean": [float(value) for value in mean]}
         index = cls(folder, meta, faiss_index, [], mean)
         recall = ExactNeighbours(normalise(queries, mean), RECALL_K)
         index.folder.mkdir(parents=True, exist_ok=True)
-        index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
+        meta["left_out"] = index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
         index._map_full(index._full_path(".tmp"))
         meta["recall_at_build"] = recall.measure(index)
-        # ivfpq: the fewest candidates a neighbour that find RERANK_TARGET of the exact top k here (more rows
-        # a cluster need more: 3 found 1.0 of them at 100k fc7-like rows, 0.88 at 1M).
-        for per_neighbour in RERANK_STEPS[1:] if index.keeps_full_vectors else ():
-            if (meta["recall_at_build"]["recall"] or 0) >= RERANK_TARGET:
+        # The least work a query that finds RECALL_TARGET of the exact top k here: harder data and more rows
+        # need more (ivfpq: rerank 3 found 1.0 at 100k fc7-like rows, 0.88 at 1M).
+        for step in search_steps(kind, meta["parameters"]):
+            if (meta["recall_at_build"]["recall"] or 0) >= RECALL_TARGET:
                 break
-            index.set_search(rerank=per_neighbour)
+            index.set_search(**step)
             meta["recall_at_build"] = recall.measure(index)
         meta["build_seconds"] = round(time.monotonic() - started, 3)
         index.save()
@@ -142,7 +160,7 @@ class Index:
         the index lacks, with the mean, PCA and training of the build; saves the index.
 
         Returns:
-          int: rows added.
+          int: rows added (`left_out` then names those left out: values not finite).
 
         Raises:
           SearchError: the output's settings or feature size differ from the indexed one's.
@@ -157,7 +175,7 @@ class Index:
                               "separately" % (source.output, differences))
         before = len(self.paths)
         self._full = None  # its file grows: mapped again below
-        self._fill(source, batch_rows, set(self.paths), progress, None, self._full_path())
+        self.left_out = self._fill(source, batch_rows, set(self.paths), progress, None, self._full_path())
         added = len(self.paths) - before
         if added:
             self.meta["source"]["complete"] = source.complete
@@ -167,22 +185,34 @@ class Index:
 
     def _fill(self, source, batch_rows, skip, progress, recall, full_path):
         """Adds the rows of `source` not in `skip`; with full vectors, appends theirs to `full_path` (cut
-        first to the rows the index holds: what an add that stopped part-way left after them is not ours)."""
+        first to the rows the index holds: what an add that stopped part-way left after them is not ours).
+
+        Returns:
+          {"rows": int, "paths": the first LEFT_OUT_NAMED}: the rows left out, whose values are not finite.
+        """
         done = 0
+        left_out = {"rows": 0, "paths": []}
         keep = "full_vectors" in self.meta["parameters"]
         with appending(full_path if keep else None, len(self.paths), self.meta["feature_size"]) as full:
             for paths, vectors in source.batches(batch_rows, skip=skip):
+                done += len(paths)
+                finite = np.isfinite(vectors).all(axis=1)
+                if not finite.all():
+                    bad = np.flatnonzero(~finite)
+                    left_out["rows"] += len(bad)
+                    left_out["paths"] += [paths[row] for row in bad[:LEFT_OUT_NAMED - len(left_out["paths"])]]
+                    paths, vectors = [paths[row] for row in np.flatnonzero(finite)], vectors[finite]
                 unit = normalise(vectors, self.mean)
                 if recall is not None:
                     recall.update(unit, len(self.paths))
                 self._index.add(unit)
                 full(unit)
                 self.paths.extend(paths)
-                done += len(paths)
                 if progress:
                     progress(done, source.count, "adding")
         self.meta["rows"] = len(self.paths)
         self._rows = None
+        return left_out
 
     def _full_path(self, suffix=""):
         return self.folder / (FULL_VECTORS + suffix)
@@ -218,7 +248,8 @@ class Index:
           mmap: map index.faiss instead of reading it (exact and ivfpq kinds; less memory, slower first queries).
 
         Raises:
-          SearchError: not an index folder, or one whose files disagree (a copy interrupted part-way).
+          SearchError: not an index folder, one whose files disagree (a copy interrupted part-way), or
+            whose index.json is not what `build` writes (search/metadata.py).
         """
         faiss = import_faiss()
         folder = Path(folder)
@@ -227,21 +258,22 @@ class Index:
             raise SearchError("index=%s is not an index folder (no %s): build one with `search-features index`"
                               % (folder, ", ".join(missing)))
         try:
-            meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
-            if meta.get("version") != _VERSION:
-                raise ValueError("version %r" % meta.get("version"))
+            meta = checked_meta(json.loads((folder / "index.json").read_text(encoding="utf-8")))
             paths = read_paths_csv(folder / "paths.csv")
             flags = faiss.IO_FLAG_MMAP if mmap and meta["kind"] != "hnsw" else 0
             faiss_index = faiss.read_index(str(folder / "index.faiss"), flags)
-            mean = np.asarray(meta["mean"], dtype=np.float32)
-        except (ValueError, KeyError, RuntimeError, OSError) as error:
-            raise SearchError("index=%s is damaged (%s): build it again" % (folder, str(error).splitlines()[0]))
-        if not len(paths) == faiss_index.ntotal == meta["rows"]:
-            raise SearchError("index=%s is damaged: %d paths, %d vectors, %d rows recorded: build it again"
-                              % (folder, len(paths), faiss_index.ntotal, meta["rows"]))
-        index = cls(folder, meta, faiss_index, paths, mean)
-        index._map_full(index._full_path())
-        index._set_search_parameters()
+            check_faiss_index(faiss_index, meta)
+            if not len(paths) == faiss_index.ntotal == meta["rows"]:
+                raise ValueError("%d paths, %d vectors, %d rows recorded" % (len(paths), faiss_index.ntotal,
+                                                                            meta["rows"]))
+            index = cls(folder, meta, faiss_index, paths, np.asarray(meta["mean"], dtype=np.float32))
+            index._map_full(index._full_path())
+            index._set_search_parameters()
+        except SearchError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError, OSError) as error:
+            raise SearchError("index=%s is damaged (%s): build it again" % (folder, first_line(error)
+                                                                              or type(error).__name__)) from None
         return index
 
     def set_search(self, **parameters):
@@ -249,11 +281,11 @@ class Index:
         and finds more of the exact neighbours (docs/benchmarks.md#search measures both).
 
         Args:
-          parameters: hnsw: efSearch (default 64); ivfpq: nprobe (lists visited, default 1/32 of
-            them, at least 32), k_factor (candidates re-ranked with the PCA vectors per candidate,
-            default 8) and, when the index keeps the full vectors, rerank (candidates re-ranked with
-            them per neighbour: chosen at build, the first of 3, 5, 10, 20 that finds 0.95 of the exact
-            neighbours of the recall check).
+          parameters: hnsw: efSearch; ivfpq: nprobe (lists visited), k_factor (candidates re-ranked
+            with the PCA vectors per candidate, default 8) and, when the index keeps the full vectors,
+            rerank (candidates re-ranked with them per neighbour). The defaults are chosen at build:
+            the least work that finds RECALL_TARGET of the exact neighbours of the recall check
+            (search.kinds.search_steps).
 
         Raises:
           SearchError: a parameter this kind does not have, or not a whole number >= 1.
@@ -312,6 +344,8 @@ class Index:
         if k < 1:
             raise SearchError("k=%d; expected at least 1" % k)
         unit_vectors = np.ascontiguousarray(unit_vectors, dtype=np.float32)
+        if self.kind == "exact":  # numpy's matrix product over faiss's storage: see search/exact.py
+            return top_k(stored_matrix(self._index), unit_vectors, k)
         if self._full is None:
             scores, ids = self._index.search(unit_vectors, k)
             return ids, scores
@@ -323,7 +357,7 @@ class Index:
         """Raw vectors (as the output holds them: float32 [Q, D] or [D]) -> centred, normalised [Q, D].
 
         Raises:
-          SearchError: not D floats a row.
+          SearchError: not D floats a row, or a value that is not finite.
         """
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim == 1:
@@ -331,6 +365,11 @@ class Index:
         if vectors.ndim != 2 or vectors.shape[1] != self.meta["feature_size"]:
             raise SearchError("vectors of shape %s; the index holds %d features a row (%s)"
                               % (vectors.shape, self.meta["feature_size"], self.settings.get("layer", "?")))
+        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+        if len(bad):
+            several = len(bad) > 1
+            raise SearchError("query vector%s %s hold%s values that are not finite (inf or nan)"
+                              % ("s" if several else "", ", ".join(map(str, bad[:10])), "" if several else "s"))
         return normalise(vectors, self.mean)
 
     def search(self, vectors, k=10):
@@ -355,25 +394,3 @@ def _differences(recorded, given):
     keys = ("model", "layer", "weights", "precision", "resize", "image_size")
     return "; ".join("%s=%r, not %r" % (key, recorded.get(key), given.get(key)) for key in keys
                      if key in recorded and key in given and recorded[key] != given[key])
-
-
-def _mean_and_sample(source, batch_rows, seed, progress):
-    """First pass: the mean of all rows (float64 sums) and up to TRAIN_ROWS rows chosen at random, shuffled."""
-    rng = np.random.default_rng(seed)
-    take = min(source.count, TRAIN_ROWS)
-    chosen = np.sort(rng.choice(source.count, size=take, replace=False))
-    sums = np.zeros(source.feature_size, dtype=np.float64)
-    sample, start, done = [], 0, 0
-    for _, vectors in source.batches(batch_rows):
-        sums += vectors.sum(axis=0, dtype=np.float64)
-        stop = start + len(vectors)
-        picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)]
-        if len(picked):
-            sample.append(vectors[picked - start].copy())
-        start = done = stop
-        if progress:
-            progress(done, source.count, "reading")
-    if start == 0:
-        raise SearchError("output=%s holds no rows: nothing to index" % source.output)
-    sample = np.concatenate(sample)
-    return (sums / start).astype(np.float32), sample[rng.permutation(len(sample))]

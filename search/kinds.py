@@ -1,15 +1,21 @@
 """The faiss index of each kind: which kind for a size, its training, its parameters.
 
-    exact   IndexFlatIP: every vector compared; up to EXACT_MAX rows.
-    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64): a graph over the full vectors,
-            while they take at most half the available memory.
+    exact   IndexFlatIP's storage, every vector compared (numpy's matrix product: search/exact.py);
+            the default while its vectors take at most EXACT_MAX_BYTES: one query reads them all (16-28 ms
+            at 256 MiB, 43-55 ms at 100k rows of fc7, where hnsw took 0.5-1.2 ms: docs/benchmarks.md#search).
+    hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64 or more: `search_steps`): a graph over
+            the full vectors, while they take at most half the available memory.
     ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
-            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32),
+            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32,
+            or more: `search_steps`; at least IVFPQ_MIN_ROWS rows to train),
             its candidates re-ranked with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor
             8): about 280 bytes a row in memory. The PCA loses what the 256 axes do not hold, so the index
             folder also keeps every normalised vector in float16 on disk (vectors.f16, 2 D bytes a row,
             read a row at a time, never whole): the best RERANK x k candidates of a search are re-ranked
             with them, so the scores and the order are those of the full D dimensions.
+
+The search parameters of hnsw and ivfpq are chosen at build (search.index): the defaults, then each of
+`search_steps` in turn until the recall@10 measured at build reaches RECALL_TARGET.
 
 faiss is imported on first use; without it, a SearchError says how to install it.
 """
@@ -20,15 +26,21 @@ import os
 import numpy as np
 
 KINDS = ("exact", "hnsw", "ivfpq")
-EXACT_MAX = 200_000
+EXACT_MAX_BYTES = 256 << 20  # exact by default up to 16,384 rows of 4,096 floats: a query reads every byte
 PCA_DIMS = 256
 HNSW_M = 32
 EF_SEARCH = 64             # hnsw: recall@10 1.0 at 100k fc7-like rows, 0.05x brute force (docs/benchmarks.md#search)
 PQ_CODES = 16
 RERANK = 3                 # ivfpq: candidates re-ranked with the full vectors, per neighbour asked for
-RERANK_STEPS = (3, 5, 10, 20)  # ... or the first of these whose recall at build reaches RERANK_TARGET
-RERANK_TARGET = 0.95
+RERANK_STEPS = (3, 5, 10, 20)  # ... or the first of these whose recall at build reaches RECALL_TARGET
+EF_SEARCH_STEPS = (64, 128, 256, 512)  # hnsw: likewise
+NPROBE_DOUBLINGS = 3       # ivfpq: then nprobe x 2, x 4, x 8 (at most every list)
+# The recall@10 at build the search parameters are raised to reach: 0.95 for new queries, with a margin
+# (on the hard generator at 20k rows, a rerank that reached 0.954 at build found 0.939 of new queries').
+RECALL_TARGET = 0.97
 TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
+PQ_BITS = 8
+IVFPQ_MIN_ROWS = 2 ** PQ_BITS  # faiss's k-means of each code needs a training row per centroid
 
 
 class SearchError(ValueError):
@@ -51,13 +63,26 @@ def normalise(vectors, mean):
 
 
 def choose_kind(rows, feature_size, available_bytes=None):
-    """The kind for `rows` vectors of `feature_size` floats: exact up to EXACT_MAX, HNSW while the
-    vectors and the graph take at most half the available memory, else ivfpq."""
-    if rows <= EXACT_MAX:
+    """The kind for `rows` vectors of `feature_size` floats, by the time of one query (what the command
+    line and the page ask): exact while the vectors take at most EXACT_MAX_BYTES, HNSW while the vectors
+    and the graph take at most half the available memory, else ivfpq."""
+    if rows * feature_size * 4 <= EXACT_MAX_BYTES:
         return "exact"
     if available_bytes is None:
         available_bytes = _available_memory()
     return "hnsw" if rows * (feature_size * 4 + HNSW_M * 2 * 4 + 16) <= available_bytes // 2 else "ivfpq"
+
+
+def training_rows(kind):
+    """Rows of the output that train an index of `kind` (a sample held while it is built): 0 for exact and hnsw."""
+    return TRAIN_ROWS if kind == "ivfpq" else 0
+
+
+def check_rows_for_kind(kind, rows, output):
+    """Raises SearchError when `kind` cannot be trained on `rows` rows, naming the kinds that can."""
+    if kind == "ivfpq" and rows < IVFPQ_MIN_ROWS:
+        raise SearchError("kind=ivfpq needs at least %d rows to train its codes; output=%s holds %d: use --kind "
+                          "exact or hnsw (or leave --kind out)" % (IVFPQ_MIN_ROWS, output, rows))
 
 
 def _available_memory():
@@ -88,11 +113,14 @@ def new_index(faiss, kind, dims, rows, training):
     """An empty faiss index of `kind` for `rows` vectors of `dims`, trained on `training` (normalised
     float32 [S, dims]); and its parameters for the metadata."""
     if kind == "exact":
-        return faiss.IndexFlatIP(dims), {"faiss": "IndexFlatIP"}
+        index = faiss.IndexFlatIP(dims)
+        _reserve(index, rows)
+        return index, {"faiss": "IndexFlatIP"}
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dims, HNSW_M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = 40
         index.hnsw.efSearch = EF_SEARCH
+        _reserve(faiss.downcast_index(index.storage), rows)
         return index, {"faiss": "IndexHNSWFlat", "M": HNSW_M, "efConstruction": 40, "search": {"efSearch": EF_SEARCH}}
     pca_dims = min(PCA_DIMS, dims, len(training))
     pca, kept = _pca(faiss, training, pca_dims)
@@ -106,7 +134,10 @@ def new_index(faiss, kind, dims, rows, training):
     while pca_dims % codes:
         codes -= 1
     quantizer = faiss.IndexFlatIP(pca_dims)
-    ivf = faiss.IndexIVFPQ(quantizer, pca_dims, nlist, codes, 8, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.IndexIVFPQ(quantizer, pca_dims, nlist, codes, PQ_BITS, faiss.METRIC_INNER_PRODUCT)
+    # faiss prints a WARNING line on stderr below 39 training rows a centroid (9,984 for 8-bit codes); it
+    # trains all the same, and the recall measured at build says how well: the line would only be noise.
+    ivf.pq.cp.min_points_per_centroid = 1
     refine = faiss.IndexRefine(ivf, faiss.IndexScalarQuantizer(pca_dims, faiss.ScalarQuantizer.QT_8bit,
                                                               faiss.METRIC_INNER_PRODUCT))
     refine.train(reduced)  # trains the IVF-PQ and the scalar quantiser
@@ -118,8 +149,36 @@ def new_index(faiss, kind, dims, rows, training):
     return index, {"faiss": "LinearTransform (PCA) + NormalizationTransform + IndexIVFPQ + IndexRefine(SQ8)",
                    "pca_dims": pca_dims,
                    "pca_variance_kept": round(kept, 4), "trained_on": len(training), "nlist": nlist,
-                   "pq_codes": codes, "pq_bits": 8, "refine": "8-bit scalar of the PCA vectors",
+                   "pq_codes": codes, "pq_bits": PQ_BITS, "refine": "8-bit scalar of the PCA vectors",
                    "full_vectors": "float16", "search": {"nprobe": ivf.nprobe, "k_factor": 8, "rerank": RERANK}}
+
+
+def search_steps(kind, parameters):
+    """The search parameters an index of `kind` built with `parameters` tries after its defaults, in order
+    (each more work a query), until its recall at build reaches RECALL_TARGET: [{name: value}, ...]."""
+    search = parameters.get("search", {})
+    if kind == "hnsw":
+        return [{"efSearch": value} for value in EF_SEARCH_STEPS if value > search["efSearch"]]
+    if kind != "ivfpq":
+        return []
+    # More candidates re-ranked first (cheap: reads from the page cache), then more lists visited.
+    steps = [{"rerank": value} for value in RERANK_STEPS if value > search.get("rerank", RERANK_STEPS[-1])]
+    last, nprobe = dict(steps[-1]) if steps else {}, search["nprobe"]
+    for _ in range(NPROBE_DOUBLINGS):
+        if nprobe >= parameters["nlist"]:
+            break
+        nprobe = min(parameters["nlist"], 2 * nprobe)
+        steps.append(dict(last, nprobe=nprobe))
+    return steps
+
+
+def _reserve(flat_index, rows):
+    """Makes room for `rows` vectors in an empty IndexFlat at once. Grown by add() instead, its storage (a
+    std::vector) doubles: while it moves, the old copy and the new one are both resident, and at 100k
+    rows of 4,096 floats the build's peak was the index plus 0.66 GiB. faiss's Python has no reserve():
+    a resize up, then down, keeps the capacity (the zeros written are pages the adds write anyway)."""
+    flat_index.codes.resize(rows * flat_index.code_size)
+    flat_index.codes.resize(0)
 
 
 def _pca(faiss, training, dims, seed=0):

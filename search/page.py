@@ -1,8 +1,7 @@
 """The page: a static HTML report of queries and their neighbours, duplicate groups and the histogram,
-with thumbnails beside it; and the server that shows it on 127.0.0.1.
+with thumbnails beside it (search/server.py shows it on 127.0.0.1).
 
     write_page("page/", queries=[...], groups=[...], histogram=(counts, edges), images_root="photos/")
-    serve("page/", port=8000)        # http://127.0.0.1:8000/ until Ctrl-C
 
 The folder holds index.html (styles, script and data inline) and thumbs/ (JPEGs made with Pillow,
 named by a hash of the image's path). A thumbnail is made from whatever the engine read: a file under
@@ -17,7 +16,6 @@ of thousands of groups opens at once. Image paths are shown as text (textContent
 import concurrent.futures
 import hashlib
 import html
-import http.server
 import io
 import json
 import os
@@ -32,6 +30,7 @@ GROUPS_PER_PAGE = 50
 MEMBERS_SHOWN = 60
 THUMBS = "thumbs"
 THUMB_THREADS = 8  # thumbnails made at once: objects and tar members are fetched over the network
+GENERATOR = '<meta name="generator" content="search-features page">'  # how a page we wrote is told from others
 
 
 def _thumb_name(image_path):
@@ -187,9 +186,29 @@ showQueries(); showGroups();
 """
 
 
+def check_page_folder(folder, overwrite=False):
+    """Refuses a `folder` whose index.html this module did not write (it lacks GENERATOR), unless `overwrite`.
+
+    Raises:
+      ValueError: naming the file.
+    """
+    page = Path(folder) / "index.html"
+    if overwrite or not page.exists():
+        return
+    try:
+        with open(page, "rb") as file:
+            ours = GENERATOR.encode("utf-8") in file.read(4096)
+    except OSError:
+        ours = False
+    if not ours:
+        raise ValueError("%s exists and is not a page search-features wrote: pass --overwrite to replace it, or "
+                         "choose another --out" % page)
+
+
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
-               details="", progress=None, members=None):
-    """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced).
+               details="", progress=None, members=None, overwrite=False):
+    """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced, another
+    index.html only if `overwrite`).
 
     Args:
       folder: the report's folder (str or Path).
@@ -202,10 +221,15 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
       members: the output's members index (`<output>.members.parquet`), for keys of tar members.
       title: the page's heading. details: a line under it (what was indexed).
       progress: callable(done, total) while thumbnails are made, or None.
+      overwrite: replace an index.html in `folder` that is not a page written here.
 
     Returns:
       Path of index.html.
+
+    Raises:
+      ValueError: `folder` holds an index.html written by something else, and not `overwrite`.
     """
+    check_page_folder(folder, overwrite)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     images = {path for query in queries for path, _ in query["neighbours"]}
@@ -224,7 +248,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")
     svg = histogram_svg(*histogram, threshold=threshold) if histogram is not None else "<p>not computed</p>"
     text = "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', GENERATOR,
         '<link rel="icon" href="data:,">',
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src \'self\' file: data:; '
         'style-src \'unsafe-inline\'; script-src \'unsafe-inline\'">',
@@ -242,42 +266,3 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     page = folder / "index.html"
     replace_atomically(page, text.encode("utf-8"))
     return page
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
-        pass
-
-
-def make_server(folder, port=0):
-    """An HTTP server of `folder` on 127.0.0.1 only (loopback: nothing on the network can reach it).
-
-    Args:
-      folder: the report's folder.
-      port: the port, 0 for any free one (`server.server_address[1]` says which).
-
-    Raises:
-      ValueError: `folder` has no index.html, or the port is taken or not one this user may open.
-    """
-    folder = Path(folder)
-    if not (folder / "index.html").is_file():
-        raise ValueError("%s has no index.html: write the page first (search-features page)" % folder)
-
-    def handler(*args, **kwargs):
-        return _QuietHandler(*args, directory=str(folder), **kwargs)
-
-    try:
-        return http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
-    except OSError as error:  # in use, or below 1024 without the right
-        raise ValueError("port=%s on 127.0.0.1 cannot be opened (%s): choose another with --port (0: any free "
-                         "port)" % (port, error.strerror or error)) from None
-
-
-def serve(folder, port=8000, announce=print):
-    """Serves the report in `folder` at http://127.0.0.1:<port>/ until interrupted."""
-    with make_server(folder, port) as server:
-        announce("serving %s at http://127.0.0.1:%d/ (Ctrl-C to stop)" % (folder, server.server_address[1]))
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from parallel.output.csv_rows import decode_name, read_csv_paths, read_paths_csv
-from parallel.output.record import PATHS_SUFFIX, read_record
+from parallel.output.record import PATHS_SUFFIX, SIDECAR_SUFFIX, read_record
 
 SHARDS_SUFFIX = ".shards"
 SHARD_FEATURES = "features.parquet"  # parallel/jobs/shard_record.py: a committed shard's rows
@@ -87,12 +87,20 @@ def read_output(output):
     suffix = path.suffix.lower()
     kind = settings.get("format") or {".csv": "csv", ".parquet": "parquet", ".npy": "npy"}.get(suffix)
     if kind == "csv":
-        return _csv(path, settings, complete, record)
-    if kind == "parquet":
-        return _parquet([path], path, "parquet", settings, complete)
-    if kind == "npy":
-        return _npy(path, settings, complete)
-    raise ValueError("output=%s: not a .csv, .parquet or .npy output" % output)
+        source = _csv(path, settings, complete, record)
+    elif kind == "parquet":
+        source = _parquet([path], path, "parquet", settings, complete)
+    elif kind == "npy":
+        source = _npy(path, settings, complete)
+    else:
+        raise ValueError("output=%s: not a .csv, .parquet or .npy output" % output)
+    # The rows the record says are committed must all be there (a CSV cut at a line boundary reads
+    # as whole rows); an npy or Parquet output being written is merged only at its end.
+    committed = record.get("rows") if record and (complete or kind == "csv") else None
+    if isinstance(committed, int) and source.count < committed:
+        raise _damaged(path, "%d rows, but its record %s says %d are committed: write it again"
+                       % (source.count, path.name + SIDECAR_SUFFIX, committed))
+    return source
 
 
 def _damaged(path, why):

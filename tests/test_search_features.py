@@ -2,9 +2,13 @@
 
 import csv
 import io
+import json
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +17,7 @@ from PIL import Image
 
 import run_inference
 import search_features
-from search_data import clustered, write_npy
+from search_data import clustered, with_near_copy, write_npy
 
 ROOT = Path(__file__).resolve().parent.parent
 # The threshold documented in docs/search.md for these features (seeded random VGG16 weights, fc7):
@@ -175,6 +179,17 @@ def test_an_image_file_is_computed_with_the_settings_of_the_indexed_output(photo
     assert "pass that file with --weights" in capsys.readouterr().err
 
 
+def test_an_image_query_prints_no_tensorflow_log(photo_output, seeded_files):
+    folder, images, _ = photo_output
+    assert run("--quiet", "index", folder / "f.npy", "--index", folder / "quiet.index", "--overwrite") == 0
+    result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "neighbours",
+                             str(folder / "quiet.index"), str(images / "photo1-half.jpg"), "-k", "1", "--weights",
+                             str(seeded_files["npy"])],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0 and result.stderr == "", result.stderr  # TensorFlow's C++ log hidden
+    assert result.stdout.splitlines()[1].endswith(",photo1-half.jpg")
+
+
 def test_the_python_example_of_docs_search_runs(tmp_path):
     page = (ROOT / "docs" / "search.md").read_text()
     code = page.split("## Python API")[1].split("```python\n")[1].split("```")[0]
@@ -186,27 +201,62 @@ def test_the_python_example_of_docs_search_runs(tmp_path):
     assert lines[0] == "exact 300 1.0" and lines[1].startswith("img/00000.jpg 1.0")
 
 
-def test_serve_shows_the_page_on_loopback_until_interrupted(output, tmp_path):
-    import signal
-    import socket
-    import urllib.request
+def _serving(page, sigint):
+    """The `serve` child of `page` on a free port, started with SIGINT's disposition `sigint` (SIG_DFL, or
+    SIG_IGN as a shell's background job or a batch system starts it), whatever this process's is; its URL."""
+    def disposition():
+        signal.signal(signal.SIGINT, sigint)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    server = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port", "0"],
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=disposition)
+    announced = server.stderr.readline()  # the socket is listening once this is printed
+    assert announced.startswith("serving %s at http://127.0.0.1:" % page), announced
+    return server, announced.split(" at ")[1].split()[0]
+
+
+def _fetch(url):
+    with urllib.request.urlopen(url + "index.html", timeout=10) as response:
+        return response.status, response.read()
+
+
+@pytest.fixture
+def page(output, tmp_path):
     assert run("--quiet", "index", output) == 0
     assert run("--quiet", "page", tmp_path / "f.npy.index") == 0
-    page = tmp_path / "f.npy.index" / "page"
-    server = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port", "0"],
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    return tmp_path / "f.npy.index" / "page"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_serve_shows_the_page_on_loopback_until_stopped(page, stop):
+    server, url = _serving(page, signal.SIG_DFL)
     try:
-        announced = server.stderr.readline()
-        assert announced.startswith("serving %s at http://127.0.0.1:" % page), announced
-        url = announced.split(" at ")[1].split()[0]
-        with urllib.request.urlopen(url + "index.html", timeout=10) as response:
-            assert response.status == 200 and b"f.npy" in response.read()
-        server.send_signal(signal.SIGINT)
-        assert server.wait(timeout=30) == 0  # Ctrl-C is how it is stopped: not a failure
+        status, body = _fetch(url)
+        assert status == 200 and b"f.npy" in body
+        server.send_signal(stop)
+        assert server.wait(timeout=30) == 0  # a signal is how it is stopped: not a failure
         assert server.stderr.read() == ""  # no traceback
     finally:
         server.kill()
-    with socket.socket() as taken:  # a port in use: one line, status 2
+        server.stderr.close()
+
+
+def test_serve_started_with_sigint_ignored_keeps_it_ignored_and_stops_on_sigterm(page):
+    server, url = _serving(page, signal.SIG_IGN)
+    try:
+        server.send_signal(signal.SIGINT)  # discarded by the kernel as it is sent: the child ignores it
+        assert _fetch(url)[0] == 200
+        assert server.poll() is None
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        assert server.stderr.read() == ""
+    finally:
+        server.kill()
+        server.stderr.close()
+
+
+def test_serve_a_port_in_use_is_one_line_and_status_2(page):
+    with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
@@ -215,3 +265,95 @@ def test_serve_shows_the_page_on_loopback_until_interrupted(output, tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("search_features: error: port=%d on 127.0.0.1 cannot be opened" % port)
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+# --- the edges on the command line ------------------------------------------------------------------------
+
+def _pairs(index):
+    with open(index / "pairs.csv", newline="") as file:
+        return [(row["path_a"], row["path_b"], float(row["score"])) for row in csv.DictReader(file)]
+
+
+def test_two_images_and_six_identical_copies_are_near_copies(tmp_path, capsys):
+    write_npy(tmp_path / "two.npy", with_near_copy(2))  # an image and its near-copy (raw cosine 0.999)
+    assert run("--quiet", "index", tmp_path / "two.npy") == 0
+    assert "raw cosines: too few rows or rows all alike" in capsys.readouterr().err
+    assert run("--quiet", "duplicates", tmp_path / "two.npy.index", "--threshold", THRESHOLD) == 0
+    [(left, right, score)] = _pairs(tmp_path / "two.npy.index")
+    assert (left, right) == ("img/00000.jpg", "img/00001.jpg") and score > 0.99
+    write_npy(tmp_path / "six.npy", np.repeat(clustered(1), 6, axis=0))
+    assert run("--quiet", "index", tmp_path / "six.npy") == 0
+    assert run("--quiet", "duplicates", tmp_path / "six.npy.index", "--threshold", THRESHOLD) == 0
+    assert len(_pairs(tmp_path / "six.npy.index")) == 15
+    assert (tmp_path / "six.npy.index" / "groups.csv").read_text().count("\n1,6,img/") == 6
+    capsys.readouterr()
+    assert run("neighbours", tmp_path / "six.npy.index", "img/00002.jpg", "-k", "6") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert sorted(row["path"] for row in rows) == ["img/%05d.jpg" % row for row in range(6)]
+    assert all(float(row["score"]) == pytest.approx(1.0, abs=1e-5) for row in rows)
+
+
+def _one_line_error(capture, *texts):
+    err = capture.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("search_features: error: ") and "Traceback" not in err, err
+    for text in texts:
+        assert text in err, err
+
+
+def test_ivfpq_on_too_few_rows_is_one_line_and_status_2(tmp_path, capfd):
+    write_npy(tmp_path / "f.npy", clustered(35))
+    assert run("--quiet", "index", tmp_path / "f.npy", "--kind", "ivfpq") == 2
+    _one_line_error(capfd, "kind=ivfpq needs at least 256 rows", "holds 35", "use --kind exact or hnsw")
+    assert not (tmp_path / "f.npy.index").exists()
+    write_npy(tmp_path / "g.npy", clustered(300))  # enough, though fewer than faiss would like: no warning
+    assert run("--quiet", "index", tmp_path / "g.npy", "--kind", "ivfpq") == 0
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("indexed 300 rows"), err
+
+
+def test_a_row_that_is_not_finite_is_left_out_and_named(tmp_path, capsys):
+    vectors = with_near_copy(400)
+    vectors[5, 0] = np.inf
+    write_npy(tmp_path / "f.npy", vectors)
+    assert run("--quiet", "index", tmp_path / "f.npy") == 0
+    err = capsys.readouterr().err
+    assert "search_features: left out 1 row with values that are not finite (inf or nan): img/00005.jpg\n" in err
+    assert "indexed 399 rows" in err and "recall@10 at build 1.0" in err
+    assert run("neighbours", tmp_path / "f.npy.index", "img/00000.jpg", "-k", "2") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["path"] for row in rows] == ["img/00000.jpg", "img/00399.jpg"]
+    assert run("--quiet", "duplicates", tmp_path / "f.npy.index", "--threshold", "0.9") == 0
+    assert ("img/00000.jpg", "img/00399.jpg") in [pair[:2] for pair in _pairs(tmp_path / "f.npy.index")]
+    capsys.readouterr()
+    np.save(tmp_path / "q.npy", vectors[5])
+    assert run("neighbours", tmp_path / "f.npy.index", tmp_path / "q.npy") == 2
+    _one_line_error(capsys, "query vector 0 holds values that are not finite")
+
+
+def test_a_damaged_index_or_output_is_one_line_and_status_2(output, tmp_path, capsys):
+    assert run("--quiet", "index", output) == 0
+    (tmp_path / "f.npy.index" / "index.json").write_text(json.dumps(["not", "an", "object"]))
+    for command in (("neighbours", tmp_path / "f.npy.index", "img/00001.jpg"), ("add", tmp_path / "f.npy.index"),
+                    ("duplicates", tmp_path / "f.npy.index"), ("page", tmp_path / "f.npy.index")):
+        capsys.readouterr()
+        assert run(*command) == 2, command
+        _one_line_error(capsys, "f.npy.index is damaged (index.json holds a list, not an object): build it again")
+    with open(tmp_path / "f.csv", "w") as file:
+        file.write("path,f_0,f_1\n" + "".join("a%d.jpg,1.0,%d.5\n" % (row, row) for row in range(10)))
+    (tmp_path / "f.csv.run.json").write_text(json.dumps({"version": 1, "settings": {"format": "csv"},
+                                                         "state": "complete", "rows": 12, "bytes": 0, "parts": 0}))
+    assert run("index", tmp_path / "f.csv") == 2
+    _one_line_error(capsys, "10 rows, but its record f.csv.run.json says 12 are committed")
+
+
+def test_page_does_not_replace_an_index_html_it_did_not_write(output, tmp_path, capsys):
+    assert run("--quiet", "index", output) == 0
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<html>mine</html>")
+    capsys.readouterr()
+    assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site) == 2
+    _one_line_error(capsys, "index.html exists and is not a page search-features wrote: pass --overwrite")
+    assert (site / "index.html").read_text() == "<html>mine</html>" and sorted(site.iterdir()) == [site / "index.html"]
+    assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site, "--overwrite") == 0
+    assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site) == 0  # now its own page

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from search.index import Index, SearchError, choose_kind, normalise
-from search_data import SETTINGS, clustered, write_npy
+from search_data import SETTINGS, clustered, hard, with_near_copy, write_npy
 
 ROOT = Path(__file__).resolve().parent.parent
 def exact_ids(rows, queries, mean, k):
@@ -58,7 +58,10 @@ def test_centring_matters_for_non_negative_vectors(tmp_path):
 
 def test_the_kind_follows_the_size():
     assert choose_kind(1000, 4096) == "exact"
-    assert choose_kind(200_000, 4096) == "exact"
+    assert choose_kind(16_384, 4096) == "exact"  # 256 MiB: one query 16-28 ms on the benchmark's machine
+    assert choose_kind(16_385, 4096, available_bytes=64 << 30) == "hnsw"
+    assert choose_kind(200_000, 4096, available_bytes=64 << 30) == "hnsw"
+    assert choose_kind(65_536, 1024) == "exact"
     assert choose_kind(500_000, 4096, available_bytes=64 << 30) == "hnsw"
     assert choose_kind(500_000, 4096, available_bytes=8 << 30) == "ivfpq"
 
@@ -98,7 +101,7 @@ def test_queries_of_the_wrong_size_and_damaged_folders_are_refused(tmp_path):
     with pytest.raises(SearchError, match="not an index folder"):
         Index.load(tmp_path)
     (tmp_path / "f.index" / "paths.csv").write_text("path\nonly-one.jpg\n")
-    with pytest.raises(SearchError, match="damaged: 1 paths, 300 vectors"):
+    with pytest.raises(SearchError, match=r"damaged \(1 paths, 300 vectors, 300 rows recorded\): build it again"):
         Index.load(tmp_path / "f.index")
     with pytest.raises(SearchError, match="kind='flat'"):
         Index.build(tmp_path / "f.npy", tmp_path / "g.index", kind="flat")
@@ -206,12 +209,175 @@ def test_the_lists_visited_grow_with_the_lists():
     assert [_nprobe(nlist) for nlist in (16, 64, 1024, 4096, 16384)] == [16, 32, 32, 128, 512]
 
 
-@pytest.mark.parametrize("target, chosen", [(0.5, 3), (1.01, 20)])
-def test_ivfpq_takes_the_fewest_candidates_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, target,
-                                                                                   chosen):
+@pytest.mark.parametrize("kind, target, chosen", [("ivfpq", 0.5, {"rerank": 3}), ("ivfpq", 1.01, {"rerank": 20}),
+                                                  ("hnsw", 0.5, {"efSearch": 64}), ("hnsw", 1.01, {"efSearch": 512})])
+def test_the_search_parameters_are_the_least_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, kind,
+                                                                                     target, chosen):
     import search.index
-    monkeypatch.setattr(search.index, "RERANK_TARGET", target)  # 1.01: never reached, every step tried
-    write_npy(tmp_path / "f.npy", clustered(3000))
+    monkeypatch.setattr(search.index, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
+    write_npy(tmp_path / "f.npy", hard(3000))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
+    for search in (index.meta["parameters"]["search"], Index.load(tmp_path / "f.index").meta["parameters"]["search"]):
+        assert {name: search[name] for name in chosen} == chosen
+
+
+# --- the edges: small and uniform collections, values that are not finite, damaged folders -------------------
+
+def _collection(rows):
+    """(vectors, the row pairs that are near-copies): `rows` with a near-copy, or "6 identical" rows."""
+    if rows == "6 identical":
+        return np.repeat(clustered(1), 6, axis=0), [(left, right) for left in range(6) for right in range(left + 1, 6)]
+    return with_near_copy(rows), [(0, rows - 1)]
+
+
+@pytest.mark.parametrize("rows", [2, "6 identical", 10, 100, 10_000])
+def test_near_copies_score_high_at_every_collection_size(tmp_path, rows):
+    from search.duplicates import find_pairs
+    vectors, copies = _collection(rows)
+    write_npy(tmp_path / "f.npy", vectors)
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index")
+    centred = len(vectors) >= 10 and rows != "6 identical"
+    assert index.meta["centre"]["centred"] == centred
+    np.testing.assert_array_equal(index.mean, vectors.mean(axis=0, dtype=np.float64).astype(np.float32)
+                                  if centred else 0)
+    pairs, scores = find_pairs(index, 0.75)
+    assert set(copies) <= set(map(tuple, pairs.tolist())), (pairs, scores)
+    assert scores.min() > 0.75 and scores.max() <= 1 + 1e-5
+    # The query finds itself, and its near-copy next, with the score of the pair.
+    ids, found = index.search_ids(index.stored([0]), min(len(vectors), 10))
+    assert found[0, 0] == pytest.approx(1.0, abs=1e-5) and found[0, 1] > 0.75
+    assert 0 in ids[0, :len(copies) + 1] and copies[0][1] in ids[0, :len(copies) + 1]
+
+
+@pytest.mark.parametrize("rows", [2, 3, 5, 10, 11, 12])
+def test_the_recall_at_build_of_an_exact_index_is_one_at_any_size(tmp_path, rows):
+    write_npy(tmp_path / "f.npy", clustered(rows))
+    assert Index.build(tmp_path / "f.npy", tmp_path / "f.index").meta["recall_at_build"]["recall"] == 1.0
+
+
+def test_the_recall_at_build_counts_identical_rows_as_ties(tmp_path):
+    vectors = np.concatenate([np.repeat(clustered(3), 8, axis=0), clustered(40, seed=3)])
+    write_npy(tmp_path / "f.npy", vectors)
+    for kind in ("exact", "hnsw"):
+        index = Index.build(tmp_path / "f.npy", tmp_path / ("%s.index" % kind), kind=kind)
+        assert index.meta["recall_at_build"]["recall"] == 1.0, kind
+
+
+def test_a_kind_that_cannot_be_trained_on_so_few_rows_says_which_kinds_can(tmp_path):
+    write_npy(tmp_path / "f.npy", clustered(35))
+    with pytest.raises(SearchError, match=r"kind=ivfpq needs at least 256 rows to train its codes; output=.*f.npy "
+                                          r"holds 35: use --kind exact or hnsw"):
+        Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
+    assert not (tmp_path / "f.index").exists()
+    assert Index.build(tmp_path / "f.npy", tmp_path / "h.index", kind="hnsw").meta["recall_at_build"]["recall"] == 1
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw", "ivfpq"])
+def test_rows_that_are_not_finite_are_left_out_and_named(tmp_path, kind):
+    from search.duplicates import find_pairs
+    vectors = with_near_copy(600)
+    vectors[7, 3] = np.inf
+    vectors[300, 0] = np.nan
+    write_npy(tmp_path / "f.npy", vectors)
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
+    assert index.meta["left_out"] == {"rows": 2, "paths": ["img/00007.jpg", "img/00300.jpg"]}
+    assert len(index) == 598 and "img/00007.jpg" not in index.paths
+    finite = np.delete(vectors, [7, 300], axis=0)
+    np.testing.assert_allclose(index.mean, finite.mean(axis=0), rtol=1e-5, atol=1e-6)
+    assert index.meta["recall_at_build"]["recall"] >= 0.9
+    paths, scores = index.search(vectors[[0, 1]], k=3)
+    assert paths[0][:2] == ["img/00000.jpg", "img/00599.jpg"] and paths[1][0] == "img/00001.jpg"
+    assert np.all(np.isfinite(scores))
+    assert (0, 597) in set(map(tuple, find_pairs(index, 0.75)[0].tolist()))
+    with pytest.raises(SearchError, match=r"query vector 1 holds values that are not finite"):
+        index.search(vectors[[6, 7]])
+    assert index.add() == 0 and index.left_out["rows"] == 2  # still left out, and said again
+
+
+def test_an_output_of_rows_none_finite_is_refused(tmp_path):
+    vectors = clustered(5)
+    vectors[1:] = np.nan
+    write_npy(tmp_path / "f.npy", vectors)
+    with pytest.raises(SearchError, match="holds 1 rows with finite values: nothing to index"):
+        Index.build(tmp_path / "f.npy", tmp_path / "f.index")
+
+
+def _edit_meta(folder, edit):
+    meta = json.loads((folder / "index.json").read_text())
+    (folder / "index.json").write_text(json.dumps(edit(meta)))
+
+
+DAMAGES = {
+    "a list": lambda meta: [meta],
+    "an unknown kind": lambda meta: dict(meta, kind="flat"),
+    "another kind": lambda meta: dict(meta, kind="hnsw"),
+    "rows as text": lambda meta: dict(meta, rows=str(meta["rows"])),
+    "no mean": lambda meta: {key: value for key, value in meta.items() if key != "mean"},
+    "a short mean": lambda meta: dict(meta, mean=meta["mean"][:-1]),
+    "no source": lambda meta: {key: value for key, value in meta.items() if key != "source"},
+    "settings a list": lambda meta: dict(meta, source=dict(meta["source"], settings=[])),
+    "parameters as text": lambda meta: dict(meta, parameters="fast"),
+    "a search parameter as text": lambda meta: dict(meta, parameters={"search": {"efSearch": "64"}}),
+    "feature_size wrong": lambda meta: dict(meta, feature_size=63, mean=meta["mean"][:63]),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_hand_edited_index_json_is_damaged(tmp_path, damage):
+    write_npy(tmp_path / "f.npy", clustered(300))
+    Index.build(tmp_path / "f.npy", tmp_path / "f.index")
+    _edit_meta(tmp_path / "f.index", DAMAGES[damage])
+    with pytest.raises(SearchError, match=r"^index=.*f.index is damaged \(.+\): build it again$"):
+        Index.load(tmp_path / "f.index")
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivfpq"])
+@pytest.mark.parametrize("generator", [clustered, hard])
+def test_the_parameters_chosen_at_build_reach_the_recall_bar_on_both_generators(tmp_path, kind, generator):
+    rows = generator(4050)
+    rows, queries = rows[:4000], rows[4000:]  # new rows of the same distribution
+    write_npy(tmp_path / "f.npy", rows)
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
+    truth = exact_ids(rows, queries, index.mean, 10)
+    found = index.search_ids(index.prepare(queries), 10)[0]
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, found)])
+    assert recall >= 0.95 and index.meta["recall_at_build"]["recall"] >= 0.95, (recall, index.meta["parameters"])
+
+
+def test_a_loaded_hnsw_index_searches_with_the_ef_search_chosen_at_build(tmp_path, monkeypatch):
+    import search.index
+    monkeypatch.setattr(search.index, "RECALL_TARGET", 1.01)
+    write_npy(tmp_path / "f.npy", hard(2000))
+    Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="hnsw")
+    assert Index.load(tmp_path / "f.index")._index.hnsw.efSearch == 512
+
+
+def test_ivfpq_visits_more_lists_when_re_ranking_more_is_not_enough(tmp_path, monkeypatch):
+    import search.index
+    monkeypatch.setattr(search.index, "RECALL_TARGET", 1.01)
+    write_npy(tmp_path / "f.npy", hard(4000))
     index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
-    assert index.meta["parameters"]["search"]["rerank"] == chosen
-    assert Index.load(tmp_path / "f.index").meta["parameters"]["search"]["rerank"] == chosen
+    nlist = index.meta["parameters"]["nlist"]
+    assert index.meta["parameters"]["search"] == {"nprobe": min(nlist, 32 * 8), "k_factor": 8, "rerank": 20}
+
+
+def test_an_exact_build_holds_no_training_sample(tmp_path):
+    # 36,864 rows of 1,024 floats, made 4,096 at a time: the 32,768-row sample builds held before (and its
+    # normalised copy) would be 256 MiB of numpy arrays; a batch and its copies are a few dozen.
+    import tracemalloc
+    from search.vectors import OutputVectors
+
+    def batches(batch_rows):
+        for start in range(0, 9 * 4096, 4096):
+            block = np.random.default_rng(start).standard_normal((4096, 1024), dtype=np.float32)
+            yield ["img/%06d.jpg" % row for row in range(start, start + 4096)], block
+
+    source = OutputVectors("generated", "npy", 9 * 4096, 1024, {}, True, batches)
+    tracemalloc.start()
+    try:
+        index = Index.build(None, tmp_path / "f.index", kind="exact", source=source)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(index) == 9 * 4096 and index.meta["recall_at_build"]["recall"] == 1.0
+    assert peak < 100 << 20, peak / 2 ** 20  # numpy's arrays (faiss's storage is not traced)

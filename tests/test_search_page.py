@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from search.duplicates import histogram
-from search.page import GROUPS_PER_PAGE, make_server, make_thumbnail, write_page
+from search.page import GROUPS_PER_PAGE, THUMBS, make_thumbnail, write_page
+from search.server import make_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -178,3 +179,58 @@ def test_the_page_in_chromium(report, tmp_path, served):
     with Image.open(tmp_path / "shot.png") as shot:
         pixels = np.asarray(shot.convert("L"), dtype=np.float32)
     assert pixels.std() > 10  # not blank
+
+
+def test_a_page_is_not_written_over_an_index_html_it_did_not_write(tmp_path):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "index.html").write_text("<html>someone's own page</html>")
+    with pytest.raises(ValueError, match=r"site/index.html exists and is not a page search-features wrote: pass "
+                                         r"--overwrite"):
+        write_page(folder, groups=[])
+    assert (folder / "index.html").read_text() == "<html>someone's own page</html>"
+    assert not (folder / THUMBS).exists()
+    write_page(folder, groups=[], overwrite=True)
+    write_page(folder, groups=[], title="again")  # its own page: replaced without asking
+    assert "again" in (folder / "index.html").read_text()
+
+
+def _get(port, path, host=None):
+    """(status, body) of GET `path` from 127.0.0.1:`port`, with `host` as the Host header if given."""
+    import http.client
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.putrequest("GET", path, skip_host=host is not None)
+        if host is not None:
+            connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_the_server_serves_the_page_and_its_thumbnails_only(report, tmp_path):
+    page, _ = report
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the web")
+    thumbs = page.parent / THUMBS
+    (thumbs / "leak.jpg").symlink_to(secret)
+    (thumbs / "inside.jpg").symlink_to(sorted(thumbs.glob("*.jpg"))[0])  # a link within the page: served
+    (page.parent / "up").symlink_to(tmp_path, target_is_directory=True)
+    server = make_server(page.parent, port=0)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert _get(port, "/")[0] == 200 and _get(port, "/index.html", "localhost:%d" % port)[0] == 200
+        assert _get(port, "/thumbs/inside.jpg")[0] == 200
+        for path in ("/thumbs/leak.jpg", "/thumbs/", "/thumbs", "/up/secret.txt", "/up/", "/../secret.txt",
+                     "/thumbs/nothing.jpg"):
+            status, body = _get(port, path)
+            assert status == 404 and b"not for the web" not in body and b"leak.jpg" not in body, (path, status)
+        # DNS rebinding: a page of another site whose name now points at 127.0.0.1 sends its own name.
+        for host in ("attacker.example:%d" % port, "attacker.example", "127.0.0.1:%d" % (port + 1), ""):
+            assert _get(port, "/index.html", host)[0] == 421, host
+    finally:
+        server.shutdown()
+        server.server_close()

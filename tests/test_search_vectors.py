@@ -96,3 +96,19 @@ def test_what_is_not_an_output_is_refused_with_its_name(tmp_path):
     np.save(tmp_path / "lonely.npy", np.zeros((2, 3), np.float32))
     with pytest.raises(ValueError, match="its paths file"):
         read_output(tmp_path / "lonely.npy")
+
+
+@pytest.mark.parametrize("output_format", ["csv", "parquet"])
+def test_an_output_shorter_than_its_record_is_damaged(tmp_path, output_format):
+    output = tmp_path / ("features." + output_format)
+    plain = [(["img/%02d-%d.jpg" % (index, row) for row in range(5)], features) for index, (_, features)
+             in enumerate(BATCHES)]  # names without newlines: the CSV's lines are its rows
+    run_job(output, output_format, plain)
+    if output_format == "csv":  # cut at a line boundary: every line left is a whole row
+        output.write_bytes(b"".join(output.read_bytes().splitlines(keepends=True)[:-4]))
+    else:
+        pq.write_table(pq.read_table(output).slice(0, 31), output)
+    with pytest.raises(ValueError, match=r"features.%s cannot be read as an output \(31 rows, but its record "
+                                         r"features.%s.run.json says 35 are committed: write it again\)"
+                                         % ((output_format,) * 2)):
+        read_output(output)

@@ -1,0 +1,75 @@
+"""The first pass of a build: the centre of an output's rows, and a sample of them.
+
+    mean, sample, record = mean_and_sample(source, 4096, seed=0, progress=None, sample_rows=200)
+
+The centre is the rows' mean, unless the collection cannot give one (`choose_centre`): then it is
+zero, and the scores are raw cosines (docs/search.md, "What a score means at each size"). Rows with a
+value that is not finite take no part (the fill leaves them out).
+"""
+
+import numpy as np
+
+from search.kinds import SearchError
+
+CENTRE_MIN_ROWS = 10       # fewer rows: no centring (centred cosines average -1/(N-1): -0.11 at 10 rows)
+CENTRE_MIN_SPREAD = 0.01   # ... nor when the rows keep less than this share of their energy off the mean
+
+
+def mean_and_sample(source, batch_rows, seed, progress, sample_rows):
+    """First pass: the centre (`choose_centre`) and up to `sample_rows` rows chosen at random, shuffled;
+    rows with a value that is not finite take no part (the fill leaves them out).
+
+    Returns:
+      (centre float32 [D], sample float32 [S, D], the centre's record for index.json).
+
+    Raises:
+      SearchError: fewer than 2 rows with finite values.
+    """
+    rng = np.random.default_rng(seed)
+    take = min(source.count, sample_rows)
+    chosen = np.sort(rng.choice(source.count, size=take, replace=False))
+    sums = np.zeros(source.feature_size, dtype=np.float64)
+    squares, finite_rows = 0.0, 0
+    sample, start = [], 0
+    for _, vectors in source.batches(batch_rows):
+        finite = np.isfinite(vectors).all(axis=1)
+        kept = vectors if finite.all() else vectors[finite]
+        sums += kept.sum(axis=0, dtype=np.float64)
+        squares += float(np.einsum("ij,ij->", kept, kept, dtype=np.float64))
+        finite_rows += len(kept)
+        stop = start + len(vectors)
+        picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)] - start
+        picked = picked[finite[picked]]
+        if len(picked):
+            sample.append(vectors[picked].copy())
+        start = stop
+        if progress:
+            progress(start, source.count, "reading")
+    if finite_rows < 2:
+        raise SearchError("output=%s holds %d rows with finite values: nothing to index"
+                          % (source.output, finite_rows))
+    if not sample:  # more rows than sampled, and every one sampled was not finite
+        raise SearchError("output=%s: the %d rows sampled all hold values that are not finite: write it again"
+                          % (source.output, take))
+    sample = np.concatenate(sample)
+    mean, centre = choose_centre(sums, squares, finite_rows)
+    return mean, sample[rng.permutation(len(sample))], centre
+
+
+def choose_centre(sums, squares, rows):
+    """The centre of the vectors whose sum is `sums` (float64 [D]) and sum of squared norms `squares`.
+
+    The mean, unless the collection cannot give a centre: fewer than CENTRE_MIN_ROWS rows (each row
+    weighs 1/N in its own centre: two rows centred always score -1), or rows that keep less than
+    CENTRE_MIN_SPREAD of their energy off the mean (all alike: an image and its near-copies would be
+    left with rounding noise, or with nothing). Then the centre is zero: scores are raw cosines.
+
+    Returns:
+      (float32 [D], {"centred": bool, "rows": N, "spread": the share of the energy off the mean}).
+    """
+    mean = sums / rows
+    energy = squares / rows
+    spread = max(0.0, energy - float(mean @ mean)) / energy if energy > 0 else 0.0
+    centred = rows >= CENTRE_MIN_ROWS and spread >= CENTRE_MIN_SPREAD
+    centre = mean.astype(np.float32) if centred else np.zeros(len(sums), dtype=np.float32)
+    return centre, {"centred": bool(centred), "rows": int(rows), "spread": round(spread, 6)}

@@ -1,0 +1,111 @@
+"""The server of a page on 127.0.0.1: its files only, to its own address only, until SIGINT or SIGTERM.
+
+    serve("page/", port=8000)        # http://127.0.0.1:8000/ until Ctrl-C or SIGTERM
+    server = make_server("page/", 0) # the server, not started (tests; any free port)
+"""
+
+import http.server
+import os
+import signal
+import threading
+from pathlib import Path
+
+
+class _PageHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the files under the page's folder, and nothing else.
+
+    No folder listings; no file whose real path (symbolic links followed) is outside the folder; no
+    request whose Host is not the address served (127.0.0.1:<port>, or localhost:<port>): a web page on
+    another site that a DNS name re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as Host.
+    """
+
+    def __init__(self, *args, root, hosts, **kwargs):
+        self.root, self.hosts = root, hosts
+        super().__init__(*args, directory=str(root), **kwargs)
+
+    def send_head(self):
+        if self.headers.get("Host", "").lower() not in self.hosts:
+            self.send_error(421, "Misdirected Request", "this server answers only to %s" % sorted(self.hosts)[0])
+            return None
+        path = self.translate_path(self.path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "index.html")
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, str(self.root)]) != str(self.root) or not os.path.isfile(real):
+            self.send_error(404, "File not found")
+            return None
+        return super().send_head()
+
+    def list_directory(self, path):  # a folder without index.html (send_head refuses it first; kept shut here too)
+        self.send_error(404, "File not found")
+        return None
+
+    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+        pass
+
+
+def make_server(folder, port=0):
+    """An HTTP server of `folder` on 127.0.0.1 only (loopback: nothing on the network can reach it),
+    serving its files only (`_PageHandler`).
+
+    Args:
+      folder: the report's folder.
+      port: the port, 0 for any free one (`server.server_address[1]` says which).
+
+    Raises:
+      ValueError: `folder` has no index.html, or the port is taken or not one this user may open.
+    """
+    folder = Path(folder)
+    if not (folder / "index.html").is_file():
+        raise ValueError("%s has no index.html: write the page first (search-features page)" % folder)
+    root = Path(os.path.realpath(folder))
+    hosts = set()
+
+    def handler(*args, **kwargs):
+        return _PageHandler(*args, root=root, hosts=hosts, **kwargs)
+
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
+    except OSError as error:  # in use, or below 1024 without the right
+        raise ValueError("port=%s on 127.0.0.1 cannot be opened (%s): choose another with --port (0: any free "
+                         "port)" % (port, error.strerror or error)) from None
+    bound = server.server_address[1]
+    hosts.update({"127.0.0.1:%d" % bound, "localhost:%d" % bound})
+    if bound == 80:
+        hosts.update({"127.0.0.1", "localhost"})
+    return server
+
+
+class _Stop(BaseException):
+    """Raised by the signal handler of `serve`: out of serve_forever, the server closed. A BaseException,
+    as KeyboardInterrupt is: socketserver catches Exception around a request it accepts, and would
+    print this one and serve on."""
+
+
+def _stop(signum, frame):
+    raise _Stop(signal.Signals(signum).name)
+
+
+def serve(folder, port=8000, announce=print):
+    """Serves the report in `folder` at http://127.0.0.1:<port>/ until SIGINT (Ctrl-C) or SIGTERM.
+
+    Either stops it cleanly and returns (the engine's policy, docs/failure-behaviour.md: SIGTERM always;
+    SIGINT unless the process was started with it ignored, as a shell's background job or a batch
+    system starts it, where it stays ignored). From a thread other than the main one, where handlers
+    cannot be set, signals keep their usual effect.
+    """
+    from parallel.signals import STOP_SIGNALS, handled
+    with make_server(folder, port) as server:
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS if handled(signum)}
+        try:
+            announce("serving %s at http://127.0.0.1:%d/ (%s to stop)"
+                     % (folder, server.server_address[1], "Ctrl-C" if signal.SIGINT in previous else "kill %d"
+                        % os.getpid()))
+            server.serve_forever()
+        except (_Stop, KeyboardInterrupt):
+            pass
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
