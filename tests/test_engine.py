@@ -2,6 +2,8 @@
 
 import csv
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +215,23 @@ def test_extract_takes_tar_members_streamed_or_by_byte_range_from_an_index(tmp_p
         assert streamed == ranged == keys[::-1]  # a member not in the index fails alone, left out
         np.testing.assert_array_equal(from_stream, features[::-1])
         np.testing.assert_array_equal(from_ranges, features[::-1])
+
+
+def test_extract_from_python_prints_no_tensorflow_log(tmp_path):
+    """A notebook's or a script's call: TensorFlow's C++ log (oneDNN, cuInit) stays quiet by default."""
+    from colour_jobs import make_images
+    make_images(tmp_path / "images", 3)
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from models import vgg16\n"  # a model module first, as the docs do: it imports TensorFlow
+            "from colour_jobs import MODEL\n"
+            "from parallel import extract\n"
+            "paths, features = extract(MODEL, %r)\n"
+            "print(len(paths), features.shape)\n" % (str(Path(__file__).parent), str(tmp_path / "images")))
+    environment = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(__file__).parent.parent), env=environment)
+    assert done.returncode == 0 and done.stdout.split() == ["3", "(3,", "6)"], done.stderr
+    # What TensorFlow prints while its libraries load (oneDNN, "Could not find cuda drivers") comes before any
+    # setting is read: a library cannot hide it without taking the caller's stderr. Everything after is quiet.
+    for noise in ("cuInit", "cpu_feature_guard", "MLIR"):
+        assert noise not in done.stderr, done.stderr
