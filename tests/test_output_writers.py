@@ -245,9 +245,15 @@ repository = sys.argv[3]
 sys.path[:0] = [repository, repository + "/tests"]
 import pyarrow.parquet  # noqa: F401 -- imported before "ready", so that kills land in the job
 import outputs  # imports the writers (not TensorFlow: `parallel` imports lazily)
+from parallel.output import open_writer
 print("ready", flush=True)
+writer = open_writer(sys.argv[1], format=sys.argv[2], feature_size=64, settings=outputs.SETTINGS)
+for paths, features in [outputs.make_batch(index) for index in range(30)]:
+    sys.stdin.readline()  # the parent's "go": the batch is written now, and the child may be killed in it
+    writer.write(paths, features)
+    print("committed", flush=True)
 sys.stdin.readline()
-outputs.run_job(sys.argv[1], sys.argv[2], [outputs.make_batch(index) for index in range(30)])
+writer.close()
 print("done", flush=True)
 """
 
@@ -259,20 +265,28 @@ def spawn_kill_child(output, output_format):
 
 @pytest.mark.parametrize("output_format", FORMATS)
 def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, output_format):
+    """Ten kills, each inside a batch of the job's 30 (or its final merge) chosen at random: the child commits a
+    batch only when told to, so every kill lands where it was meant to, however loaded the machine."""
     batches = [make_batch(index) for index in range(30)]
     reference = tmp_path / ("reference." + output_format)
     started = time.perf_counter()
     run_job(reference, output_format, batches)
-    job_seconds = time.perf_counter() - started
-    delays = np.random.default_rng(12345).uniform(0, 1.3 * job_seconds, 10)
-    outputs = [tmp_path / ("kill%02d" % index) / ("out." + output_format) for index in range(len(delays))]
+    batch_seconds = (time.perf_counter() - started) / (len(batches) + 1)
+    rng = np.random.default_rng(12345)
+    kill_points = rng.choice(len(batches) + 1, 10, replace=False)  # in batch k, or in the merge (k = 30)
+    delays = rng.uniform(0, 1.5 * batch_seconds, len(kill_points))  # into it, or just after it
+    outputs = [tmp_path / ("kill%02d" % index) / ("out." + output_format) for index in range(len(kill_points))]
     interrupted = 0
     child = spawn_kill_child(outputs[0], output_format)
-    for index, delay in enumerate(delays):
+    for index, (kill_point, delay) in enumerate(zip(kill_points, delays)):
         # The next child starts (imports) while this one is killed and its output recovered.
-        next_child = spawn_kill_child(outputs[index + 1], output_format) if index + 1 < len(delays) else None
+        next_child = spawn_kill_child(outputs[index + 1], output_format) if index + 1 < len(kill_points) else None
         assert child.stdout.readline() == "ready\n"
-        child.stdin.write("go\n")
+        for _ in range(kill_point):
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "committed\n"
+        child.stdin.write("go\n")  # batch kill_point (or the merge) starts: it is killed in it, or just after
         child.stdin.flush()
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
@@ -285,9 +299,9 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
         run_job(outputs[index], output_format, batches)
         assert_same_content(outputs[index], output_format, batches)
         if output_format == "csv":
-            assert outputs[index].read_bytes() == reference.read_bytes(), "killed after %.3f s" % delay
+            assert outputs[index].read_bytes() == reference.read_bytes(), "killed in batch %d" % kill_point
         child = next_child
-    assert interrupted >= 3, "only %d of %d kills landed before the job ended" % (interrupted, len(delays))
+    assert interrupted >= 9, "only %d of %d kills landed before the job ended" % (interrupted, len(kill_points))
 
 
 # -- finished outputs ----------------------------------------------------------------------
