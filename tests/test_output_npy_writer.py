@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from outputs import SETTINGS, make_batch
+from outputs import SETTINGS, assert_same_content, make_batch
 
 from parallel.output import OutputError, npy_writer, open_writer
 
@@ -38,12 +38,29 @@ def test_npy_output_and_parts_have_the_bytes_of_open_memmap_and_numpy_save(tmp_p
     assert sum(copied) == features.nbytes and all(size <= 1000 for size in copied)
 
 
-def test_a_damaged_npy_part_is_refused_when_merging(tmp_path):
+def test_a_damaged_npy_part_is_set_aside_and_its_rows_computed_again(tmp_path):
     output = tmp_path / "out.npy"
     writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
     writer.write(*make_batch(0))
     writer.write(*make_batch(1))
     writer.abort()
+    part = tmp_path / "out.npy.parts" / "part-000001.npy"
+    part.write_bytes(part.read_bytes()[:-4])
+    writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
+    assert writer.completed == frozenset(make_batch(0)[0])  # part 1 did not check out: its rows are to compute
+    writer.write(*make_batch(1))
+    writer.close()
+    assert_same_content(output, "npy", [make_batch(0), make_batch(1)])
+
+
+def test_a_damaged_npy_part_of_an_earlier_version_is_refused_when_merging(tmp_path):
+    """A part written before parts carried their SHA-256 is still checked by its shape."""
+    output = tmp_path / "out.npy"
+    writer = open_writer(output, format="npy", feature_size=64, settings=SETTINGS)
+    writer.write(*make_batch(0))
+    writer.write(*make_batch(1))
+    writer.abort()
+    (tmp_path / "out.npy.parts" / "part-000001.sha256").unlink()
     part = tmp_path / "out.npy.parts" / "part-000001.npy"
     part.write_bytes(part.read_bytes()[:-4])
     with pytest.raises(OutputError, match="part-000001.npy is damaged: pass --overwrite"):

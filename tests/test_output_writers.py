@@ -189,6 +189,33 @@ def test_parquet_row_groups_do_not_depend_on_the_batches_the_rows_came_in(tmp_pa
     assert all(data == files[0] for data in files)
 
 
+@pytest.mark.parametrize("output_format", ["parquet", "npy"])
+@pytest.mark.parametrize("when", ["resumed", "merged"])
+def test_a_committed_part_changed_on_disk_is_never_merged_and_its_rows_are_computed_again(tmp_path, output_format,
+                                                                                          when, caplog):
+    """One bit flipped in a committed part: found by the SHA-256 written with it, when a run resumes the output,
+    or just before the merge; that part and the later ones are set aside and their rows computed again."""
+    batches = [make_batch(index) for index in range(6)]
+    output = tmp_path / ("out." + output_format)
+    writer = open_writer(output, format=output_format, feature_size=64, settings=SETTINGS)
+    for paths, features in batches[:4 if when == "resumed" else 6]:
+        writer.write(paths, features)
+    part = next(output.parent.glob("*.parts")) / ("part-000002." + output_format)
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    part.write_bytes(bytes(data))
+    if when == "merged":
+        with pytest.raises(OutputError, match="part-000002.%s is not the file committed .*rerun" % output_format):
+            writer.close()
+    else:
+        writer.abort()  # as a kill leaves it
+    with caplog.at_level("WARNING", logger="parallel"):
+        run_job(output, output_format, batches)
+    assert_same_content(output, output_format, batches)
+    if when == "resumed":
+        assert "part-000002.%s is not the file committed" % output_format in caplog.text
+
+
 def test_partial_line_left_by_a_kill_is_dropped(tmp_path):
     batches = [make_batch(index) for index in range(4)]
     reference, output = tmp_path / "reference.csv", tmp_path / "out.csv"

@@ -28,6 +28,7 @@ import re
 
 from parallel.inputs.tars import MEMBERS_FILE, index_keys
 from parallel.messages import first_line
+from parallel.output.durable import file_digest
 
 SHARD_FEATURES = "features.parquet"
 SHARD_ERRORS = "_errors.csv"  # "_": readers of the Parquet folder skip it
@@ -54,15 +55,6 @@ def write_record(folder, identity, index, images_digest, rows, failed, parts=())
     record = {"job": identity, "shard": index, "images": images_digest, "rows": rows, "failed": failed,
               "files": {name: dict(zip(("size", "sha256"), file_digest(folder / name))) for name in parts}}
     (folder / SHARD_RECORD).write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def file_digest(path):
-    """(size in bytes, SHA-256 hex) of the local file `path`."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return os.path.getsize(path), digest.hexdigest()
 
 
 def files_problem(folder, verify=False):

@@ -121,6 +121,17 @@ class temporary_then_rename:
             pass  # the error that brought us here matters more
 
 
+def file_digest(path):
+    """(size in bytes, SHA-256 hex) of the local file `path`: what a commit records of a file, and checks
+    before the file is trusted again."""
+    import hashlib
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return os.path.getsize(path), digest.hexdigest()
+
+
 def remove(path):
     """Removes the file `path`; a missing file is not an error."""
     try:

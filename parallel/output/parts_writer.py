@@ -20,12 +20,14 @@ import shutil
 import numpy as np
 
 from parallel.output.base import FeatureWriter
-from parallel.output.durable import OutputError, TEMPORARY_SUFFIX, beside, fsync, remove, temporary_then_rename
+from parallel.output.durable import (OutputError, TEMPORARY_SUFFIX, beside, file_digest, fsync, remove,
+                                     temporary_then_rename)
 from parallel.output.record import PARTS_SUFFIX
 
 # Parquet row groups, and chunks of the merge in path order, of about this many bytes of features.
 _ROW_GROUP_BYTES = 64 << 20
-_PART_PATTERN = re.compile(r"part-(\d{6})\.(parquet|npy|paths\.csv)(\.tmp)?")
+_PART_PATTERN = re.compile(r"part-(\d{6})\.(parquet|npy|paths\.csv|sha256)(\.tmp)?")
+_DIGESTS = "sha256"  # part-000007.sha256: "<size> <SHA-256> <file>" of each file of part 7, written before its commit
 
 
 class PartsWriter(FeatureWriter):
@@ -84,8 +86,57 @@ class PartsWriter(FeatureWriter):
             for path in self._part_files(index):
                 if not path.exists():
                     raise OutputError("%s is missing: pass --overwrite to start afresh" % path)
+            problem = self._part_problem(index)
+            if problem:  # this part and those after it are set aside: their rows are computed again
+                self._drop_parts_from(index, len(paths), problem)
+                break
             paths.extend(self._read_part_paths(index))
         return paths
+
+    def _write_digests(self, index):
+        """part-<index>.sha256: the size and SHA-256 of each file of the part, durably (before its commit)."""
+        lines = ["%d %s %s\n" % (file_digest(path) + (path.name,)) for path in self._part_files(index)]
+        with temporary_then_rename(self._part(index, _DIGESTS)) as temporary:  # synced, then renamed
+            temporary.write_text("".join(lines), encoding="ascii")
+
+    def _part_problem(self, index):
+        """What differs between part `index`'s files and the digests written with it; None if nothing (a part
+        of an earlier version has no digests: nothing to compare)."""
+        digests = self._part(index, _DIGESTS)
+        if not digests.exists():
+            return None
+        try:
+            for line in digests.read_text(encoding="ascii").splitlines():
+                size, digest, name = line.split(" ", 2)
+                if file_digest(self._parts / name) != (int(size), digest):
+                    return "%s is not the file committed (its size or SHA-256 changed)" % (self._parts / name)
+        except (OSError, ValueError) as error:
+            return "%s cannot be checked (%s)" % (digests, error)
+        return None
+
+    def _drop_parts_from(self, index, rows, problem):
+        """Sets aside part `index` and every later one (`rows`: those of the parts before it), with a warning:
+        the rows they held are computed again, and the output is exact."""
+        import logging
+        dropped = self._record["parts"] - index
+        for later in range(index, self._record["parts"]):
+            for path in self._part_files(later) + [self._part(later, _DIGESTS)]:
+                remove(path)
+        fsync(self._parts)
+        self._commit(rows=rows, parts=index)
+        logging.getLogger("parallel").warning("%s; it and the %d part(s) after it are set aside, their rows computed "
+                                              "again", problem, dropped - 1)
+
+    def _check_parts(self, part_count):
+        """Before the merge: every part is the one committed (OutputError naming the first that is not; it and
+        the later parts are set aside, so that a rerun computes their rows again)."""
+        rows = 0
+        for index in range(part_count):
+            problem = self._part_problem(index)
+            if problem:
+                self._drop_parts_from(index, rows, problem)
+                raise OutputError("%s: nothing was merged; rerun the same command to compute its rows again" % problem)
+            rows += len(self._read_part_paths(index))
 
     def _reopen(self):
         """The finished output becomes part 0 (hard links, so a kill leaves it intact)."""
@@ -97,6 +148,7 @@ class PartsWriter(FeatureWriter):
             except OSError:
                 shutil.copyfile(final, part)
                 fsync(part)
+        self._write_digests(0)
         fsync(self._parts)
         self._commit(state="writing", parts=1)
         for final in self._finals:
@@ -107,11 +159,13 @@ class PartsWriter(FeatureWriter):
         for part in self._part_files(index):
             remove(part)  # a leftover of a failed write
         self._write_part(index, paths, features)
+        self._write_digests(index)
         fsync(self._parts)
         self._commit(rows=self._record["rows"] + len(paths), parts=index + 1)
 
     def _finish(self, runs):
         part_count = self._record["parts"]
+        self._check_parts(part_count)  # a part changed on disk since its commit is never merged
         try:
             if len(runs) > 1:  # rows of a rerun sort before earlier ones: merged back into path order
                 self._merge_sorted(runs, part_count)
