@@ -17,7 +17,8 @@ Files, for an output O:
     O                         written from the shards, in order, once all are committed (under O.lock)
 
 Commit protocol: a shard's attempt is finished in its own folder, then renamed to
-O.shards/shard-NNNNNN in one step. A committed shard is never computed again. A process killed
+O.shards/shard-NNNNNN in one step. A committed shard is computed again only for its failed images (a
+retry, committed anew in its place: ShardWorker.retry) or when it no longer checks out. A process killed
 during an attempt leaves only its attempt folder, which no one reads: the shard is redone. Two
 processes given the same shard (a retried task, two ranks with the same number) both compute it;
 the first rename wins and the other attempt is discarded: one correct part, never two. Shard i
