@@ -290,3 +290,11 @@ def test_a_committed_local_shard_changed_on_disk_is_recomputed_and_the_output_is
         assert last.pending_shards == (0,)
         rank(0)
     assert job_outputs(output) == single_outputs["csv"]
+
+
+def test_a_usage_error_of_a_tar_job_creates_no_output_folder(tmp_path):
+    """No tar of the job exists (a mistyped name): one line, and the output's new folder is never made."""
+    output = tmp_path / "new" / "folder" / "out.csv"
+    with pytest.raises(ValueError, match="nosuch"):
+        jobs.run(tar_config([tmp_path / "nosuch.tar"], output))
+    assert list(tmp_path.iterdir()) == []

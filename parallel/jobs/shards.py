@@ -113,13 +113,18 @@ class ShardedJob:
             its lock for `wait_seconds`.
         """
         from parallel.inputs.manifest import DEFAULT_SHARD_SIZE
+        scanned = None
+        if not self.output.parent.exists():  # a new folder: what is wrong with the images is said before it exists
+            scanned = scan()
+            if not len(scanned):
+                raise ValueError("the job has no images")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         try:
             with self._manifest_errors(), \
                     locks.exclusive(self.manifest.with_name(self.manifest.name + LOCK_SUFFIX), wait_seconds):
                 recorded = read_job(self.manifest)
                 if recorded is None:
-                    current = scan()
+                    current = scanned if scanned is not None else scan()
                     if not len(current):
                         raise ValueError("the job has no images")
                     if callable(default_shard_size):
