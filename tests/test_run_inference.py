@@ -512,7 +512,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
     output = tmp_path / "features.csv"
     rng = random.Random(4)
     kills = 0
-    while kills < 4:
+    while kills < 3:
         child = start(images, output, weights_file, "--quiet")
         before = max(rows_in(output), 0)
         if before >= len(names) - 2:
