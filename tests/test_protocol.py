@@ -298,3 +298,66 @@ def test_a_usage_error_of_a_tar_job_creates_no_output_folder(tmp_path):
     with pytest.raises(ValueError, match="nosuch"):
         jobs.run(tar_config([tmp_path / "nosuch.tar"], output))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+@pytest.mark.parametrize("failing", ["GET", "GET and HEAD"])
+def test_an_object_that_answered_503_is_retried_when_the_store_is_fixed(job_images, http_server, s3, tmp_path,
+                                                                        monkeypatch, where, failing):
+    """Images over HTTP, one answering 503 on every try of the first run. Its GET only: the rerun computes it
+    alone (its shard committed anew with its row, the finished output reopened and written afresh). Its HEAD
+    too (the job recorded no version of it): the rerun records the one it has now, and computes its shard
+    again whole. Either way, the bytes of a clean run."""
+    from parallel.inputs import remote
+    monkeypatch.setattr(remote, "BACKOFF_SECONDS", 0.01)
+    names = sorted(path.relative_to(job_images).as_posix() for path in job_images.rglob("*.png"))[:12]
+    for name in names:
+        (http_server.root / name).parent.mkdir(exist_ok=True)
+        (http_server.root / name).write_bytes((job_images / name).read_bytes())
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join("%s/%s\n" % (http_server.url, name) for name in names))
+    output = s3.url("out.csv") if where == "store" else tmp_path / "out.csv"
+    distribution = None if where == "store" else jobs.Distribution(kind="static", rank=0, world_size=1,
+                                                                   shard_size=6)
+
+    def run(target):
+        config = job_child.config(tmp_path, target, "csv", distribution, images_from=listing, devices="cpu:0,cpu:1",
+                                  per_device_batch=3, batch_dependent=True)
+        return jobs.run(config)
+
+    run(tmp_path / "clean.csv" if where == "store" else tmp_path / "clean-sharded.csv")  # nothing fails
+    clean = (tmp_path / ("clean.csv" if where == "store" else "clean-sharded.csv")).read_bytes()
+    broken = "%s/%s" % (http_server.url, names[4])
+    if failing == "GET":
+        real = remote.decode_url_row
+        monkeypatch.setattr(remote, "decode_url_row", lambda url, *args, **options: (
+            ("unreachable", "503 Slow Down, every try") if url == broken else real(url, *args, **options)))
+    else:
+        http_server.failures["/" + names[4]] = 1000
+    first = run(output)
+    assert (first.written, first.failed) == (11, 1)
+    http_server.failures.clear()  # the store is fixed
+    if failing == "GET":
+        monkeypatch.setattr(remote, "decode_url_row", real)
+    rerun = run(output)
+    assert (rerun.failed, rerun.written + rerun.already_done) == (0, 12)
+    if failing == "GET":
+        assert (rerun.written, rerun.already_done) == (1, 11)  # the failed image alone
+    written = s3.filesystem.cat_file(output[len("s3://"):]) if where == "store" else output.read_bytes()
+    assert written == clean
+
+
+def test_a_tar_missing_at_the_first_run_and_created_later_is_computed(job_images, tars, tmp_path):
+    """A pattern names a tar that is not there yet (a failure of the tar); once it exists, the rerun reads it."""
+    pattern = str(tmp_path / "shards" / "{000000..000004}.tar")
+    output = tmp_path / "out.csv"
+    last = tars[4].read_bytes()
+    tars[4].unlink()
+    first = jobs.run(tar_config([pattern], output))
+    assert (first.written, first.failed) == (19, 2)  # 4 tars of 5 images (a/bad.png among them), the missing tar
+    tars[4].write_bytes(last)
+    rerun = jobs.run(tar_config([pattern], output))
+    assert (rerun.failed, rerun.written + rerun.already_done) == (1, 23)  # its 4 members, a/bad.png among them
+    reference = tmp_path / "reference.csv"
+    jobs.run(tar_config(tars, reference))
+    assert output.read_bytes() == reference.read_bytes()
