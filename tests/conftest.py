@@ -6,10 +6,26 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np
-import pytest
-import tensorflow as tf
-from faults import make_node, small_disk  # noqa: F401 -- fixtures for every test file (fault injection)
+
+def _import_tensorflow_quietly():
+    """TensorFlow, imported with descriptor 2 on /dev/null: the lines its libraries print while they load
+    (before any setting is read) would otherwise come through each test worker around the suite's report."""
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    return tensorflow
+
+
+tf = _import_tensorflow_quietly()
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from faults import make_node, small_disk  # noqa: F401,E402 -- fixtures for every test file (fault injection)
 from stores import http_server, s3_store  # noqa: F401 -- stores on loopback, one S3 server for the whole session
 
 tf1 = tf.compat.v1

@@ -313,7 +313,7 @@ def test_the_signal_tests_pass_when_the_suite_is_started_with_sigint_ignored():
         "test_the_cli_block_restores_handlers_and_the_wakeup_fd",
         "test_the_warning_starts_on_a_new_line_after_a_terminal_s_echoed_c")]
     with sigint_ignored():
-        suite = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selected],
+        suite = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *selected],
                                  cwd=REPOSITORY, env=dict(os.environ, PYTHONPATH=str(REPOSITORY)),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ignored = next(line for line in Path("/proc/%d/status" % suite.pid).read_text().splitlines()
