@@ -3,7 +3,7 @@
     unshare -n sh -c 'ip link set lo up && python tests/ray_child.py IMAGES FOLDER FORMAT:GPUS[:FAULT] ...'
 
 Runs only inside a network namespace that has nothing but loopback (Ray binds the machine's
-own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each
+own address even when told 127.0.0.1). The cluster has 2 nodes of 2 CPUs and 2 logical GPUs each
 (`ray start --num-gpus` on machines without a GPU: a worker given them is refused), started without
 TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it. Each job writes
 FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images (2 for interrupt), with GPUS GPUs
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import job_child
 
-CLUSTER = {"num_cpus": 1, "num_gpus": 2}  # a worker a node: each job starts 2 (their imports dominate the time)
+CLUSTER = {"num_cpus": 2, "num_gpus": 2}
 COUNTS = ("discovered", "written", "failed", "already_done", "skipped", "interrupted", "pending_shards")
 
 
@@ -162,7 +162,7 @@ def run_job(images, folder, job, address):
         from stores import write_tars
         write_tars(images, folder / "tars", 8)
         images = str(folder / "tars" / "*.tar")
-    # Interrupt: shards of 2, more than the 2 workers take at once, so that Ctrl-C after the first leaves some.
+    # Interrupt: shards of 2, more than the 4 workers take at once, so that Ctrl-C after the first leaves some.
     distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, wait_seconds=30, ray_address=address,
                                        shard_size={"tars": 1, "interrupt": 2}.get(fault, 5))
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
