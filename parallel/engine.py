@@ -90,15 +90,9 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
     Raises:
       RunError: the loop stopped part-way (disk full, a device error, strict and a bad image).
     """
-    root = getattr(config, "image_root", config.images)
-    remote = is_url(root) or any(map(is_url, paths))
     with run_errors(), contextlib.ExitStack() as stages:
         errors = stages.enter_context(ErrorLog(writer.output))
-        reader = stages.enter_context(ImageReader(
-            root, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-            workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches,
-            chunks=step_lengths(positions, config.host_batch),
-            steps=None if total is None else step_layout(positions, config.host_batch, total), versions=versions))
+        reader = stages.enter_context(_job_reader(config, paths, positions, total, versions))
         sink = stages.enter_context(WriterThread(writer))
         return run_loop(reader, runner, sink, errors, images=len(paths), strict=config.strict, stop=stop,
                         progress=progress)
@@ -149,16 +143,22 @@ def extract_rows(config, runner, keys, positions, total, decode=None, versions=N
       read now, and those that still fail.
     """
     sink, failures = _Collected(), _Failures()
-    root = getattr(config, "image_root", config.images) or os.getcwd()
-    with run_errors(), ImageReader(root, keys, config.host_batch, size=tuple(config.model.image_size),
-                                   resize=config.resize, workers=_workers(config.workers, any(map(is_url, keys))),
-                                   prefetch_batches=config.prefetch_batches, decode=decode or decode_row,
-                                   chunks=step_lengths(positions, config.host_batch),
-                                   steps=step_layout(positions, config.host_batch, total),
-                                   versions=versions) as reader:
+    with run_errors(), _job_reader(config, keys, positions, total, versions, decode or decode_row) as reader:
         run_loop(reader, runner, sink, failures, images=len(keys))
     features = np.concatenate(sink.features) if sink.features else np.zeros((0, runner.feature_size), np.float32)
     return sink.paths, features, failures.rows
+
+
+def _job_reader(config, paths, positions, total, versions, decode=decode_row):
+    """The ImageReader of `paths` of a job at their `positions` (`extract_into`, `extract_rows`): its steps
+    those of an uninterrupted run of `total` images (None: only the images given), reads pinned to `versions`."""
+    root = getattr(config, "image_root", config.images) or os.getcwd()  # tars: member keys, no root
+    return ImageReader(root, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
+                       workers=_workers(config.workers, is_url(root) or any(map(is_url, paths))),
+                       prefetch_batches=config.prefetch_batches, decode=decode,
+                       chunks=step_lengths(positions, config.host_batch),
+                       steps=None if total is None else step_layout(positions, config.host_batch, total),
+                       versions=versions)
 
 
 def _workers(workers, remote):

@@ -61,7 +61,6 @@ class ShardWorker:
             raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
                              "differ in float rounding" % (config.output, change))
         self.settings = config.settings
-        self.replaced = set()  # shards whose failed images were retried and that were committed anew
 
     def process(self, index, stop=None, progress=None):
         """Computes shard `index` and commits it, unless it is committed already.
@@ -74,7 +73,7 @@ class ShardWorker:
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
             if self.job.failed_count(index):  # every run retries failed images, in every mode
-                return self.retry(index, stop=stop, progress=progress)
+                return self.retry(index, images, stop=stop, progress=progress)
             return committed_summary(self.job, index, images)
         with self.job.attempt(index) as attempt:
             with run_errors():
@@ -132,7 +131,7 @@ class ShardWorker:
             write_index(attempt / MEMBERS_FILE, entries)
         return entries, summary
 
-    def retry(self, index, stop=None, progress=None):
+    def retry(self, index, images, stop=None, progress=None):
         """Computes again the failed images of committed shard `index`; commits the shard anew if any now reads.
 
         Each is computed at its place in its step, the step computed whole (`extract_rows`), so the
@@ -140,6 +139,11 @@ class ShardWorker:
         read again whole (its members, unknown until then, are the shard's images). The committed
         shard is replaced by one attempt holding its rows and the new ones, in order; a finished
         output is reopened first, and written afresh from the shards by `finish`.
+
+        Args:
+          index: a committed shard with failed images.
+          images: its Manifest (a tar shard's: its tars).
+          stop, progress: as for `process`.
 
         Returns:
           Summary of the shard: already_done its rows kept, written the rows new, failed the
@@ -151,13 +155,12 @@ class ShardWorker:
         if self.job.tars and any(not is_member(path) for path, _, _ in failures):
             self.job.reopen()
             self.job.set_aside(index, "a tar of it could not be read: it is read again whole")
-            self.replaced.add(index)
             return self.process(index, stop=stop, progress=progress)
         failed = {path for path, _, _ in failures}
         positions = [position for position, key in enumerate(keys) if key in failed]
         first, total = (0, len(keys)) if self.job.tars else (index * self.job.shard_size, self.job.images)
         decode = member_decoder(keys, folder / MEMBERS_FILE) if self.job.tars else None
-        etags = None if self.job.tars else self.job.shard_images(index).etags
+        etags = None if self.job.tars else images.etags
         paths, features, still = extract_rows(self.config, self.runner, [keys[i] for i in positions],
                                               [first + i for i in positions], total, decode=decode,
                                               versions=etags and [etags[i] for i in positions])
@@ -179,7 +182,6 @@ class ShardWorker:
                 if self.job.tars:
                     shutil.copyfile(folder / MEMBERS_FILE, attempt / MEMBERS_FILE)
                 self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES), replacing=True)
-        self.replaced.add(index)
         log.info("shard %d: %d of its %d failed images computed now", index, len(paths), len(failures))
         return summary
 
@@ -222,10 +224,13 @@ def finish(config, job, summary, worker=None):
     """
     missing = job.missing()
     if not missing:
+        def assemble():
+            return job.assemble(config.output_format, config.model.output_name, config.settings,
+                                keep_shards=config.distribution.keep_shards)
+
         with run_errors():
             try:
-                written = job.assemble(config.output_format, config.model.output_name, config.settings,
-                                       keep_shards=config.distribution.keep_shards)
+                written = assemble()
             except RunError as error:
                 if worker is None or not getattr(error, "rejected_shards", ()):
                     raise
@@ -233,8 +238,7 @@ def finish(config, job, summary, worker=None):
                             _which_shards(list(error.rejected_shards)))
                 for index in error.rejected_shards:
                     worker.process(index)
-                written = job.assemble(config.output_format, config.model.output_name, config.settings,
-                                       keep_shards=config.distribution.keep_shards)
+                written = assemble()
         log.info("%s committed: %s %s", "the only shard is" if job.shard_count == 1
                  else "all %d shards are" % job.shard_count, config.output,
                  "is written" if written else "is being written by another process")
