@@ -1,10 +1,10 @@
-"""The command line: VGG16 features of every image in a folder, written to a CSV, Parquet or npy file.
+"""The command line: a model's features (VGG16 fc7 by default) of every image in a folder, written to a CSV, Parquet or npy file.
 
     python run_inference.py --gpus 0,1,2,3 --images photos/            # -> results/features.csv
     python run_inference.py --help                                     # the flags, examples, exit statuses
 
 This file only turns the flags into the settings of one run and starts it; the work is done
-in `parallel/` (the engine) and `models/vgg16.py`. Mistakes in the flags are reported before
+in `parallel/` (the engine) and `models/` (`models/vgg16.py` and the others of `models/registry.py`). Mistakes in the flags are reported before
 those are imported, since importing TensorFlow takes seconds.
 """
 
@@ -17,7 +17,8 @@ from pathlib import Path
 
 # The choices and exit statuses, from the modules that own them; none of these imports TensorFlow,
 # which takes seconds: a mistyped flag is reported at once.
-from models.vgg16_layers import ENDPOINTS, PRECISION_NAMES
+from models import registry
+from models.registry import PRECISION_NAMES
 from parallel.inputs.decode import RESIZE_MODES
 from parallel.loop import EXIT_FAILED, EXIT_USAGE
 from parallel.messages import first_line, one_line
@@ -126,13 +127,18 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=at_least_one, metavar="N",
                         help="images per device per step (default: 12 on CPU devices, 64 on GPUs; a device "
                              "that runs out of memory halves it and retries)")
-    parser.add_argument("--layer", default="fc7", choices=ENDPOINTS,
-                        help="the layer whose output is written (default: %(default)s). fc7 is before the ReLU "
-                             "and can be negative; relu7 is after it (Keras's 'fc2', Caffe's 'fc7')")
+    parser.add_argument("--model", default=registry.DEFAULT_MODEL, choices=registry.NAMES,
+                        help="the network whose features are written (default: %(default)s); docs/models.md "
+                             "describes each: " + "; ".join("%s: %s" % (entry.name, entry.summary)
+                                                            for entry in registry.ENTRIES))
+    parser.add_argument("--layer", metavar="NAME",
+                        help="the layer whose output is written (default: the model's; VGG16's is fc7). "
+                             "VGG16's: %s. fc7 is before the ReLU and can be negative; relu7 is after it "
+                             "(Keras's 'fc2', Caffe's 'fc7')" % ", ".join(registry.layers("vgg16")))
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
                         help="'imagenet' (default: Keras's ImageNet weights, downloaded once into ~/.keras/models), "
-                             "or the path of a tensorflow-vgg vgg16.npy or a Keras "
-                             "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
+                             "or the path of a weights file: for vgg16 a tensorflow-vgg vgg16.npy or a Keras "
+                             "vgg16_weights_tf_dim_ordering_tf_kernels.h5 (docs/models.md lists each model's)")
     parser.add_argument("--resize", default="crop", choices=RESIZE_MODES,
                         help="crop (default): the centre square, resized to 224x224; "
                              "stretch: the whole image, resized to 224x224")
@@ -178,6 +184,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.images is None and args.images_from is None:
         parser.error("--images or --images-from is required")
+    try:
+        args.layer = registry.check_layer(args.model, args.layer)
+    except ValueError:
+        parser.error("--layer %s is not a layer of --model %s; its layers: %s"
+                     % (args.layer, args.model, ", ".join(registry.layers(args.model))))
     if args.distributed is None:
         given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
                                           ("--shard-size", args.shard_size), ("--ray-address", args.ray_address),
@@ -285,12 +296,11 @@ def main(argv=None):
 
 def _run(args, output, output_format):
     """The flags as a job's Config, run. TensorFlow is imported here, inside the signal handling."""
-    from models import vgg16
     from parallel import jobs
     from parallel.devices import resolve_devices
 
     config = jobs.Config(
-        model=vgg16.feature_model(endpoint=args.layer, weights=args.weights, precision=args.precision),
+        model=registry.feature_model(args.model, layer=args.layer, weights=args.weights, precision=args.precision),
         images=_images(args.images), output=output, devices=resolve_devices(args.gpus, args.devices),
         images_from=args.images_from, distribution=_distribution(args, jobs),
         per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,

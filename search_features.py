@@ -285,7 +285,8 @@ def _image_vectors(index, files, args):
     """float32 [len(files), D]: the images' features through the engine, with the indexed output's settings."""
     from search.index import SearchError
     settings = index.settings
-    if settings.get("model") != "vgg16" or "layer" not in settings:
+    from models import registry
+    if settings.get("model") not in registry.NAMES or "layer" not in settings:
         raise SearchError("the indexed output records no model settings: pass the query as a vector (.npy)")
     weights = args.weights
     if weights is None:
@@ -301,10 +302,9 @@ def _image_vectors(index, files, args):
             raise SearchError("--weights %s is not the weights the output was computed with (%s)"
                               % (weights, settings.get("weights")))
     _silence_native_logs()  # TensorFlow's start-up lines, as run_inference.py hides them (before its import)
-    from models import vgg16
     from parallel import extract
-    model = vgg16.feature_model(endpoint=settings["layer"], weights=weights, precision=settings.get("precision",
-                                                                                                    "fp32"))
+    model = registry.feature_model(settings["model"], layer=settings["layer"], weights=weights,
+                                   precision=settings.get("precision", "fp32"))
     paths, features = extract(model, [Path(file) for file in files], devices=args.devices,
                               resize=settings.get("resize", "crop"))
     if len(paths) != len(files):

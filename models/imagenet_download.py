@@ -1,11 +1,13 @@
-"""Keras's ImageNet VGG16 file: found in Keras's cache, or downloaded into it.
+"""Keras's weight files: found in Keras's cache, or downloaded into it and checked by hash.
 
-`weights="imagenet"` means the file Keras itself uses,
-`$KERAS_HOME/models/vgg16_weights_tf_dim_ordering_tf_kernels.h5` (default `~/.keras`). If it is
-absent it is downloaded from where Keras gets it and checked against Keras's published MD5;
-`weight_files.load_weights` then reads it like any other .h5 file.
+`weights="imagenet"` means the file Keras itself uses, `$KERAS_HOME/models/<file>` (default `~/.keras`),
+e.g. `vgg16_weights_tf_dim_ordering_tf_kernels.h5` for VGG16. If it is absent it is downloaded from where
+Keras gets it and checked against Keras's published hash (MD5 or SHA-256, as Keras's `get_file` tells them
+apart: by length); the model's reader then reads it like any other file given with --weights. Every model
+describes its files with a `KerasFile`.
 """
 
+import dataclasses
 import hashlib
 import http.client
 import logging
@@ -21,10 +23,41 @@ from parallel.output.durable import fsync, temporary_then_rename  # standard lib
 
 log = logging.getLogger("parallel")
 
-IMAGENET_URL = ("https://storage.googleapis.com/tensorflow/keras-applications/"
-                "vgg16/vgg16_weights_tf_dim_ordering_tf_kernels.h5")
-IMAGENET_MD5 = "64373286793e3c8b2b4e3219cbf3544b"  # Keras's published hash of that file
-IMAGENET_FILE = "vgg16_weights_tf_dim_ordering_tf_kernels.h5"
+KERAS_APPLICATIONS = "https://storage.googleapis.com/tensorflow/keras-applications/"
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasFile:
+    """One of Keras's weight files.
+
+    Attributes:
+      name: the file name in Keras's cache folder `models/`.
+      url: where Keras downloads it from.
+      digest: Keras's published hash of it: 32 hex digits are an MD5, 64 a SHA-256.
+      what: what the file holds, for messages ("VGG16 ImageNet weights (553 MB)").
+      random_command: the command that writes random weights in its layout, offered when offline.
+    """
+
+    name: str
+    url: str
+    digest: str
+    what: str
+    random_command: str
+
+    @property
+    def identity(self):
+        """The file's part of a job's identity: Keras's name and hash."""
+        return "imagenet (Keras %s, %s %s)" % (self.name, "md5" if len(self.digest) == 32 else "sha256",
+                                               self.digest)
+
+
+VGG16_FILE = KerasFile(
+    name="vgg16_weights_tf_dim_ordering_tf_kernels.h5",
+    url=KERAS_APPLICATIONS + "vgg16/vgg16_weights_tf_dim_ordering_tf_kernels.h5",
+    digest="64373286793e3c8b2b4e3219cbf3544b",  # Keras's published hash of that file
+    what="VGG16 ImageNet weights (553 MB)",
+    random_command="python -m models.weight_files random vgg16-random.npy")
+IMAGENET_URL, IMAGENET_MD5, IMAGENET_FILE = VGG16_FILE.url, VGG16_FILE.digest, VGG16_FILE.name
 
 
 def keras_cache_dir():
@@ -33,18 +66,22 @@ def keras_cache_dir():
 
 
 def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
-    """Path of Keras's ImageNet VGG16 file, downloading it into Keras's cache if it is absent.
+    """Path of Keras's ImageNet VGG16 file, downloading it into Keras's cache if it is absent (see `keras_file`)."""
+    return keras_file(dataclasses.replace(VGG16_FILE, url=url, digest=md5), cache_dir)
 
-    The download is checked against Keras's published MD5; a mismatch keeps nothing. The
+
+def keras_file(file, cache_dir=None):
+    """Path of one of Keras's weight files, downloading it into Keras's cache if it is absent.
+
+    The download is checked against Keras's published hash; a mismatch keeps nothing. The
     file appears in the cache only complete and durable (written beside it, synced, renamed,
     the folder synced). An existing cache file is used as is, like any file given with
     --weights (its layers and shapes are still checked when it is read). A failed download
     leaves nothing behind, not even the folders it created.
 
     Args:
+      file: the KerasFile.
       cache_dir: Keras's home folder (default `keras_cache_dir()`); the file goes in `models/`.
-      url: where to download from.
-      md5: expected hex MD5 of the file.
 
     Returns:
       Path of the file.
@@ -52,22 +89,23 @@ def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
     Raises:
       WeightsError: offline, an HTTP error, a hash mismatch or a cache that cannot be written.
     """
-    target = Path(cache_dir or keras_cache_dir()) / "models" / IMAGENET_FILE
+    url = file.url
+    target = Path(cache_dir or keras_cache_dir()) / "models" / file.name
     if target.is_file():
         return target
     try:
         response = urllib.request.urlopen(url, timeout=60)
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", None) or error
-        raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? pass weights=PATH (a "
-                           "vgg16.npy or %s), or write random weights to try the installation: python -m "
-                           "models.weight_files random vgg16-random.npy" % (url, reason, IMAGENET_FILE)) from None
+        raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? pass weights=PATH (e.g. "
+                           "%s), or write random weights to try the installation: %s"
+                           % (url, reason, file.name, file.random_command)) from None
     # Said once the server answers, so that offline the error above is the only line.
-    log.info("downloading VGG16 ImageNet weights (553 MB) from %s", url)
+    log.info("downloading %s from %s", file.what, url)
     with response:
         created = _missing_folders(target.parent)
         try:
-            _download(response, target, url, md5)
+            _download(response, target, file)
         except BaseException:
             for folder in created:  # innermost first; a folder something else wrote into stays
                 try:
@@ -88,8 +126,10 @@ def _missing_folders(folder):
     return missing
 
 
-def _download(response, target, url, md5):
-    """Writes the body of `response` to `target`: temporary file, MD5 check, fsync, rename, fsync folder."""
+def _download(response, target, file):
+    """Writes the body of `response` to `target`: temporary file, hash check, fsync, rename, fsync folder."""
+    url, expected = file.url, file.digest.lower()
+    algorithm = "md5" if len(expected) == 32 else "sha256"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of its own: two processes may fill the same cache at once.
@@ -99,11 +139,11 @@ def _download(response, target, url, md5):
                            % (target.parent, error.strerror or error)) from None
     try:
         with renaming as temporary:  # synced and renamed on success; removed on any exception
-            digest = hashlib.md5()
+            digest = hashlib.new(algorithm)
             with open(temporary, "wb") as handle:
                 total = response.headers.get("Content-Length")
                 with Progress(sys.stderr.isatty(), total=int(total) if total else None, unit="B", unit_scale=True,
-                              desc="VGG16 weights") as progress:
+                              desc=file.what.split(" (")[0]) as progress:
                     while True:
                         chunk = response.read(1 << 20)
                         if not chunk:
@@ -111,9 +151,9 @@ def _download(response, target, url, md5):
                         handle.write(chunk)
                         digest.update(chunk)
                         progress.update(len(chunk))
-            if digest.hexdigest() != md5:
-                raise WeightsError("the file downloaded from %s has MD5 %s, expected %s; nothing was kept"
-                                   % (url, digest.hexdigest(), md5))
+            if digest.hexdigest() != expected:
+                raise WeightsError("the file downloaded from %s has %s %s, expected %s; nothing was kept"
+                                   % (url, algorithm.upper().replace("SHA", "SHA-"), digest.hexdigest(), expected))
         fsync(target.parent)  # the rename is durable only once the folder is
     except (OSError, http.client.HTTPException) as error:
         raise WeightsError("downloading %s into %s failed: %s"

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from models.imagenet_download import IMAGENET_FILE, IMAGENET_MD5, imagenet_weights
-from models.vgg16_layers import CONV_BLOCKS, ENDPOINTS, IMAGE_SIZE, LAYERS, PRECISION_NAMES
+from models.imagenet_download import VGG16_FILE, imagenet_weights
+from models.registry import PRECISION_NAMES
+from models.vgg16_layers import CONV_BLOCKS, ENDPOINTS, IMAGE_SIZE, LAYERS
 from models.weight_files import WeightsError, fingerprint, load_weights
 from parallel.model import ModelSpec
 
@@ -164,12 +165,12 @@ def feature_model(endpoint="fc7", weights="imagenet", precision="fp32", cache_di
     if precision not in PRECISIONS:
         raise ValueError("precision=%r; expected one of %s" % (precision, ", ".join(PRECISIONS)))
     if weights == "imagenet":
-        identity = "imagenet (Keras %s, md5 %s)" % (IMAGENET_FILE, IMAGENET_MD5)
+        identity = VGG16_FILE.identity
     else:
         path = Path(weights)
         if not path.is_file():
             raise WeightsError("weights=%s is not a file (pass a vgg16.npy or %s, or 'imagenet')"
-                               % (weights, IMAGENET_FILE))
+                               % (weights, VGG16_FILE.name))
         identity = fingerprint(path)
     dtype = PRECISIONS[precision]
 

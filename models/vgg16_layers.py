@@ -9,10 +9,9 @@ import dataclasses
 IMAGE_SIZE = (224, 224)
 
 # What a user may ask for (the command line offers these): tensorflow-vgg's endpoint names (fc7 is
-# before its ReLU, relu7 after it) and the arithmetic on the devices: fp32 is IEEE float32 everywhere,
-# tf32 float32 whose matmuls and convolutions may round to a 10-bit mantissa (Ampere and newer GPUs).
+# before its ReLU, relu7 after it).
 ENDPOINTS = ("pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "prob")
-PRECISION_NAMES = ("fp32", "tf32", "fp16", "bf16")
+DEFAULT_LAYER = "fc7"
 
 # The table: (output channels, convolutions) per block, then the fully-connected layers.
 CONV_BLOCKS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))

@@ -274,35 +274,50 @@ def save_h5(weights, path):
 
 # ----------------------------------------------------------------------------- the command
 
-_WRITERS = {".npy": ("tensorflow-vgg's vgg16.npy", save_npy), ".h5": ("Keras's .h5", save_h5)}
+RANDOM_SUFFIXES = {".npy": "tensorflow-vgg's", ".h5": "Keras's"}  # the layout each suffix is written in
+
+
+def write_random(path, seed=0):
+    """Writes seeded random VGG16 weights to `path`, in the layout its suffix names (RANDOM_SUFFIXES)."""
+    save = save_npy if Path(path).suffix.lower() == ".npy" else save_h5
+    save(random_weights(seed), path)
 
 
 def main(argv=None):
-    """`python -m models.weight_files random OUT.npy|OUT.h5 [--seed N]`; returns the exit status.
+    """`python -m models.weight_files random OUT [--model NAME] [--seed N]`; returns the exit status.
+
+    Writes seeded random weights of any model of `models.registry`, in a layout its weight files module
+    offers (VGG16: .npy or .h5).
 
     Exit status: 0 written; 2 a wrong extension, an existing file or a missing folder (nothing
     written); 1 the file could not be written (nothing is left of it).
     """
+    from models import registry
+
     parser = argparse.ArgumentParser(
         prog="python -m models.weight_files",
-        description="VGG16 weight files. 'random' writes seeded random weights in a real layout, to check "
+        description="Model weight files. 'random' writes seeded random weights in a real layout, to check "
                     "that an installation runs without the ImageNet file: features computed with them are "
                     "meaningless.")
     commands = parser.add_subparsers(dest="command", required=True)
     random_command = commands.add_parser(
         "random", help="write seeded random weights (for a smoke test only: features are meaningless)")
     random_command.add_argument("output", type=Path,
-                                help="file to write: .npy (tensorflow-vgg's layout) or .h5 (Keras's layout)")
+                                help="file to write; its extension picks the layout (vgg16: .npy, tensorflow-vgg's, "
+                                     "or .h5, Keras's; the other models: .h5, Keras's)")
+    random_command.add_argument("--model", default=registry.DEFAULT_MODEL, choices=registry.NAMES,
+                                help="whose weights (default: %(default)s)")
     random_command.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     args = parser.parse_args(argv)
-    refusal = _refusal(args.output)
+    files = registry.weight_files(args.model)
+    refusal = _refusal(args.output, args.model, files.RANDOM_SUFFIXES)
     if refusal:
         print("%s: error: %s" % (parser.prog, refusal), file=sys.stderr)
         return 2
-    layout, write = _WRITERS[args.output.suffix.lower()]
+    layout = files.RANDOM_SUFFIXES[args.output.suffix.lower()]
     written = False
     try:
-        write(random_weights(args.seed), args.output)
+        files.write_random(args.output, args.seed)
         written = True
     except OSError as error:
         print("%s: failed: cannot write %s: %s" % (parser.prog, args.output, error.strerror or error),
@@ -311,17 +326,18 @@ def main(argv=None):
     finally:
         if not written:
             args.output.unlink(missing_ok=True)  # it did not exist before: a partial file is ours
-    print("wrote %s: RANDOM weights (seed %d) in %s layout\n"
+    print("wrote %s: RANDOM %s weights (seed %d) in %s layout\n"
           "WARNING: features computed with these weights are MEANINGLESS. Use this file only to check that an\n"
-          "installation runs; for real features pass --weights imagenet, or a trained vgg16.npy or .h5."
-          % (args.output, args.seed, layout), file=sys.stderr)
+          "installation runs; for real features pass --weights imagenet, or a trained weights file."
+          % (args.output, args.model, args.seed, layout), file=sys.stderr)
     return 0
 
 
-def _refusal(output):
-    """Why `output` cannot be written, found before 553 MB are generated; None if it can be."""
-    if output.suffix.lower() not in _WRITERS:
-        return "%s: the name must end in .npy (tensorflow-vgg's layout) or .h5 (Keras's layout)" % output
+def _refusal(output, model, suffixes):
+    """Why `output` cannot be written, found before the weights are generated; None if it can be."""
+    if output.suffix.lower() not in suffixes:
+        return "%s: the name must end in %s for %s" % (
+            output, " or ".join("%s (%s layout)" % (suffix, layout) for suffix, layout in suffixes.items()), model)
     if os.path.lexists(output):
         return "%s exists; it is not replaced (remove it, or choose another name)" % output
     if not output.parent.is_dir():

@@ -197,7 +197,7 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
     text = help_text(monkeypatch, capsys)
     options = text.split("\noptions:\n")[1].split("\n\n")[0]
     blocks = re.split(r"\n(?=  -)", options)
-    assert len(blocks) == 18, blocks  # --help and the 17 flags of one process
+    assert len(blocks) == 19, blocks  # --help and the 18 flags of one process
     jobs = re.split(r"\n(?=  -)", text.split("\none job over many processes")[1].split("\n\n")[1])
     assert len(jobs) == 8, jobs  # --distributed and its 7 flags
     shard_size, = [block for block in jobs if block.lstrip().startswith("--shard-size")]
@@ -643,3 +643,18 @@ def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2(s3, tmp_path, cap
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("run_inference: error: --output %s: the bucket " % output), error
     assert sorted(path.name for path in tmp_path.iterdir()) == ["images"] and s3.objects() == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--layer", "avg_pool"], "--layer avg_pool is not a layer of --model vgg16; its layers: pool5, fc6, relu6, fc7"),
+    (["--model", "alexnet"], "argument --model: invalid choice: 'alexnet'"),
+])
+def test_a_model_or_layer_it_does_not_have_is_one_line(capsys, flags, message):
+    with pytest.raises(SystemExit) as stopped:
+        run_inference.parse_args(["--images", "x", *flags])
+    error = capsys.readouterr().err
+    assert stopped.value.code == engine.EXIT_USAGE and error.count("\n") == 1 and message in error, error
+
+
+def test_the_layer_defaults_to_the_models():
+    assert run_inference.parse_args(["--images", "x"]).layer == "fc7"

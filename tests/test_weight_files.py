@@ -111,7 +111,7 @@ def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meani
     output = tmp_path / "smoke.h5"
     done = run_command("random", output, "--seed", 0)
     assert done.returncode == 0, done.stderr
-    assert "RANDOM weights (seed 0) in Keras's .h5 layout" in done.stderr and "MEANINGLESS" in done.stderr
+    assert "RANDOM vgg16 weights (seed 0) in Keras's layout" in done.stderr and "MEANINGLESS" in done.stderr
     assert list(tmp_path.iterdir()) == [output]
     written = weight_files.load_weights(output)
     for layer in LAYERS:
@@ -132,7 +132,7 @@ def test_the_random_command_leaves_nothing_when_the_write_fails(tmp_path):
 
 
 @pytest.mark.parametrize("name, message", [
-    ("smoke.txt", r"smoke.txt: the name must end in .npy \(tensorflow-vgg's layout\) or .h5 \(Keras's layout\)"),
+    ("smoke.txt", r"smoke.txt: the name must end in .npy \(tensorflow-vgg's layout\) or .h5 \(Keras's layout\) for vgg16"),
     ("existing.npy", "existing.npy exists; it is not replaced"),
     ("missing/smoke.npy", "smoke.npy: the folder .*missing does not exist"),
 ])

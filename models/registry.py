@@ -1,0 +1,94 @@
+"""The models the command line and the Python API know by name, and what each is made of.
+
+Nothing here imports TensorFlow or a model: the command line checks `--model` and `--layer` from each
+model's table module (which has no TensorFlow either), and the model's graph module is imported only
+when its `ModelSpec` is built.
+
+    from models import registry
+    spec = registry.feature_model("vgg16", layer="fc7", weights="vgg16.npy")   # a parallel.model.ModelSpec
+
+Each model is three modules:
+- its table (`layers`): ENDPOINTS, the names `--layer` takes, and DEFAULT_LAYER;
+- its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
+- its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
+  `write_random(path, seed)`.
+"""
+
+import dataclasses
+import importlib
+
+# The arithmetic on the devices, the same for every model: fp32 is IEEE float32 everywhere, tf32 float32
+# whose matmuls and convolutions may round to a 10-bit mantissa (Ampere and newer GPUs), fp16 and bf16.
+PRECISION_NAMES = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One model: its name and the modules that make it (see the module docstring)."""
+
+    name: str
+    layers: str
+    graph: str
+    weights: str
+    summary: str
+
+
+ENTRIES = (
+    Entry("vgg16", "models.vgg16_layers", "models.vgg16", "models.weight_files",
+          "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
+)
+_BY_NAME = {entry.name: entry for entry in ENTRIES}
+NAMES = tuple(_BY_NAME)
+DEFAULT_MODEL = "vgg16"
+
+
+def entry(name):
+    """The Entry of model `name`; ValueError naming the models there are for any other name."""
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ValueError("model=%r; expected one of %s" % (name, ", ".join(NAMES))) from None
+
+
+def layers(name):
+    """The endpoint names model `name` offers, in order (its table's ENDPOINTS)."""
+    return tuple(importlib.import_module(entry(name).layers).ENDPOINTS)
+
+
+def default_layer(name):
+    """The layer written when none is asked for (VGG16: fc7)."""
+    return importlib.import_module(entry(name).layers).DEFAULT_LAYER
+
+
+def check_layer(name, layer):
+    """`layer`, or the model's default for None; ValueError naming the model's layers for any other name."""
+    if layer is None:
+        return default_layer(name)
+    offered = layers(name)
+    if layer not in offered:
+        raise ValueError("layer=%r is not a layer of %s; expected one of %s" % (layer, name, ", ".join(offered)))
+    return layer
+
+
+def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision="fp32", cache_dir=None):
+    """Model `name` as the engine's `parallel.model.ModelSpec` (imports TensorFlow).
+
+    Args:
+      name: one of NAMES.
+      layer: one of `layers(name)`; None is the model's default layer.
+      weights: "imagenet" (Keras's file, in Keras's cache or downloaded into it) or a path; which files
+        each model reads is in docs/models.md.
+      precision: one of PRECISION_NAMES.
+      cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).
+
+    Raises:
+      ValueError: an unknown model, layer or precision; WeightsError: a weights path that is not a file.
+    """
+    endpoint = check_layer(name, layer)
+    module = importlib.import_module(entry(name).graph)
+    return module.feature_model(endpoint=endpoint, weights=weights, precision=precision, cache_dir=cache_dir)
+
+
+def weight_files(name):
+    """The module that reads and writes model `name`'s weight files (RANDOM_SUFFIXES, write_random)."""
+    return importlib.import_module(entry(name).weights)
