@@ -24,6 +24,8 @@ def _import_tensorflow_quietly():
 tf = _import_tensorflow_quietly()
 
 import numpy as np  # noqa: E402
+from pathlib import Path
+
 import pytest  # noqa: E402
 from faults import make_node, small_disk  # noqa: F401,E402 -- fixtures for every test file (fault injection)
 from stores import http_server, s3_store  # noqa: F401 -- stores on loopback, one S3 server for the whole session
@@ -64,6 +66,17 @@ def graph():
     fresh = tf.Graph()
     with fresh.as_default():
         yield fresh
+
+
+PHOTOGRAPHS = Path(__file__).resolve().parent / "photographs"
+
+
+@pytest.fixture(scope="session")
+def photographs():
+    """The five real photographs of tests/photographs/ as the engine reads them: uint8 [5, 224, 224, 3] RGB
+    (the centre square, resized), in the order of their names."""
+    from parallel.inputs.decode import load_image
+    return np.stack([load_image(path) for path in sorted(PHOTOGRAPHS.glob("*.jpg"))])
 
 
 @pytest.fixture(scope="session")

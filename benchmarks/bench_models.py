@@ -1,0 +1,142 @@
+"""Each model's speed: run_inference.py --model M end-to-end against Keras's `predict` compute-only.
+
+    python benchmarks/bench_models.py --workdir /tmp/bench-models                 # every model
+    python benchmarks/bench_models.py --workdir /tmp/bench-models --models resnet50
+
+For each model, alternated for --rounds rounds on the same CPU devices, batch and weights:
+- ours: `run_inference.py --model M --weights FILE` on --images JPEGs of 640x480, as a user runs it, its
+  images/s read from its own summary line (the read -> run -> write loop; process start-up excluded);
+- keras: `keras.applications.<Model>` on the same weights file, `Model.predict` on arrays already decoded,
+  resized and preprocessed in memory (compute only: Keras is given no decoding, no reading, no writing),
+  in a fresh process, traced on one batch before it is timed.
+The ratio ours / keras of each round is printed; the median is judged against the bar (>= 1.0).
+
+Weights are seeded random (`python -m models.weight_files random --model M`): speed does not depend on
+their values.
+"""
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.run_benchmarks import machine, make_jpegs  # noqa: E402
+
+BAR = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """How Keras computes the features our default layer of a model gives.
+
+    keras: Python building the Keras model `model` whose output is those features, from the module `keras`
+      and the weights file `weights` (a path).
+    preprocess: Python expression of `x` (float32 [N, 224, 224, 3] RGB, 0..255) giving the model's input.
+    weights_file: the name of the weights file written by the random command and read by both.
+    """
+
+    keras: str
+    preprocess: str
+    weights_file: str
+
+
+REFERENCES = {
+    "vgg16": Reference(
+        keras=('base = keras.applications.VGG16(weights=None)\nbase.load_weights(weights)\n'
+               'model = keras.Model(base.input, base.get_layer("fc2").output)'),
+        preprocess="keras.applications.vgg16.preprocess_input(x)",
+        weights_file="vgg16_weights_tf_dim_ordering_tf_kernels.h5"),
+}
+LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
+
+KERAS_SCRIPT = r"""
+import os, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import keras, tensorflow as tf
+weights, count, per_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+exec(sys.argv[4])
+x = np.random.default_rng(0).integers(0, 255, (count, 224, 224, 3)).astype(np.float32)
+inputs = eval(sys.argv[5])
+model.predict(inputs[:per_step], batch_size=per_step, verbose=0)  # traced: start-up, excluded as ours is
+started = time.perf_counter()
+model.predict(inputs, batch_size=per_step, verbose=0)
+print(count / (time.perf_counter() - started))
+"""
+
+
+def weights_path(workdir, model):
+    path = workdir / model / REFERENCES[model].weights_file
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "models.weight_files", "random", str(path), "--model", model],
+                       cwd=ROOT, check=True, capture_output=True)
+    return path
+
+
+def ours(args, workdir, model, images):
+    """images/s of run_inference.py on `images`, from its summary line."""
+    command = [sys.executable, str(ROOT / "run_inference.py"), "--model", model, "--images", str(images),
+               "--weights", str(weights_path(workdir, model)), "--devices", args.devices,
+               "--batch-size", str(args.batch_size), "--output", str(workdir / model / "features.npy"),
+               "--overwrite"]
+    if model in LAYERS:
+        command += ["--layer", LAYERS[model]]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit("%s: run_inference.py failed: %s" % (model, result.stderr.strip().splitlines()[-1]))
+    summary = result.stderr.strip().splitlines()[-1]
+    written = int(summary.split(" written")[0].split()[-1])
+    loop = float(summary.split(" skipped in ")[1].split(" s ")[0])
+    return written / loop, " ".join(command[1:])
+
+
+def keras_rate(args, workdir, model):
+    reference = REFERENCES[model]
+    per_step = args.batch_size * len(args.devices.split(","))
+    result = subprocess.run([sys.executable, "-c", KERAS_SCRIPT, str(weights_path(workdir, model)), str(args.images),
+                             str(per_step), reference.keras, reference.preprocess],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit("%s: the Keras run failed: %s" % (model, result.stderr.strip().splitlines()[-1]))
+    return float(result.stdout.split()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="*", default=list(REFERENCES), choices=list(REFERENCES))
+    parser.add_argument("--devices", default="cpu:0")
+    parser.add_argument("--batch-size", type=int, default=12)
+    parser.add_argument("--images", type=int, default=96, help="JPEGs of 640x480 for ours; arrays for Keras")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_models_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    images = make_jpegs(workdir / "photos", args.images, (640, 480))
+    flags = set(open("/proc/cpuinfo").read().split("flags", 1)[1].split("\n", 1)[0].split())
+    print("machine: %s; CPU flags: %s" % (machine(), " ".join(sorted(
+        flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16"})) or "no AVX2"))
+    print("command: %s" % " ".join([Path(sys.argv[0]).name] + sys.argv[1:]))
+    for model in args.models:
+        ratios = []
+        for round_index in range(args.rounds):
+            our_rate, command = ours(args, workdir, model, images)
+            theirs = keras_rate(args, workdir, model)
+            ratios.append(our_rate / theirs)
+            print("%-16s round %d: ours %.2f images/s, keras predict %.2f images/s, ratio %.3f"
+                  % (model, round_index + 1, our_rate, theirs, our_rate / theirs), flush=True)
+        median = float(np.median(ratios))
+        print("%-16s median ours/keras %.3f (bar >= %s: %s)   [%s]"
+              % (model, median, BAR, "met" if median >= BAR else "NOT met", command), flush=True)
+
+
+if __name__ == "__main__":
+    main()
