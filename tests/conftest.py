@@ -24,7 +24,7 @@ def _import_tensorflow_quietly():
 tf = _import_tensorflow_quietly()
 
 import numpy as np  # noqa: E402
-from pathlib import Path
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from faults import make_node, small_disk  # noqa: F401,E402 -- fixtures for every test file (fault injection)
