@@ -178,6 +178,24 @@ def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(
     assert recorder.sources <= allowed, "crossed between devices: %s" % sorted(recorder.sources - allowed)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_on_gpus_every_op_has_a_gpu_kernel_and_each_replica_its_weights(precision):
+    """What --gpus 0,1 builds, checked without GPUs (soft placement is off on GPUs: an op without a GPU
+    kernel for its dtype would fail there)."""
+    from test_vgg16 import _has_gpu_kernel
+
+    model = convnext_tiny.feature_model(endpoint="predictions", weights="imagenet", precision=precision)
+    names = resolve_devices(gpus="0,1", gpu_count=2).names
+    graph, placement, _, outputs = engine.build_graph(model, names)
+    assert [output.device for output in outputs] == list(names)
+    kinds = {}  # one op of each type and attributes: the replicas' ops repeat the first one's
+    for op in graph.get_operations():
+        kinds.setdefault((op.type, str(sorted(op.node_def.attr.items()))), op)
+    assert [op.name for op in kinds.values() if not _has_gpu_kernel(op)] == []
+    assert len(placement.variables()) == sum(len(layer.arrays) for layer in convnext_tiny_layers.LAYERS) and all(
+        [copy.device for copy in copies] == list(names) for copies in placement.variables().values())
+
+
 def make_images(folder, count=5):
     rng = np.random.default_rng(1)
     folder.mkdir()
