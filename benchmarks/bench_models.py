@@ -53,6 +53,12 @@ REFERENCES = {
                'model = keras.Model(base.input, base.get_layer("fc2").output)'),
         preprocess="keras.applications.vgg16.preprocess_input(x)",
         weights_file="vgg16_weights_tf_dim_ordering_tf_kernels.h5"),
+    # Our avg_pool from the full file is the classifier's LayerNorm after the pooling (preprocessing is inside).
+    "convnext_tiny": Reference(
+        keras=('base = keras.applications.ConvNeXtTiny(weights=None)\nbase.load_weights(weights)\n'
+               'model = keras.Model(base.input, base.get_layer("convnext_tiny_head_layernorm").output)'),
+        preprocess="x",
+        weights_file="convnext_tiny.h5"),
 }
 LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
 

@@ -36,6 +36,8 @@ class Entry:
 ENTRIES = (
     Entry("vgg16", "models.vgg16_layers", "models.vgg16", "models.weight_files",
           "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
+    Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
+          "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)

@@ -1,0 +1,231 @@
+"""ConvNeXt-Tiny's weight files: Keras's legacy `.h5` layout, read and checked, and written.
+
+Keras's two files (`convnext_tiny_notop.h5` without the classifier, `convnext_tiny.h5` with it) hold one
+HDF5 group per layer with weights, listed in the root attribute `layer_names`; each group lists its
+datasets in the attribute `weight_names`, in Keras's legacy order. The layer names are the same in the
+files Keras 2 wrote (the ones Keras downloads, `convnext_tiny_stage_0_block_0_depthwise_conv/kernel:0`)
+and in those Keras 3 writes (`keras.src.legacy.saving.legacy_h5_format.save_weights_to_hdf5_group`:
+`convnext_tiny_stage_0_block_0_depthwise_conv/kernel`, without ":0"): layers are found by their group
+name and their datasets through `weight_names`, so both read alike. One layer has no fixed name: the
+LayerNorm Keras puts after the pooling when include_top=False (`layer_normalization`, or
+`layer_normalization_<n>`); it is taken as the notop file's one layer beyond the body.
+
+This module imports no TensorFlow (h5py only when a file is read or written), so that
+
+    python -m models.weight_files random convnext_tiny.h5 --model convnext_tiny
+
+starts at once; it writes seeded RANDOM weights in the layout of Keras's full file, which Keras's own
+`model.load_weights` reads. Features computed with them are meaningless.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from models.convnext_tiny_layers import BODY, HEAD_DENSE, HEAD_LAYER_NORM, KERAS_PREFIX, LAYERS
+from models.weight_files import WeightsError
+
+FULL_FILE, NOTOP_FILE = "convnext_tiny.h5", "convnext_tiny_notop.h5"  # Keras's names for its two files
+NOTOP_LAYER_NORM = "layer_normalization"  # the name Keras gives the notop model's last LayerNorm
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- reading
+
+def load_weights(path, with_top=False):
+    """Reads ConvNeXt-Tiny's weights from a Keras `.h5` file, checking every layer's arrays and shapes.
+
+    Args:
+      path: Keras's `convnext_tiny_notop.h5` or `convnext_tiny.h5`, or a file in their layout (written by
+        Keras 2 or 3, or by `save_h5`).
+      with_top: the classifier (`head/dense`) is needed: only the full file has it.
+
+    Returns:
+      {layer name: tuple of float32 arrays in the table's order}, e.g. "stem": (kernel [4, 4, 3, 96],
+      bias [96], gamma [96], beta [96]); "head/layernorm" always (the full file's head LayerNorm, or the
+      notop file's last LayerNorm); "head/dense" when the file has it.
+
+    Raises:
+      WeightsError: the file is missing, not HDF5, truncated, of another model, lacks a layer (or the
+        classifier, when `with_top`), or has a wrong shape; the message names the file, the layer and
+        the shapes.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(8)
+    except OSError as error:
+        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
+    if magic != _HDF5_MAGIC:
+        raise WeightsError("weights=%s is not a Keras .h5 weights file (ConvNeXt-Tiny reads %s or %s)"
+                           % (path, NOTOP_FILE, FULL_FILE))
+    groups = _read_groups(path)
+    weights = {layer.name: _checked(groups, layer.keras_name, layer, path) for layer in BODY}
+    if HEAD_DENSE.keras_name in groups:
+        for layer in (HEAD_LAYER_NORM, HEAD_DENSE):
+            weights[layer.name] = _checked(groups, layer.keras_name, layer, path)
+        return weights
+    if with_top:
+        raise WeightsError("weights=%s has no layer %s (a notop file?): the classifier's layers need the full "
+                           "file, %s" % (path, HEAD_DENSE.keras_name, FULL_FILE))
+    body = {layer.keras_name for layer in BODY}
+    beyond = [name for name in groups if name not in body]
+    if len(beyond) != 1:
+        raise WeightsError("weights=%s: expected one LayerNorm after the body (%s or Keras's notop %s); found "
+                           "%d layers: %s" % (path, HEAD_LAYER_NORM.keras_name, NOTOP_LAYER_NORM, len(beyond),
+                                              ", ".join(beyond) or "none"))
+    weights[HEAD_LAYER_NORM.name] = _checked(groups, beyond[0], HEAD_LAYER_NORM, path)
+    return weights
+
+
+def _checked(groups, group_name, layer, path):
+    """The arrays of `layer` from the file's group `group_name`, as float32, after checking them."""
+    if group_name not in groups:
+        known = sum(layer.keras_name in groups for layer in LAYERS)
+        raise WeightsError("weights=%s has no layer %s (%s): it has %d of ConvNeXt-Tiny's %d layers with weights"
+                           % (path, group_name, layer.name, known, len(LAYERS)))
+    arrays = groups[group_name]
+    if len(arrays) != len(layer.arrays):
+        raise WeightsError("weights=%s: layer %s has %d arrays; ConvNeXt-Tiny's %s has %d (%s)"
+                           % (path, group_name, len(arrays), layer.name, len(layer.arrays),
+                              ", ".join(name for name, _ in layer.arrays)))
+    checked = []
+    for array, (name, shape) in zip(arrays, layer.arrays):
+        if not np.issubdtype(array.dtype, np.floating):
+            raise WeightsError("weights=%s: layer %s %s is %s, not a float array"
+                               % (path, group_name, name, array.dtype))
+        if tuple(array.shape) != shape:
+            raise WeightsError("weights=%s: layer %s %s has shape %s; ConvNeXt-Tiny needs %s"
+                               % (path, group_name, name, tuple(array.shape), shape))
+        checked.append(np.ascontiguousarray(array, dtype=np.float32))
+    return tuple(checked)
+
+
+def _attribute_strings(node, name):
+    """A list-of-strings attribute; Keras splits one larger than HDF5's 64 KiB into name0, name1, ..."""
+    if name in node.attrs:
+        values = list(np.atleast_1d(node.attrs[name]))
+    elif name + "0" in node.attrs:
+        values, chunk = [], 0
+        while "%s%d" % (name, chunk) in node.attrs:
+            values += list(np.atleast_1d(node.attrs["%s%d" % (name, chunk)]))
+            chunk += 1
+    else:
+        return None
+    return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in values]
+
+
+def _read_groups(path):
+    """{layer group name: [arrays in `weight_names` order]} of the layers with weights, in file order."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as file:
+            root = file["model_weights"] if "model_weights" in file else file  # a whole saved model
+            layer_names = _attribute_strings(root, "layer_names")
+            if layer_names is None:
+                raise WeightsError("weights=%s is an HDF5 file without Keras's 'layer_names' attribute; "
+                                   "expected %s or %s" % (path, NOTOP_FILE, FULL_FILE))
+            groups = {}
+            for name in layer_names:
+                if name not in root:
+                    continue
+                weight_names = _attribute_strings(root[name], "weight_names") or []
+                if weight_names:
+                    groups[name] = [np.asarray(root[name][weight_name]) for weight_name in weight_names]
+            return groups
+    except WeightsError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as error:
+        raise WeightsError("weights=%s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
+                           % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
+
+
+# ----------------------------------------------------------------------------- writing
+
+def random_weights(seed=0):
+    """Seeded random weights for every layer of the table, float32.
+
+    ConvNeXt has no batch norm, so there are no statistics to calibrate: every LayerNorm normalizes
+    with each position's own statistics. The scales are chosen instead so that every block adds to
+    the residual stream a branch of the stream's own order (layer scales 0.05 .. 0.3, kernels of
+    unit gain), and the features depend on the image. Features computed with them are meaningless:
+    they are for tests, benchmarks and checking an installation.
+
+    Args:
+      seed: seed of numpy's default generator; the same seed gives the same weights.
+
+    Returns:
+      {layer name: tuple of arrays}, the shapes of `LAYERS`.
+    """
+    rng = np.random.default_rng(seed)
+
+    def array(layer, name, shape):
+        if name.endswith("kernel"):
+            fan_in = int(np.prod(shape[:-1]))
+            return rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(1.0 / fan_in))
+        if name.endswith("gamma"):
+            low, high = (0.05, 0.3) if layer.name.endswith("layer_scale") else (0.5, 1.5)
+            return rng.uniform(low, high, shape).astype(np.float32)
+        return rng.uniform(-0.2, 0.2, shape).astype(np.float32)  # biases and LayerNorm betas
+
+    return {layer.name: tuple(array(layer, name, shape) for name, shape in layer.arrays) for layer in LAYERS}
+
+
+def _dataset_names(layer, group_name):
+    """The names Keras 2 gave a layer's datasets: "<layer>/kernel:0"; in a Sequential of two layers (the
+    stem and the downsampling blocks) "<inner layer>/<weight>:0", e.g. convnext_tiny_downsampling_conv_0."""
+    names = []
+    for name, _ in layer.arrays:
+        if "/" not in name:
+            names.append("%s/%s:0" % (group_name, name))
+            continue
+        inner, weight = name.split("/")
+        if layer.name == "stem":
+            names.append("%s_stem_%s/%s:0" % (KERAS_PREFIX, inner, weight))
+        else:
+            index = int(layer.name.rsplit("_", 1)[1])
+            names.append("%s_downsampling_%s_%d/%s:0" % (KERAS_PREFIX, inner, index, weight))
+    return names
+
+
+def save_h5(weights, path, include_top=True):
+    """Writes `weights` in the legacy layout of Keras's convnext_tiny.h5 (or, include_top=False, of
+    convnext_tiny_notop.h5), which Keras's `model.load_weights` reads into `keras.applications.ConvNeXtTiny`.
+
+    Only the layers with weights are written (Keras skips the others when it loads): root attribute
+    `layer_names`, one group per layer with its `weight_names` and datasets, as Keras 2 wrote them.
+
+    Args:
+      weights: {layer name: tuple of arrays}, as `random_weights` or `load_weights(with_top=True)` give.
+      path: the file to write.
+      include_top: write the classifier (the full file); else the notop file, whose last layer is the
+        head's LayerNorm under Keras's name for it, "layer_normalization".
+    """
+    import h5py
+
+    layers = [(layer, layer.keras_name) for layer in BODY]
+    if include_top:
+        layers += [(HEAD_LAYER_NORM, HEAD_LAYER_NORM.keras_name), (HEAD_DENSE, HEAD_DENSE.keras_name)]
+    else:
+        layers.append((HEAD_LAYER_NORM, NOTOP_LAYER_NORM))
+    with h5py.File(path, "w") as file:
+        file.attrs["layer_names"] = np.array([name.encode() for _, name in layers])
+        file.attrs["backend"] = b"tensorflow"
+        file.attrs["keras_version"] = b"2.9.0"
+        for layer, group_name in layers:
+            group = file.create_group(group_name)
+            names = _dataset_names(layer, group_name)
+            group.attrs["weight_names"] = np.array([name.encode() for name in names])
+            for name, array in zip(names, weights[layer.name]):
+                group.create_dataset(name, data=np.asarray(array, dtype=np.float32))
+
+
+RANDOM_SUFFIXES = {".h5": "Keras's %s" % FULL_FILE}  # the layout each suffix is written in
+
+
+def write_random(path, seed=0):
+    """Writes seeded random ConvNeXt-Tiny weights to `path` in the layout of Keras's full file (every layer:
+    it serves every endpoint). 28,589,128 float32 parameters, about 115 MB."""
+    save_h5(random_weights(seed), path, include_top=True)

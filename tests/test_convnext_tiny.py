@@ -1,0 +1,238 @@
+"""ConvNeXt-Tiny: the graph against keras.applications.ConvNeXtTiny on the same files, the endpoints, the engine's
+devices, precision and static ranks."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import run_inference
+from models import convnext_tiny, convnext_tiny_layers
+from models.convnext_tiny_weights import load_weights, random_weights, save_h5
+from models.weight_files import WeightsError
+from outputs import job_outputs
+from parallel import engine
+from parallel.devices import resolve_devices
+from parallel.model import ModelSpec
+from partition_graphs import CrossingRecorder
+
+tf1 = tf.compat.v1
+TOLERANCE = 1e-5  # of the largest reference value
+FULL_IMAGES = 3  # photographs compared at the endpoints of the full file
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Seeded random weights (seed 0) in the layouts of Keras's two files."""
+    folder = tmp_path_factory.mktemp("convnext_tiny")
+    weights = random_weights(0)
+    paths = {"full": folder / "convnext_tiny.h5", "notop": folder / "convnext_tiny_notop.h5"}
+    save_h5(weights, paths["full"], include_top=True)
+    save_h5(weights, paths["notop"], include_top=False)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def keras_outputs(files, photographs):
+    """Keras's outputs on the photographs, each model loaded by Keras from our file of its layout.
+
+    avg_pool: ConvNeXtTiny(include_top=False, pooling="avg") on the notop file; head_layernorm, head_gap input,
+    logits, predictions: ConvNeXtTiny(include_top=True) on the full file.
+    """
+    import keras
+
+    pixels = photographs.astype(np.float32)  # the model preprocesses inside: 0..255 RGB
+    notop = keras.applications.ConvNeXtTiny(weights=None, include_top=False, pooling="avg")
+    notop.load_weights(str(files["notop"]))
+    full = keras.applications.ConvNeXtTiny(weights=None, classifier_activation=None)
+    full.load_weights(str(files["full"]))
+    outputs = [full.get_layer("convnext_tiny_head_gap").input, full.get_layer("convnext_tiny_head_layernorm").output,
+               full.output]
+    stage_3, head_layernorm, logits = keras.Model(full.input, outputs).predict(pixels[:FULL_IMAGES], verbose=0)
+    return {"avg_pool": notop.predict(pixels, verbose=0), "stage_3": stage_3, "head_layernorm": head_layernorm,
+            "logits": logits}
+
+
+@pytest.fixture(scope="module")
+def notop_features(files, photographs):
+    """Our avg_pool from the notop file on the photographs, fp32, one device."""
+    return run_model(files["notop"], photographs)
+
+
+def run_model(path, images, endpoint="avg_pool", precision="fp32", num_devices=1):
+    """Features through the engine's DeviceRunner on `num_devices` logical CPU devices, 2 images per device."""
+    spec = convnext_tiny.feature_model(endpoint, str(path), precision)
+    devices = resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0)
+    with engine.DeviceRunner(spec, devices, per_device_batch=2) as runner:
+        return runner.run(images)
+
+
+def relative_difference(ours, reference):
+    return np.abs(ours - reference).max() / np.abs(reference).max()
+
+
+# ----------------------------------------------------------------------------- parity with Keras
+
+def test_avg_pool_equals_keras_notop_pooling_avg_on_the_photographs(notop_features, keras_outputs):
+    reference, ours = keras_outputs["avg_pool"], notop_features
+    assert ours.shape == (5, 768)
+    assert relative_difference(ours, reference) <= TOLERANCE
+    # Random weights could make this pass for nothing: the photographs' features differ far beyond the tolerance.
+    scale = np.abs(reference).max()
+    spread = min(np.abs(reference[i] - reference[j]).max() for i in range(5) for j in range(i + 1, 5))
+    assert spread >= 100 * TOLERANCE * scale, (spread, scale)
+
+
+@pytest.mark.parametrize("endpoint, reference", [("avg_pool", "head_layernorm"), ("stage_3", "stage_3"),
+                                                 ("logits", "logits")])
+def test_from_the_full_file_each_endpoint_equals_its_keras_output(files, keras_outputs, photographs, endpoint,
+                                                                  reference):
+    """avg_pool: the classifier's LayerNorm after the pooling; stage_3: the pooling's input; logits: the classifier
+    without its softmax (predictions is their softmax, tested in test_predictions_are_the_softmax_of_the_logits)."""
+    expected = keras_outputs[reference].reshape(FULL_IMAGES, -1)
+    ours = run_model(files["full"], photographs[:FULL_IMAGES], endpoint)
+    assert ours.shape[1] == convnext_tiny.feature_size(endpoint) == expected.shape[1]
+    assert relative_difference(ours, expected) <= TOLERANCE
+
+
+def test_predictions_are_the_softmax_of_the_logits(files, photographs):
+    def both(images):
+        logits = convnext_tiny.convnext_tiny(images, "logits")
+        with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):  # the same variables
+            return tf.concat([logits, convnext_tiny.convnext_tiny(images, "predictions")], axis=1)
+
+    values = convnext_tiny.variable_values(load_weights(files["full"], with_top=True), "predictions")
+    spec = ModelSpec(name="both", fn=both, image_size=(224, 224), load_weights=lambda: values, output_name="both")
+    with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=1) as runner:
+        logits, predictions = np.split(runner.run(photographs[:1]), 2, axis=1)
+    np.testing.assert_allclose(predictions, np.exp(logits) / np.exp(logits).sum(1, keepdims=True), rtol=1e-5)
+    assert predictions.shape == (1, 1000) and abs(predictions.sum() - 1) < 1e-5
+
+
+def test_preprocessing_is_keras_s_normalization_layer(graph):
+    from keras.src.applications.convnext import PreStem
+
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 5, 4, 3), dtype=np.uint8)
+    keras_normalization = PreStem(name="x")(tf.constant(pixels, tf.float32))
+    with tf1.Session(graph=graph) as session:
+        ours, theirs = session.run([convnext_tiny.preprocess(tf.constant(pixels)), keras_normalization])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert np.abs(theirs).max() > 1  # Keras's layer really normalized 0..255 (not an identity)
+
+
+# ----------------------------------------------------------------------------- the graph
+
+@pytest.mark.parametrize("endpoint, shape, parameters", [
+    ("stage_3", [None, 7, 7, 768], convnext_tiny_layers.PARAMETER_COUNT_NOTOP - 2 * 768),
+    ("avg_pool", [None, 768], convnext_tiny_layers.PARAMETER_COUNT_NOTOP),
+    ("predictions", [None, 1000], convnext_tiny_layers.PARAMETER_COUNT),
+])
+def test_each_endpoint_builds_only_its_layers_and_no_weight_is_a_constant(graph, endpoint, shape, parameters):
+    output = convnext_tiny.convnext_tiny(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint)
+    assert output.shape.as_list() == shape and output.dtype == tf.float32
+    variables = tf1.global_variables()
+    assert sum(variable.shape.num_elements() for variable in variables) == parameters
+    assert variables[0].op.name == "convnext_tiny/stem/conv/kernel"
+    assert graph.as_graph_def().ByteSize() < 500_000  # 110 MB of weights are nowhere in it
+
+
+def test_bad_arguments_are_refused_naming_the_value(graph, files):
+    images = tf1.placeholder(tf.uint8, [None, 224, 224, 3])
+    with pytest.raises(ValueError, match="layer='fc7'"):
+        convnext_tiny.convnext_tiny(images, endpoint="fc7")
+    with pytest.raises(ValueError, match="float32"):
+        convnext_tiny.convnext_tiny(tf1.placeholder(tf.float32, [None, 224, 224, 3]))
+    with pytest.raises(ValueError, match=r"\[N, 224, 224, 3\]"):
+        convnext_tiny.convnext_tiny(tf1.placeholder(tf.uint8, [None, 100, 100, 3]))
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        convnext_tiny.feature_model(weights="imagenet", precision="fp8")
+    with pytest.raises(WeightsError, match="nowhere.h5 is not a file"):
+        convnext_tiny.feature_model(weights="nowhere.h5")
+    with pytest.raises(WeightsError, match="convnext_tiny_notop.h5 has no layer convnext_tiny_head_dense"):
+        convnext_tiny.feature_model("logits", weights=str(files["notop"])).load_weights()
+
+
+def test_settings_name_the_model_its_file_and_preprocessing(files):
+    notop, full = (convnext_tiny.feature_model(endpoint) for endpoint in ("avg_pool", "predictions"))
+    assert "convnext_tiny_notop.h5, sha256 d547c096" in notop.settings["weights"]
+    assert "convnext_tiny.h5, sha256 8ae6e78c" in full.settings["weights"]
+    spec = convnext_tiny.feature_model(weights=str(files["full"]), precision="bf16")
+    assert (spec.name, spec.output_name, spec.image_size, spec.files) == (
+        "convnext_tiny", "avg_pool", (224, 224), (str(files["full"]),))
+    assert spec.settings["model"] == "convnext_tiny" and spec.settings["precision"] == "bf16"
+    assert "convnext_tiny.h5 (" in spec.settings["weights"] and "ImageNet mean" in spec.settings["preprocessing"]
+    assert convnext_tiny.feature_model(weights=str(files["notop"])).settings["weights"] != spec.settings["weights"]
+
+
+# ----------------------------------------------------------------------------- devices, precision, ranks
+
+def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(files, photographs, notop_features):
+    one = notop_features
+    spec = convnext_tiny.feature_model(weights=str(files["notop"]))
+    with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0), 2) as runner:
+        recorder = runner.session.run = CrossingRecorder(runner.session)
+        three = runner.run(photographs)
+    assert relative_difference(three, one) <= TOLERANCE
+    allowed = {placeholder.op.name for placeholder in runner.placeholders} | {out.op.name for out in runner.outputs}
+    assert recorder.sources, "three devices must at least exchange their inputs and outputs"
+    assert recorder.sources <= allowed, "crossed between devices: %s" % sorted(recorder.sources - allowed)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_on_gpus_every_op_has_a_gpu_kernel_and_each_replica_its_weights(precision):
+    """What --gpus 0,1 builds, checked without GPUs (soft placement is off on GPUs: an op without a GPU
+    kernel for its dtype would fail there)."""
+    from test_vgg16 import _has_gpu_kernel
+
+    model = convnext_tiny.feature_model(endpoint="predictions", weights="imagenet", precision=precision)
+    names = resolve_devices(gpus="0,1", gpu_count=2).names
+    graph, placement, _, outputs = engine.build_graph(model, names)
+    assert [output.device for output in outputs] == list(names)
+    kinds = {}  # one op of each type and attributes: the replicas' ops repeat the first one's
+    for op in graph.get_operations():
+        kinds.setdefault((op.type, str(sorted(op.node_def.attr.items()))), op)
+    assert [op.name for op in kinds.values() if not _has_gpu_kernel(op)] == []
+    assert len(placement.variables()) == sum(len(layer.arrays) for layer in convnext_tiny_layers.LAYERS) and all(
+        [copy.device for copy in copies] == list(names) for copies in placement.variables().values())
+
+
+def make_images(folder, count=5):
+    rng = np.random.default_rng(1)
+    folder.mkdir()
+    for index in range(count):
+        image = np.clip(rng.normal(128, 60, (40 + index, 50, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(image).save(folder / ("%d.png" % index))
+    return folder
+
+
+def cli(images, output, weights, *flags):
+    status = run_inference.main([str(flag) for flag in ("--images", images, "--output", output, "--model",
+                                                        "convnext_tiny", "--weights", weights, "--devices", "cpu:0",
+                                                        "--batch-size", "2", "--quiet", *flags)])
+    assert status == 0
+
+
+def test_cli_one_and_three_static_ranks_give_the_same_bytes_and_bf16_stays_close(files, tmp_path):
+    images = make_images(tmp_path / "images")
+    single = tmp_path / "one" / "features.npy"
+    cli(images, single, files["notop"], "--distributed", "static", "--rank", "0", "--world-size", "1",
+        "--shard-size", "2")
+    three = tmp_path / "three" / "features.npy"
+    for rank in range(3):
+        cli(images, three, files["notop"], "--distributed", "static", "--rank", rank, "--world-size", "3",
+            "--shard-size", "2")
+    assert job_outputs(three) == job_outputs(single)
+    reduced = tmp_path / "bf16" / "features.npy"
+    cli(images, reduced, files["notop"], "--precision", "bf16")
+    reference, bf16 = np.load(single), np.load(reduced)
+    assert reference.shape == bf16.shape == (5, 768)
+    cosine = (reference * bf16).sum(1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(bf16, axis=1)
+    assert cosine.min() >= 0.999, cosine  # VGG16's documented bound (docs/gpus.md)
+    assert not np.array_equal(reference, bf16)  # it really computed in bf16
+
+
+def test_fp16_stays_close_to_fp32(files, photographs, notop_features):
+    reference = notop_features[:2]
+    reduced = run_model(files["notop"], photographs[:2], precision="fp16")
+    cosine = (reduced * reference).sum(1) / np.linalg.norm(reduced, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() >= 0.999, cosine
