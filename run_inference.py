@@ -92,6 +92,12 @@ def _seconds(text):
     return value
 
 
+def _default_first(model):
+    """Model `model`'s layers, its default first."""
+    default = registry.default_layer(model)
+    return [default] + [layer for layer in registry.layers(model) if layer != default]
+
+
 def parse_args(argv=None):
     """The parsed flags; `output` and `output_format` are None when not given (see `resolve_output`)."""
     # No prog: argparse names the program after sys.argv[0], so the console script's help says
@@ -132,9 +138,10 @@ def parse_args(argv=None):
                              "describes each: " + "; ".join("%s: %s" % (entry.name, entry.summary)
                                                             for entry in registry.ENTRIES))
     parser.add_argument("--layer", metavar="NAME",
-                        help="the layer whose output is written (default: the model's; VGG16's is fc7). "
-                             "VGG16's: %s. fc7 is before the ReLU and can be negative; relu7 is after it "
-                             "(Keras's 'fc2', Caffe's 'fc7')" % ", ".join(registry.layers("vgg16")))
+                        help="the layer whose output is written (default: the model's, named first below). "
+                             + "; ".join("%s: %s" % (name, ", ".join(_default_first(name))) for name in registry.NAMES)
+                             + ". VGG16's fc7 is before the ReLU and can be negative; relu7 is after it "
+                               "(Keras's 'fc2', Caffe's 'fc7')")
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
                         help="'imagenet' (default: Keras's ImageNet weights, downloaded once into ~/.keras/models), "
                              "or the path of a weights file: for vgg16 a tensorflow-vgg vgg16.npy or a Keras "
