@@ -53,6 +53,11 @@ REFERENCES = {
                'model = keras.Model(base.input, base.get_layer("fc2").output)'),
         preprocess="keras.applications.vgg16.preprocess_input(x)",
         weights_file="vgg16_weights_tf_dim_ordering_tf_kernels.h5"),
+    "efficientnet_b0": Reference(
+        keras=('base = keras.applications.EfficientNetB0(weights=None)\nbase.load_weights(weights)\n'
+               'model = keras.Model(base.input, base.get_layer("avg_pool").output)'),
+        preprocess="x",  # inside the model
+        weights_file="efficientnetb0.h5"),
 }
 LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
 

@@ -90,6 +90,12 @@ def _variables(name, kernel_shape, dtype, channels=None):
     return kernel, bias
 
 
+def _swish(net):
+    """x * sigmoid(x), Keras's swish; written out (tf.nn.silu adds a gradient wrapper), it is the pattern
+    TensorFlow fuses into the convolution before it on CPUs."""
+    return net * tf.sigmoid(net)
+
+
 def _conv(net, name, kernel_shape, dtype, strides=1):
     """A convolution with its batch norm folded in; "SAME" is Keras's padding (see `efficientnet_b0`)."""
     kernel, bias = _variables(name, kernel_shape, dtype)
@@ -100,15 +106,15 @@ def _block(net, block, dtype):
     """One MBConv block: [N, size, size, filters_in] -> [N, output_size, output_size, filters_out]."""
     inputs, prefix = net, block.name + "_"
     if block.expands:
-        net = tf.nn.silu(_conv(net, prefix + "expand_conv", (1, 1, block.filters_in, block.filters), dtype))
+        net = _swish(_conv(net, prefix + "expand_conv", (1, 1, block.filters_in, block.filters), dtype))
     kernel, bias = _variables(prefix + "dwconv", (block.kernel_size, block.kernel_size, block.filters, 1), dtype,
                               channels=block.filters)
     net = tf.nn.depthwise_conv2d(net, kernel, [1, block.strides, block.strides, 1], "SAME")
-    net = tf.nn.silu(tf.nn.bias_add(net, bias))
+    net = _swish(tf.nn.bias_add(net, bias))
     # Squeeze and excitation: Keras's 1x1 convolutions of a [N, 1, 1, C] tensor are these matrix products.
     squeezed = tf.reduce_mean(net, axis=[1, 2])
     kernel, bias = _variables(prefix + "se_reduce", (block.filters, block.se_filters), dtype)
-    squeezed = tf.nn.silu(tf.nn.bias_add(tf.matmul(squeezed, kernel), bias))
+    squeezed = _swish(tf.nn.bias_add(tf.matmul(squeezed, kernel), bias))
     kernel, bias = _variables(prefix + "se_expand", (block.se_filters, block.filters), dtype)
     excitation = tf.sigmoid(tf.nn.bias_add(tf.matmul(squeezed, kernel), bias))
     net = net * excitation[:, None, None, :]
@@ -163,10 +169,10 @@ def efficientnet_b0(images, endpoint="avg_pool", dtype=tf.float32, scope=NAME):
         raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
     with tf1.variable_scope(scope):
         net = preprocess(images, dtype)
-        net = tf.nn.silu(_conv(net, "stem_conv", (3, 3, 3, BLOCKS[0].filters_in), dtype, strides=2))
+        net = _swish(_conv(net, "stem_conv", (3, 3, 3, BLOCKS[0].filters_in), dtype, strides=2))
         for block in BLOCKS:
             net = _block(net, block, dtype)
-        net = tf.nn.silu(_conv(net, "top_conv", (1, 1, BLOCKS[-1].filters_out, FEATURE_SIZES["avg_pool"]), dtype))
+        net = _swish(_conv(net, "top_conv", (1, 1, BLOCKS[-1].filters_out, FEATURE_SIZES["avg_pool"]), dtype))
         net = tf.identity(net, name="top_activation")
         if endpoint != "top_activation":
             net = tf.reduce_mean(net, axis=[1, 2], name="avg_pool")
