@@ -91,8 +91,8 @@ def _variables(name, kernel_shape, dtype, channels=None):
 
 
 def _swish(net):
-    """x * sigmoid(x), Keras's swish; written out (tf.nn.silu adds a gradient wrapper), it is the pattern
-    TensorFlow fuses into the convolution before it on CPUs."""
+    """x * sigmoid(x), Keras's swish. Written out, TensorFlow's CPU graph optimizer makes it one swish op;
+    tf.nn.silu's gradient wrapper (IdentityN) keeps it three."""
     return net * tf.sigmoid(net)
 
 

@@ -36,7 +36,8 @@ class Entry:
 ENTRIES = (
     Entry("vgg16", "models.vgg16_layers", "models.vgg16", "models.weight_files",
           "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
-    Entry("efficientnet_b0", "models.efficientnet_b0_layers", "models.efficientnet_b0", "models.efficientnet_b0_weights",
+    Entry("efficientnet_b0", "models.efficientnet_b0_layers", "models.efficientnet_b0",
+          "models.efficientnet_b0_weights",
           "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}

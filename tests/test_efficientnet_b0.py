@@ -2,7 +2,6 @@
 "imagenet"), devices, precision, and the command line with static ranks."""
 
 import logging
-import shutil
 
 import numpy as np
 import pytest

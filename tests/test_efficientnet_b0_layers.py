@@ -41,6 +41,7 @@ def test_keras_s_correct_pad_is_the_same_padding_the_graph_uses():
 
 
 def test_the_table_imports_no_tensorflow():
-    code = "import sys, models.efficientnet_b0_layers; print(sorted({'tensorflow', 'keras', 'h5py'} & set(sys.modules)))"
+    code = ("import sys, models.efficientnet_b0_layers\n"
+            "print(sorted({'tensorflow', 'keras', 'h5py'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr

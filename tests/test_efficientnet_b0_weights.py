@@ -102,7 +102,8 @@ def _rewritten(source, target, layer, dataset, value):
      "empty.h5 is an HDF5 file without Keras's 'layer_names' attribute"),
     (lambda tmp, good: _rewritten(good, tmp / "shape.h5", "block2a_dwconv", "block2a_dwconv/depthwise_kernel:0",
                                   np.zeros((5, 5, 96, 1), np.float32)),
-     r"shape.h5: layer block2a_dwconv depthwise_kernel has shape \(5, 5, 96, 1\); EfficientNetB0 needs \(3, 3, 96, 1\)"),
+     r"shape.h5: layer block2a_dwconv depthwise_kernel has shape \(5, 5, 96, 1\); "
+     r"EfficientNetB0 needs \(3, 3, 96, 1\)"),
     (lambda tmp, good: _rewritten(good, tmp / "ints.h5", "stem_bn", "stem_bn/gamma:0", np.ones(32, np.int32)),
      "ints.h5: layer stem_bn gamma is int32, not a float array"),
     (lambda tmp, good: _written(tmp / "cut.h5", good.read_bytes()[:200_000]),
