@@ -63,7 +63,7 @@ def test_what_we_write_is_what_we_read(random_file):
     assert "predictions" not in files.load_weights(random_file)  # include_top=False reads up to top_bn
 
 
-def _notop(path, tmp_path):
+def _notop(tmp_path):
     notop = tmp_path / "efficientnetb0_notop.h5"
     weights = files.random_weights(seed=1)
     for name in TOP_LAYERS:
@@ -72,8 +72,8 @@ def _notop(path, tmp_path):
     return notop
 
 
-def test_a_notop_file_reads_without_the_top_and_is_refused_for_it(random_file, tmp_path):
-    notop = _notop(random_file, tmp_path)
+def test_a_notop_file_reads_without_the_top_and_is_refused_for_it(tmp_path):
+    notop = _notop(tmp_path)
     assert len(files.load_weights(notop)) == len(KERAS_LAYERS) - 1
     with pytest.raises(WeightsError, match=r"efficientnetb0_notop.h5 has no layer predictions \(the predictions "
                                            r"layer is only in the full file, efficientnetb0.h5"):
