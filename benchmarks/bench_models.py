@@ -59,6 +59,11 @@ REFERENCES = {
                'model = keras.Model(base.input, base.get_layer("convnext_tiny_head_layernorm").output)'),
         preprocess="x",
         weights_file="convnext_tiny.h5"),
+    "efficientnet_b0": Reference(
+        keras=('base = keras.applications.EfficientNetB0(weights=None)\nbase.load_weights(weights)\n'
+               'model = keras.Model(base.input, base.get_layer("avg_pool").output)'),
+        preprocess="x",  # inside the model
+        weights_file="efficientnetb0.h5"),
 }
 LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
 

@@ -38,6 +38,9 @@ ENTRIES = (
           "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
     Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
+    Entry("efficientnet_b0", "models.efficientnet_b0_layers", "models.efficientnet_b0",
+          "models.efficientnet_b0_weights",
+          "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
