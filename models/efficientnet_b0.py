@@ -3,7 +3,8 @@ equal to Keras's `keras.applications.EfficientNetB0` on the same weights.
 
     images uint8 [N, 224, 224, 3] RGB
       -> preprocess (on the device, inside the model as Keras does): Rescaling(1/255), Normalization (the
-         file's mean and variance) and, for weights="imagenet" only, Rescaling(1/sqrt(ImageNet std))
+         file's mean and variance) and, for a file holding Keras's ImageNet Normalization, Rescaling(1/sqrt(ImageNet
+         std))
       -> stem_conv 3x3/2 (32), swish -> 16 MBConv blocks (block1a ... block7a) -> top_conv 1x1 (1280), swish
          = top_activation [N, 7, 7, 1280] -> global average pool = avg_pool [N, 1280]
          -> predictions dense (1000), softmax (Keras's top_dropout is the identity at inference)
@@ -20,12 +21,15 @@ predictions dense layers) and `efficientnet_b0/preprocess/mean`, `divisor` and `
 their values are loaded from host arrays, never embedded in the graph. Only what the requested endpoint
 needs is built and loaded.
 
-Weights: "imagenet" is Keras's `efficientnetb0_notop.h5` (or `efficientnetb0.h5` for predictions) and is
-computed as Keras's EfficientNetB0(weights="imagenet"), with the extra Rescaling; a path is computed as
-Keras's EfficientNetB0(weights=PATH), without it (Keras adds it only for "imagenet").
+Weights: "imagenet" is Keras's `efficientnetb0_notop.h5` (or `efficientnetb0.h5` for predictions). Keras's
+ImageNet files store the ImageNet standard deviations where their Normalization's variance should be, and
+Keras's EfficientNetB0(weights="imagenet") makes up for it with an extra Rescaling(1/sqrt(std)), which
+EfficientNetB0(weights=PATH) does not add. Here the file's content decides, not how it was named: a file
+whose Normalization holds exactly those values (Keras's ImageNet files, and every model fine-tuned from them
+and saved) is computed with the extra Rescaling, as Keras's weights="imagenet"; any other file as Keras's
+weights=PATH. So the ImageNet file given by path, or a copy of it offline, gives the features of "imagenet".
 """
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +44,6 @@ from models.weight_files import WeightsError, fingerprint
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
-log = logging.getLogger("parallel")
 
 NAME = "efficientnet_b0"
 KERAS_WEIGHTS = "https://storage.googleapis.com/keras-applications/"  # Keras's efficientnet BASE_WEIGHTS_PATH
@@ -57,11 +60,8 @@ FULL_FILE = KerasFile(
 # The compute dtype of each precision, as for VGG16 (tf32 differs from fp32 only in the engine's TF32 switch).
 PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
 
-PREPROCESSING = {
-    True: "Keras EfficientNet, weights='imagenet': x/255, Normalization (the file's mean, variance), "
-          "Rescaling 1/sqrt(ImageNet std)",
-    False: "Keras EfficientNet, weights=PATH: x/255, Normalization (the file's mean, variance)",
-}
+PREPROCESSING = ("Keras EfficientNet: x/255, Normalization (the file's mean, variance), and Rescaling "
+                 "1/sqrt(ImageNet std) when the file holds Keras's ImageNet Normalization")
 
 
 def keras_file_for(endpoint):
@@ -248,8 +248,9 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
     Args:
       endpoint: one of ENDPOINTS (default avg_pool, 1280 floats).
       weights: "imagenet" (Keras's cache file, downloaded if absent: efficientnetb0_notop.h5, or
-        efficientnetb0.h5 for predictions), computed as Keras's weights="imagenet"; or the path of a Keras
-        .h5 file, computed as Keras's weights=PATH (no extra Rescaling; see the module docstring).
+        efficientnetb0.h5 for predictions) or the path of a Keras .h5 file; a file holding Keras's ImageNet
+        Normalization is computed as Keras's weights="imagenet", any other as weights=PATH (see the module
+        docstring).
       precision: one of PRECISION_NAMES (see `models.vgg16.feature_model`); outputs are float32 either way.
       cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).
 
@@ -277,12 +278,7 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
     def read_weights():
         path = keras_file(file, cache_dir) if imagenet else weights
         values = load_weights(path, include_top=needs_top(endpoint))
-        if not imagenet and looks_like_keras_imagenet_file(values):
-            log.warning("weights=%s holds Keras's ImageNet Normalization: given as a path it is computed as Keras's "
-                        "EfficientNetB0(weights=PATH), without the Rescaling Keras adds for weights='imagenet'; "
-                        "for those features put the file in Keras's cache (models/%s) and pass weights='imagenet'",
-                        weights, file.name)
-        return variable_values(values, endpoint, imagenet_rescaling=imagenet)
+        return variable_values(values, endpoint, imagenet_rescaling=looks_like_keras_imagenet_file(values))
 
     return ModelSpec(
         name=NAME,
@@ -291,5 +287,5 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
         load_weights=read_weights,
         output_name=endpoint,
         settings={"model": NAME, "layer": endpoint, "weights": identity, "precision": precision,
-                  "preprocessing": PREPROCESSING[imagenet]},
+                  "preprocessing": PREPROCESSING},
         files=() if imagenet else (str(weights),))

@@ -145,16 +145,18 @@ def looks_like_keras_imagenet_file(weights):
 
 # ----------------------------------------------------------------------------- writing
 
-def random_weights(seed=0):
+def random_weights(seed=0, imagenet_normalization=True):
     """Seeded random weights of every layer of the full file, float32 (the count int64).
 
-    He-normal kernels; batch norms with gamma in [0.25, 0.75], small beta and mean, variance around 1;
-    the Normalization holds what Keras's ImageNet file holds (the ImageNet mean, and the
-    standard deviations as variance). Features computed with them are meaningless: they are for tests,
-    benchmarks and checking an installation (the `random` command).
+    He-normal kernels; batch norms with gamma in [0.25, 0.75], small beta and mean, variance around 1.
+    Features computed with them are meaningless: they are for tests, benchmarks and checking an
+    installation (the `random` command).
 
     Args:
       seed: seed of numpy's default generator; the same seed gives the same weights.
+      imagenet_normalization: the Normalization holds what Keras's ImageNet files hold (the ImageNet mean,
+        and the standard deviations as variance: computed with the extra Rescaling); False: the ImageNet
+        mean and variance (the standard deviations squared: computed without it).
 
     Returns:
       {Keras layer name: {weight name: array}}, the shapes of `KERAS_LAYERS`.
@@ -165,7 +167,8 @@ def random_weights(seed=0):
         arrays = {}
         for name, shape in layer.weights:
             if layer.kind == "normalization":
-                array = {"mean": np.array(IMAGENET_MEAN_RGB), "variance": np.array(IMAGENET_STDDEV_RGB),
+                variance = np.array(IMAGENET_STDDEV_RGB) ** (1 if imagenet_normalization else 2)
+                array = {"mean": np.array(IMAGENET_MEAN_RGB), "variance": variance,
                          "count": np.array(0, np.int64)}[name]
             elif name in ("kernel", "depthwise_kernel"):
                 fan_in = np.prod(shape[:-1]) if name == "kernel" else np.prod(shape[:2])
@@ -215,6 +218,6 @@ def save_h5(weights, path):
 RANDOM_SUFFIXES = {".h5": "Keras's efficientnetb0.h5"}  # the full file: every endpoint reads it
 
 
-def write_random(path, seed=0):
-    """Writes seeded random EfficientNetB0 weights to `path` in the layout of Keras's full file."""
-    save_h5(random_weights(seed), path)
+def write_random(path, seed=0, imagenet_normalization=True):
+    """Writes seeded random EfficientNetB0 weights (`random_weights`) to `path` in the layout of Keras's full file."""
+    save_h5(random_weights(seed, imagenet_normalization), path)

@@ -1,8 +1,6 @@
 """EfficientNetB0: the graph, parity with keras.applications.EfficientNetB0 on the same file (by path and as
 "imagenet"), devices, precision, and the command line with static ranks."""
 
-import logging
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -51,8 +49,9 @@ def keras_outputs(reference, names, images):
 
 @pytest.fixture(scope="module")
 def random_file(tmp_path_factory):
+    """Random weights whose Normalization is the ImageNet mean and variance: computed as Keras's weights=PATH."""
     path = tmp_path_factory.mktemp("efficientnet_b0") / "random.h5"
-    files.write_random(path, seed=0)
+    files.write_random(path, seed=0, imagenet_normalization=False)
     return path
 
 
@@ -132,40 +131,42 @@ def test_the_other_endpoints_equal_keras(keras_files, photographs, endpoint, tol
     assert relative_difference(ours, keras_files[endpoint].reshape(len(photographs), -1)) <= tolerance
 
 
-def test_weights_imagenet_is_keras_s_weights_imagenet_with_its_extra_rescaling(random_file, photographs, tmp_path,
-                                                                              monkeypatch):
-    """Keras divides by sqrt(std) once more for weights="imagenet" only; the file's mean and variance count."""
+def test_a_file_with_keras_s_imagenet_normalization_is_keras_s_weights_imagenet_by_name_or_path(
+        photographs, tmp_path, monkeypatch):
+    """Keras divides by sqrt(std) once more for weights="imagenet" only (its files hold the std as variance);
+    here such a file gets that Rescaling however it is given, and the file's mean and variance count."""
     import keras
     from keras.src.utils import file_utils
 
-    monkeypatch.setattr(file_utils, "get_file", lambda *args, **kwargs: str(random_file))
+    like_imagenet = tmp_path / "like-imagenet.h5"
+    files.write_random(like_imagenet, seed=0)  # the Normalization of Keras's ImageNet files
+    monkeypatch.setattr(file_utils, "get_file", lambda *args, **kwargs: str(like_imagenet))
     reference = keras.applications.EfficientNetB0(weights="imagenet")  # reads the random file
     (tmp_path / "models").mkdir()
     cached = calibrated(reference, photographs, tmp_path / "models" / model.NOTOP_FILE.name)  # notop: a subset
     [expected] = keras_outputs(reference, ["avg_pool"], photographs)
     spec = model.feature_model("avg_pool", weights="imagenet", cache_dir=tmp_path)
-    assert spec.settings["weights"] == model.NOTOP_FILE.identity and "sqrt" in spec.settings["preprocessing"]
+    assert spec.settings["weights"] == model.NOTOP_FILE.identity
     assert relative_difference(features(spec, photographs), expected) <= TOLERANCE
     by_path = features(model.feature_model("avg_pool", weights=str(cached)), photographs)
-    assert relative_difference(by_path, expected) > 0.1  # the same file by path: no extra rescaling
+    assert relative_difference(by_path, expected) <= TOLERANCE  # the same file by path: the same features
+    [keras_by_path] = keras_outputs(keras.applications.EfficientNetB0(weights=str(cached)), ["avg_pool"], photographs)
+    assert relative_difference(by_path, keras_by_path) > 0.1  # Keras's weights=PATH leaves the Rescaling out
 
 
 # ----------------------------------------------------------------------------- the engine's model
 
-def test_feature_model_settings_name_the_file_and_the_preprocessing(keras_files, caplog):
+def test_feature_model_settings_name_the_file_and_the_preprocessing(keras_files):
     by_path = model.feature_model("avg_pool", weights=str(keras_files["path"]), precision="bf16")
     assert by_path.settings == {"model": "efficientnet_b0", "layer": "avg_pool",
                                 "weights": by_path.settings["weights"], "precision": "bf16",
-                                "preprocessing": model.PREPROCESSING[False]}
+                                "preprocessing": model.PREPROCESSING}
     assert by_path.settings["weights"].startswith("efficientnetb0.h5 (") and by_path.files == (
         str(keras_files["path"]),)
     assert model.feature_model("predictions").settings["weights"] == (
         "imagenet (Keras efficientnetb0.h5, md5 902e53a9f72be733fc0bcb005b3ebbac)")
     assert model.feature_model().settings["weights"] == (
         "imagenet (Keras efficientnetb0_notop.h5, md5 50bc09e76180e00e4465e1a485ddc09d)")
-    with caplog.at_level(logging.WARNING, logger="parallel"):
-        by_path.load_weights()  # the random file holds what Keras's ImageNet file holds: the path warns
-    assert "holds Keras's ImageNet Normalization: given as a path" in caplog.text
 
 
 def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(keras_files, photographs):

@@ -59,7 +59,8 @@ def test_what_we_write_is_what_we_read(random_file):
     for layer in KERAS_LAYERS:
         for name, array in written[layer.name].items():
             np.testing.assert_array_equal(array, expected[layer.name][name])
-    assert files.looks_like_keras_imagenet_file(written)
+    assert files.looks_like_keras_imagenet_file(written)  # the random command's file: as Keras's ImageNet file
+    assert not files.looks_like_keras_imagenet_file(files.random_weights(seed=3, imagenet_normalization=False))
     assert "predictions" not in files.load_weights(random_file)  # include_top=False reads up to top_bn
 
 
