@@ -36,6 +36,8 @@ class Entry:
 ENTRIES = (
     Entry("vgg16", "models.vgg16_layers", "models.vgg16", "models.weight_files",
           "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
+    Entry("resnet50", "models.resnet50_layers", "models.resnet50", "models.resnet50_weights",
+          "ResNet50 (2015), 224x224, Caffe preprocessing, avg_pool: 2048 floats"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
