@@ -27,11 +27,10 @@ import numpy as np
 import tensorflow as tf
 
 from models.imagenet_download import KERAS_APPLICATIONS, KerasFile, keras_file
-from models.registry import PRECISION_NAMES
 from models.resnet50_layers import (BATCH_NORM_EPSILON, BLOCKS, CONVS, ENDPOINTS, IMAGE_SIZE, OUTPUT_CHANNELS,
                                     OUTPUT_SIDE, PREDICTIONS, STEM, TOP_ENDPOINTS)
 from models.resnet50_weights import FILE_NAME, NOTOP_FILE_NAME, load_weights
-from models.vgg16 import BGR_MEAN, preprocess
+from models.vgg16 import BGR_MEAN, PRECISIONS, preprocess  # Caffe's preprocessing; the dtype of each precision
 from models.weight_files import WeightsError, fingerprint
 from parallel.model import ModelSpec
 
@@ -49,9 +48,6 @@ RESNET50_NOTOP_FILE = KerasFile(
     what="ResNet50 ImageNet weights (notop)", random_command=_RANDOM_COMMAND % NOTOP_FILE_NAME)
 
 PREPROCESSING = "caffe: RGB->BGR, minus the ImageNet mean (B %s, G %s, R %s)" % BGR_MEAN
-
-# The compute dtype of each precision, as VGG16's (tf32 is float32; the engine sets TF32 from the settings).
-PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
 
 
 def _check_endpoint(endpoint):

@@ -50,7 +50,8 @@ def test_reads_what_keras_3_writes_weights_alone_or_in_a_whole_model(tmp_path):
     from keras.src.legacy.saving import legacy_h5_format
 
     inputs = keras.Input((3,))
-    model = keras.Model(inputs, keras.layers.BatchNormalization(name="norm")(keras.layers.Dense(2, name="dense")(inputs)))
+    dense = keras.layers.Dense(2, name="dense")(inputs)
+    model = keras.Model(inputs, keras.layers.BatchNormalization(name="norm")(dense))
     weights = tiny_weights(1)
     for layer, arrays in weights.items():
         model.get_layer(layer).set_weights(list(arrays.values()))

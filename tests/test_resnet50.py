@@ -140,8 +140,11 @@ def test_feature_model_settings_name_the_file_layer_and_preprocessing(calibrated
     by_path = resnet50.feature_model(weights=str(calibrated_file))
     assert by_path.settings["weights"].startswith("calibrated_by_keras.h5 (") and by_path.files == (
         str(calibrated_file),)
-    notop = tmp_path / resnet50_weights.NOTOP_FILE_NAME
+    notop = tmp_path / "models" / resnet50_weights.NOTOP_FILE_NAME  # "imagenet" in Keras's cache: no download
+    notop.parent.mkdir()
     resnet50_weights.write_random(notop)
+    values = resnet50.feature_model(weights="imagenet", cache_dir=tmp_path).load_weights()
+    assert len(values) == 2 * 53 and values["resnet50/conv1_conv/kernel"].shape == (7, 7, 3, 64)
     with pytest.raises(WeightsError, match="has no layer predictions, which ResNet50 needs .expected "
                                            "resnet50_weights_tf_dim_ordering_tf_kernels.h5"):
         resnet50.feature_model("predictions", weights=str(notop)).load_weights()
