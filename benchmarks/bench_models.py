@@ -64,6 +64,11 @@ REFERENCES = {
                'model = keras.Model(base.input, base.get_layer("avg_pool").output)'),
         preprocess="x",  # inside the model
         weights_file="efficientnetb0.h5"),
+    "resnet50": Reference(
+        keras=('model = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg")\n'
+               'model.load_weights(weights)'),
+        preprocess="keras.applications.resnet.preprocess_input(x)",
+        weights_file="resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"),
 }
 LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
 

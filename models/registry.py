@@ -36,11 +36,13 @@ class Entry:
 ENTRIES = (
     Entry("vgg16", "models.vgg16_layers", "models.vgg16", "models.weight_files",
           "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
-    Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
-          "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
+    Entry("resnet50", "models.resnet50_layers", "models.resnet50", "models.resnet50_weights",
+          "ResNet50 (2015), 224x224, Caffe preprocessing, avg_pool: 2048 floats"),
     Entry("efficientnet_b0", "models.efficientnet_b0_layers", "models.efficientnet_b0",
           "models.efficientnet_b0_weights",
           "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
+    Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
+          "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
