@@ -34,16 +34,13 @@ Which Keras output each endpoint equals:
 - `logits` is `ConvNeXtTiny(classifier_activation=None)`'s output, `predictions` the default softmax one.
 """
 
-from pathlib import Path
-
 import tensorflow as tf
 
 from models.convnext_tiny_layers import (BODY, CLASSES, DEPTHS, ENDPOINTS, HEAD_DENSE, HEAD_LAYER_NORM,
                                          IMAGE_SIZE, LAYER_NORM_EPSILON, WIDTHS)
 from models.convnext_tiny_weights import FULL_FILE, NOTOP_FILE, load_weights
-from models.imagenet_download import KERAS_APPLICATIONS, KerasFile, keras_file
-from models.registry import PRECISION_NAMES
-from models.weight_files import WeightsError, fingerprint
+from models.common import Weights, check_endpoint, compute_dtype
+from models.imagenet_download import KERAS_APPLICATIONS, KerasFile
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
@@ -55,8 +52,6 @@ RGB_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 RGB_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 PREPROCESSING = "inside the model: (RGB 0..255 - ImageNet mean 123.675, 116.28, 103.53) / std 58.395, 57.12, 57.375"
 
-# The compute dtype of each precision (tf32 is float32 whose matmuls may run as TF32 on Ampere+ GPUs).
-PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
 
 # Keras's files (keras/src/applications/convnext.py: BASE_WEIGHTS_PATH, WEIGHTS_HASHES["convnext_tiny"]).
 _CONVNEXT_WEIGHTS = KERAS_APPLICATIONS + "convnext/"
@@ -74,8 +69,7 @@ _NEEDS_TOP = ("logits", "predictions")
 
 
 def _check_endpoint(endpoint):
-    if endpoint not in ENDPOINTS:
-        raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(ENDPOINTS)))
+    check_endpoint(endpoint, ENDPOINTS)
 
 
 def layers_for(endpoint):
@@ -233,21 +227,11 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
       ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a file.
     """
     _check_endpoint(endpoint)
-    if precision not in PRECISIONS:
-        raise ValueError("precision=%r; expected one of %s" % (precision, ", ".join(PRECISIONS)))
-    if weights == "imagenet":
-        identity = keras_file_for(endpoint).identity
-    else:
-        path = Path(weights)
-        if not path.is_file():
-            raise WeightsError("weights=%s is not a file (pass %s or %s, or 'imagenet')"
-                               % (weights, NOTOP_FILE, FULL_FILE))
-        identity = fingerprint(path)
-    dtype = PRECISIONS[precision]
+    dtype = compute_dtype(precision)
+    source = Weights(weights, keras_file_for(endpoint), "%s or %s" % (NOTOP_FILE, FULL_FILE), cache_dir)
 
     def read_weights():
-        path = keras_file(keras_file_for(endpoint), cache_dir) if weights == "imagenet" else weights
-        return variable_values(load_weights(path, with_top=endpoint in _NEEDS_TOP), endpoint)
+        return variable_values(load_weights(source.path(), with_top=endpoint in _NEEDS_TOP), endpoint)
 
     return ModelSpec(
         name=NAME,
@@ -255,6 +239,6 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
         image_size=IMAGE_SIZE,
         load_weights=read_weights,
         output_name=endpoint,
-        settings={"model": NAME, "layer": endpoint, "weights": identity, "precision": precision,
+        settings={"model": NAME, "layer": endpoint, "weights": source.identity, "precision": precision,
                   "preprocessing": PREPROCESSING},
-        files=() if weights == "imagenet" else (str(weights),))
+        files=source.files)

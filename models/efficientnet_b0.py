@@ -30,17 +30,14 @@ and saved) is computed with the extra Rescaling, as Keras's weights="imagenet"; 
 weights=PATH. So the ImageNet file given by path, or a copy of it offline, gives the features of "imagenet".
 """
 
-from pathlib import Path
-
 import numpy as np
 import tensorflow as tf
 
 from models.efficientnet_b0_layers import (BATCH_NORM_EPSILON, BLOCKS, ENDPOINTS, FEATURE_SIZES, IMAGE_SIZE,
                                            IMAGENET_STDDEV_RGB, NORMALIZATION_EPSILON, needs_top)
 from models.efficientnet_b0_weights import load_weights, looks_like_keras_imagenet_file
-from models.imagenet_download import KerasFile, keras_file
-from models.registry import PRECISION_NAMES
-from models.weight_files import WeightsError, fingerprint
+from models.common import Weights, check_endpoint, compute_dtype
+from models.imagenet_download import KerasFile
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
@@ -57,8 +54,6 @@ FULL_FILE = KerasFile(
     digest="902e53a9f72be733fc0bcb005b3ebbac",  # Keras's WEIGHTS_HASHES["b0"][0]
     what="EfficientNetB0 ImageNet weights (with the top)", random_command=_RANDOM_COMMAND)
 
-# The compute dtype of each precision, as for VGG16 (tf32 differs from fp32 only in the engine's TF32 switch).
-PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
 
 PREPROCESSING = ("Keras EfficientNet: x/255, Normalization (the file's mean, variance), and Rescaling "
                  "1/sqrt(ImageNet std) when the file holds Keras's ImageNet Normalization")
@@ -70,8 +65,7 @@ def keras_file_for(endpoint):
 
 
 def _check_endpoint(endpoint):
-    if endpoint not in ENDPOINTS:
-        raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(ENDPOINTS)))
+    check_endpoint(endpoint, ENDPOINTS)
 
 
 def feature_size(endpoint):
@@ -261,23 +255,12 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
       ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a file.
     """
     _check_endpoint(endpoint)
-    if precision not in PRECISIONS:
-        raise ValueError("precision=%r; expected one of %s" % (precision, ", ".join(PRECISIONS)))
-    imagenet = weights == "imagenet"
+    dtype = compute_dtype(precision)
     file = keras_file_for(endpoint)
-    if imagenet:
-        identity = file.identity
-    else:
-        path = Path(weights)
-        if not path.is_file():
-            raise WeightsError("weights=%s is not a file (pass a Keras EfficientNetB0 .h5 such as %s, or 'imagenet')"
-                               % (weights, file.name))
-        identity = fingerprint(path)
-    dtype = PRECISIONS[precision]
+    source = Weights(weights, file, "a Keras EfficientNetB0 .h5 such as %s" % file.name, cache_dir)
 
     def read_weights():
-        path = keras_file(file, cache_dir) if imagenet else weights
-        values = load_weights(path, include_top=needs_top(endpoint))
+        values = load_weights(source.path(), include_top=needs_top(endpoint))
         return variable_values(values, endpoint, imagenet_rescaling=looks_like_keras_imagenet_file(values))
 
     return ModelSpec(
@@ -286,6 +269,6 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
         image_size=IMAGE_SIZE,
         load_weights=read_weights,
         output_name=endpoint,
-        settings={"model": NAME, "layer": endpoint, "weights": identity, "precision": precision,
+        settings={"model": NAME, "layer": endpoint, "weights": source.identity, "precision": precision,
                   "preprocessing": PREPROCESSING},
-        files=() if imagenet else (str(weights),))
+        files=source.files)

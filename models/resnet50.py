@@ -21,17 +21,15 @@ embedded in the graph. The weights are read by `resnet50_weights.py` (Keras's .h
 is fetched into Keras's cache by `imagenet_download.keras_file`.
 """
 
-from pathlib import Path
-
 import numpy as np
 import tensorflow as tf
 
-from models.imagenet_download import KERAS_APPLICATIONS, KerasFile, keras_file
+from models.common import Weights, check_endpoint, compute_dtype
+from models.imagenet_download import KERAS_APPLICATIONS, KerasFile
 from models.resnet50_layers import (BATCH_NORM_EPSILON, BLOCKS, CONVS, ENDPOINTS, IMAGE_SIZE, OUTPUT_CHANNELS,
                                     OUTPUT_SIDE, PREDICTIONS, STEM, TOP_ENDPOINTS)
 from models.resnet50_weights import FILE_NAME, NOTOP_FILE_NAME, load_weights
-from models.vgg16 import BGR_MEAN, PRECISIONS, preprocess  # Caffe's preprocessing; the dtype of each precision
-from models.weight_files import WeightsError, fingerprint
+from models.vgg16 import BGR_MEAN, preprocess  # Caffe's preprocessing
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
@@ -51,8 +49,7 @@ PREPROCESSING = "caffe: RGB->BGR, minus the ImageNet mean (B %s, G %s, R %s)" % 
 
 
 def _check_endpoint(endpoint):
-    if endpoint not in ENDPOINTS:
-        raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(ENDPOINTS)))
+    check_endpoint(endpoint, ENDPOINTS)
 
 
 def needs_top(endpoint):
@@ -190,23 +187,13 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
     Raises:
       ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a file.
     """
-    _check_endpoint(endpoint)
-    if precision not in PRECISIONS:
-        raise ValueError("precision=%r; expected one of %s" % (precision, ", ".join(PRECISIONS)))
     top = needs_top(endpoint)
-    if weights == "imagenet":
-        identity = keras_file_for(endpoint).identity
-    else:
-        path = Path(weights)
-        if not path.is_file():
-            raise WeightsError("weights=%s is not a file (pass %s, or 'imagenet')"
-                               % (weights, FILE_NAME if top else "%s or %s" % (NOTOP_FILE_NAME, FILE_NAME)))
-        identity = fingerprint(path)
-    dtype = PRECISIONS[precision]
+    dtype = compute_dtype(precision)
+    source = Weights(weights, keras_file_for(endpoint),
+                     FILE_NAME if top else "%s or %s" % (NOTOP_FILE_NAME, FILE_NAME), cache_dir)
 
     def read_weights():
-        path = keras_file(keras_file_for(endpoint), cache_dir) if weights == "imagenet" else weights
-        return variable_values(load_weights(path, include_top=top), endpoint)
+        return variable_values(load_weights(source.path(), include_top=top), endpoint)
 
     return ModelSpec(
         name="resnet50",
@@ -214,6 +201,6 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
         image_size=IMAGE_SIZE,
         load_weights=read_weights,
         output_name=endpoint,
-        settings={"model": "resnet50", "layer": endpoint, "weights": identity, "precision": precision,
+        settings={"model": "resnet50", "layer": endpoint, "weights": source.identity, "precision": precision,
                   "preprocessing": PREPROCESSING},
-        files=() if weights == "imagenet" else (str(weights),))
+        files=source.files)

@@ -18,24 +18,17 @@ endpoint are built and loaded. The weights are read by `weight_files.py` (tensor
 vgg16.npy, Keras's h5), and "imagenet" is fetched by `imagenet_download.py`.
 """
 
-from pathlib import Path
-
 import tensorflow as tf
 
-from models.imagenet_download import VGG16_FILE, imagenet_weights
-from models.registry import PRECISION_NAMES
+from models.common import Weights, check_endpoint, compute_dtype
+from models.imagenet_download import VGG16_FILE
 from models.vgg16_layers import CONV_BLOCKS, ENDPOINTS, IMAGE_SIZE, LAYERS
-from models.weight_files import WeightsError, fingerprint, load_weights
+from models.weight_files import load_weights
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
 
 BGR_MEAN = (103.939, 116.779, 123.68)
-
-# The compute dtype of each precision. tf32 computes in float32 too: what differs is whether the
-# engine lets float32 matmuls and convolutions run as TF32, which it reads from the "precision"
-# of the model's settings (parallel.devices.set_float32_precision).
-PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
 
 # The last layer with weights each endpoint needs.
 _LAST_LAYER = {"pool5": "conv5_3", "fc6": "fc6", "relu6": "fc6", "fc7": "fc7", "relu7": "fc7",
@@ -43,8 +36,7 @@ _LAST_LAYER = {"pool5": "conv5_3", "fc6": "fc6", "relu6": "fc6", "fc7": "fc7", "
 
 
 def _check_endpoint(endpoint):
-    if endpoint not in ENDPOINTS:
-        raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(ENDPOINTS)))
+    check_endpoint(endpoint, ENDPOINTS)
 
 
 def layers_for(endpoint):
@@ -162,21 +154,11 @@ def feature_model(endpoint="fc7", weights="imagenet", precision="fp32", cache_di
       ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a file.
     """
     _check_endpoint(endpoint)
-    if precision not in PRECISIONS:
-        raise ValueError("precision=%r; expected one of %s" % (precision, ", ".join(PRECISIONS)))
-    if weights == "imagenet":
-        identity = VGG16_FILE.identity
-    else:
-        path = Path(weights)
-        if not path.is_file():
-            raise WeightsError("weights=%s is not a file (pass a vgg16.npy or %s, or 'imagenet')"
-                               % (weights, VGG16_FILE.name))
-        identity = fingerprint(path)
-    dtype = PRECISIONS[precision]
+    dtype = compute_dtype(precision)
+    source = Weights(weights, VGG16_FILE, "a vgg16.npy or %s" % VGG16_FILE.name, cache_dir)
 
     def read_weights():
-        path = imagenet_weights(cache_dir) if weights == "imagenet" else weights
-        return variable_values(load_weights(path), endpoint)
+        return variable_values(load_weights(source.path()), endpoint)
 
     return ModelSpec(
         name="vgg16",
@@ -184,5 +166,5 @@ def feature_model(endpoint="fc7", weights="imagenet", precision="fp32", cache_di
         image_size=IMAGE_SIZE,
         load_weights=read_weights,
         output_name=endpoint,
-        settings={"model": "vgg16", "layer": endpoint, "weights": identity, "precision": precision},
-        files=() if weights == "imagenet" else (str(weights),))
+        settings={"model": "vgg16", "layer": endpoint, "weights": source.identity, "precision": precision},
+        files=source.files)

@@ -71,12 +71,12 @@ def upload(folder, url):
             fs.pipe(prefix + "/" + path.relative_to(folder).as_posix(), path.read_bytes())
 
 
-def image_paths(root):
-    """The image files under `root`, relative, sorted: a folder job's keys."""
-    return sorted(path.relative_to(root).as_posix() for path in Path(root).rglob("*.png"))
+def image_paths(root, pattern="*.png"):
+    """The image files under `root` named like `pattern`, relative, sorted: a folder job's keys."""
+    return sorted(path.relative_to(root).as_posix() for path in Path(root).rglob(pattern))
 
 
-def write_tars(root, folder, per_tar, extra=None):
+def write_tars(root, folder, per_tar, extra=None, pattern="*.png"):
     """The images under `root`, in sorted order, as tars of `per_tar` members in `folder`: their paths.
 
     Member names are the folder keys ("a/00.png"). `extra`: {tar index: [(name, bytes)]} of more
@@ -84,7 +84,7 @@ def write_tars(root, folder, per_tar, extra=None):
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    names = image_paths(root)
+    names = image_paths(root, pattern)
     tars = []
     for number, start in enumerate(range(0, len(names), per_tar)):
         path = folder / ("%06d.tar" % number)

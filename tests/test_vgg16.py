@@ -9,6 +9,7 @@ from PIL import Image
 from tensorflow.python.framework import kernels
 
 from models import vgg16, vgg16_layers, weight_files
+from models.common import compute_dtype
 from parallel import engine
 from parallel.devices import resolve_devices
 from parallel.model import ModelSpec
@@ -31,7 +32,7 @@ def images():
 
 def run_model(weights, images, endpoint="fc7", precision="fp32", num_devices=1):
     model = ModelSpec(
-        name="vgg16", fn=lambda batch: vgg16.vgg16(batch, endpoint, vgg16.PRECISIONS[precision]),
+        name="vgg16", fn=lambda batch: vgg16.vgg16(batch, endpoint, compute_dtype(precision)),
         image_size=vgg16.IMAGE_SIZE, load_weights=lambda: vgg16.variable_values(weights, endpoint),
         output_name=endpoint)
     devices = resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0)

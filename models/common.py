@@ -1,0 +1,64 @@
+"""What every model's graph module shares: the precisions' dtypes, the checks of a layer and a precision, and
+what "weights" means (Keras's cache file for "imagenet", else a file identified by its content).
+"""
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from models.imagenet_download import keras_file
+from models.registry import PRECISION_NAMES
+from models.weight_files import WeightsError, fingerprint
+
+# The compute dtype of each precision. tf32 computes in float32 too: what differs is whether the engine lets
+# float32 matmuls and convolutions run as TF32, which it reads from the "precision" of the model's settings
+# (parallel.devices.set_float32_precision).
+PRECISIONS = dict(zip(PRECISION_NAMES, (tf.float32, tf.float32, tf.float16, tf.bfloat16)))
+
+
+def check_endpoint(endpoint, endpoints):
+    """ValueError naming `endpoint` and the model's `endpoints` unless it is one of them."""
+    if endpoint not in endpoints:
+        raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(endpoints)))
+
+
+def compute_dtype(precision):
+    """The tf dtype the devices compute in for `precision` (one of PRECISION_NAMES); ValueError otherwise."""
+    if precision not in PRECISIONS:
+        raise ValueError("precision=%r; expected one of %s" % (precision, ", ".join(PRECISIONS)))
+    return PRECISIONS[precision]
+
+
+class Weights:
+    """A model's `weights` argument: "imagenet" (Keras's file `file`, from its cache or downloaded into it) or
+    the path of a file, checked to exist when the model is built and read only when the engine asks.
+
+    Attributes:
+      identity: its part of a job's identity (Keras's name and hash, or the file's fingerprint).
+      files: the local files it reads, which a job never writes over: () for "imagenet".
+    """
+
+    def __init__(self, weights, file, expected, cache_dir=None):
+        """
+        Args:
+          weights: "imagenet" or a path.
+          file: the KerasFile "imagenet" means here.
+          expected: what a user should pass, for the message of a path that is not a file
+            ("a vgg16.npy or vgg16_weights_tf_dim_ordering_tf_kernels.h5").
+          cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).
+
+        Raises:
+          WeightsError: a path that is not a file.
+        """
+        self.imagenet = weights == "imagenet"
+        self._weights, self._file, self._cache_dir = weights, file, cache_dir
+        if self.imagenet:
+            self.identity, self.files = file.identity, ()
+            return
+        if not Path(weights).is_file():
+            raise WeightsError("weights=%s is not a file (pass %s, or 'imagenet')" % (weights, expected))
+        self.identity, self.files = fingerprint(Path(weights)), (str(weights),)
+
+    def path(self):
+        """The file to read: Keras's cache file for "imagenet" (downloaded if absent), else the path given."""
+        return keras_file(self._file, self._cache_dir) if self.imagenet else self._weights
