@@ -6,7 +6,8 @@ datasets in the attribute `weight_names`, in Keras's legacy order. The layer nam
 files Keras 2 wrote (the ones Keras downloads, `convnext_tiny_stage_0_block_0_depthwise_conv/kernel:0`)
 and in those Keras 3 writes (`keras.src.legacy.saving.legacy_h5_format.save_weights_to_hdf5_group`:
 `convnext_tiny_stage_0_block_0_depthwise_conv/kernel`, without ":0"): layers are found by their group
-name and their datasets through `weight_names`, so both read alike. One layer has no fixed name: the
+name and their datasets through `weight_names` (by `models/keras_h5.py`, which also writes them), so both
+read alike. One layer has no fixed name: the
 LayerNorm Keras puts after the pooling when include_top=False (`layer_normalization`, or
 `layer_normalization_<n>`); it is taken as the notop file's one layer beyond the body.
 
@@ -18,17 +19,14 @@ starts at once; it writes seeded RANDOM weights in the layout of Keras's full fi
 `model.load_weights` reads. Features computed with them are meaningless.
 """
 
-from pathlib import Path
-
 import numpy as np
 
+from models import keras_h5
 from models.convnext_tiny_layers import BODY, HEAD_DENSE, HEAD_LAYER_NORM, KERAS_PREFIX, LAYERS
 from models.weight_files import WeightsError
 
 FULL_FILE, NOTOP_FILE = "convnext_tiny.h5", "convnext_tiny_notop.h5"  # Keras's names for its two files
 NOTOP_LAYER_NORM = "layer_normalization"  # the name Keras gives the notop model's last LayerNorm
-
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
 # ----------------------------------------------------------------------------- reading
@@ -51,16 +49,8 @@ def load_weights(path, with_top=False):
         classifier, when `with_top`), or has a wrong shape; the message names the file, the layer and
         the shapes.
     """
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(8)
-    except OSError as error:
-        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
-    if magic != _HDF5_MAGIC:
-        raise WeightsError("weights=%s is not a Keras .h5 weights file (ConvNeXt-Tiny reads %s or %s)"
-                           % (path, NOTOP_FILE, FULL_FILE))
-    groups = _read_groups(path)
+    layers = keras_h5.read_layers(path, "%s or %s" % (NOTOP_FILE, FULL_FILE))
+    groups = {name: weights for name, weights in layers.items() if weights}  # the layers with weights
     weights = {layer.name: _checked(groups, layer.keras_name, layer, path) for layer in BODY}
     if HEAD_DENSE.keras_name in groups:
         for layer in (HEAD_LAYER_NORM, HEAD_DENSE):
@@ -85,61 +75,11 @@ def _checked(groups, group_name, layer, path):
         known = sum(layer.keras_name in groups for layer in LAYERS)
         raise WeightsError("weights=%s has no layer %s (%s): it has %d of ConvNeXt-Tiny's %d layers with weights"
                            % (path, group_name, layer.name, known, len(LAYERS)))
-    arrays = groups[group_name]
-    if len(arrays) != len(layer.arrays):
+    if len(groups[group_name]) != len(layer.arrays):  # said here to name our layer as well as Keras's
         raise WeightsError("weights=%s: layer %s has %d arrays; ConvNeXt-Tiny's %s has %d (%s)"
-                           % (path, group_name, len(arrays), layer.name, len(layer.arrays),
+                           % (path, group_name, len(groups[group_name]), layer.name, len(layer.arrays),
                               ", ".join(name for name, _ in layer.arrays)))
-    checked = []
-    for array, (name, shape) in zip(arrays, layer.arrays):
-        if not np.issubdtype(array.dtype, np.floating):
-            raise WeightsError("weights=%s: layer %s %s is %s, not a float array"
-                               % (path, group_name, name, array.dtype))
-        if tuple(array.shape) != shape:
-            raise WeightsError("weights=%s: layer %s %s has shape %s; ConvNeXt-Tiny needs %s"
-                               % (path, group_name, name, tuple(array.shape), shape))
-        checked.append(np.ascontiguousarray(array, dtype=np.float32))
-    return tuple(checked)
-
-
-def _attribute_strings(node, name):
-    """A list-of-strings attribute; Keras splits one larger than HDF5's 64 KiB into name0, name1, ..."""
-    if name in node.attrs:
-        values = list(np.atleast_1d(node.attrs[name]))
-    elif name + "0" in node.attrs:
-        values, chunk = [], 0
-        while "%s%d" % (name, chunk) in node.attrs:
-            values += list(np.atleast_1d(node.attrs["%s%d" % (name, chunk)]))
-            chunk += 1
-    else:
-        return None
-    return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in values]
-
-
-def _read_groups(path):
-    """{layer group name: [arrays in `weight_names` order]} of the layers with weights, in file order."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as file:
-            root = file["model_weights"] if "model_weights" in file else file  # a whole saved model
-            layer_names = _attribute_strings(root, "layer_names")
-            if layer_names is None:
-                raise WeightsError("weights=%s is an HDF5 file without Keras's 'layer_names' attribute; "
-                                   "expected %s or %s" % (path, NOTOP_FILE, FULL_FILE))
-            groups = {}
-            for name in layer_names:
-                if name not in root:
-                    continue
-                weight_names = _attribute_strings(root[name], "weight_names") or []
-                if weight_names:
-                    groups[name] = [np.asarray(root[name][weight_name]) for weight_name in weight_names]
-            return groups
-    except WeightsError:
-        raise
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        raise WeightsError("weights=%s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
-                           % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
+    return tuple(keras_h5.checked(groups[group_name], layer.arrays, path, group_name, "ConvNeXt-Tiny").values())
 
 
 # ----------------------------------------------------------------------------- writing
@@ -173,20 +113,21 @@ def random_weights(seed=0):
     return {layer.name: tuple(array(layer, name, shape) for name, shape in layer.arrays) for layer in LAYERS}
 
 
-def _dataset_names(layer, group_name):
-    """The names Keras 2 gave a layer's datasets: "<layer>/kernel:0"; in a Sequential of two layers (the
-    stem and the downsampling blocks) "<inner layer>/<weight>:0", e.g. convnext_tiny_downsampling_conv_0."""
+def _weight_names(layer, group_name):
+    """The names Keras 2 gave a layer's weights: "kernel" ("<layer>/kernel:0" in the file); in a Sequential
+    of two layers (the stem and the downsampling blocks) the inner layer's, "<inner layer>/<weight>", e.g.
+    "convnext_tiny_downsampling_conv_0/kernel"."""
     names = []
     for name, _ in layer.arrays:
         if "/" not in name:
-            names.append("%s/%s:0" % (group_name, name))
+            names.append(name)
             continue
         inner, weight = name.split("/")
         if layer.name == "stem":
-            names.append("%s_stem_%s/%s:0" % (KERAS_PREFIX, inner, weight))
+            names.append("%s_stem_%s/%s" % (KERAS_PREFIX, inner, weight))
         else:
             index = int(layer.name.rsplit("_", 1)[1])
-            names.append("%s_downsampling_%s_%d/%s:0" % (KERAS_PREFIX, inner, index, weight))
+            names.append("%s_downsampling_%s_%d/%s" % (KERAS_PREFIX, inner, index, weight))
     return names
 
 
@@ -203,23 +144,13 @@ def save_h5(weights, path, include_top=True):
       include_top: write the classifier (the full file); else the notop file, whose last layer is the
         head's LayerNorm under Keras's name for it, "layer_normalization".
     """
-    import h5py
-
     layers = [(layer, layer.keras_name) for layer in BODY]
     if include_top:
         layers += [(HEAD_LAYER_NORM, HEAD_LAYER_NORM.keras_name), (HEAD_DENSE, HEAD_DENSE.keras_name)]
     else:
         layers.append((HEAD_LAYER_NORM, NOTOP_LAYER_NORM))
-    with h5py.File(path, "w") as file:
-        file.attrs["layer_names"] = np.array([name.encode() for _, name in layers])
-        file.attrs["backend"] = b"tensorflow"
-        file.attrs["keras_version"] = b"2.9.0"
-        for layer, group_name in layers:
-            group = file.create_group(group_name)
-            names = _dataset_names(layer, group_name)
-            group.attrs["weight_names"] = np.array([name.encode() for name in names])
-            for name, array in zip(names, weights[layer.name]):
-                group.create_dataset(name, data=np.asarray(array, dtype=np.float32))
+    keras_h5.write_weights(path, [(group_name, tuple(zip(_weight_names(layer, group_name), weights[layer.name])))
+                                  for layer, group_name in layers])
 
 
 RANDOM_SUFFIXES = {".h5": "Keras's %s" % FULL_FILE}  # the layout each suffix is written in

@@ -3,10 +3,10 @@
 Keras's files are `efficientnetb0_notop.h5` (every layer up to top_bn) and `efficientnetb0.h5` (also the
 `predictions` layer). In both, the root attribute `layer_names` lists the layers, each layer's group has the
 attribute `weight_names` and one dataset per name: "stem_conv/kernel:0" as tf.keras 2 wrote them,
-"stem_conv/kernel" as Keras 3 writes them. Layers are read by their Keras name (from the table in
-`efficientnet_b0_layers.py`), weights by the last part of their name; the one exception is the
-Normalization layer, whose name Keras numbers ("normalization", "normalization_1", ...): it is the layer
-whose weights are mean, variance and count.
+"stem_conv/kernel" as Keras 3 writes them. `models/keras_h5.py` reads and writes that layout; layers are
+read by their Keras name (from the table in `efficientnet_b0_layers.py`), weights in Keras's order; the one
+exception is the Normalization layer, whose name Keras numbers ("normalization", "normalization_1", ...):
+it is the layer whose weights are mean, variance and count (an int64).
 
 This module imports no TensorFlow (h5py only when a file is read or written), so
 
@@ -17,25 +17,21 @@ starts at once. It writes seeded RANDOM weights in the layout of the full file (
 with them are meaningless.
 """
 
-from pathlib import Path
-
 import numpy as np
 
+from models import keras_h5
 from models.efficientnet_b0_layers import (IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS, TOP_LAYERS,
                                            keras_layers)
 from models.weight_files import WeightsError
 
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_FILES = "efficientnetb0_notop.h5 or efficientnetb0.h5"  # Keras's two files, for messages
 _NORMALIZATION_WEIGHTS = {"mean", "variance", "count"}
-# The names a weight has in other Keras versions: tf.keras 2 wrote "block1a_dwconv/depthwise_kernel:0",
-# Keras 3 writes "block1a_dwconv/kernel".
-_OTHER_NAMES = {"depthwise_kernel": ("kernel",)}
 
 
 # ----------------------------------------------------------------------------- reading
 
 def load_weights(path, include_top=False):
-    """Reads EfficientNetB0's weights from a Keras .h5 file, checking every layer's weight names and shapes.
+    """Reads EfficientNetB0's weights from a Keras .h5 file, checking every layer's weights and shapes.
 
     Args:
       path: a Keras legacy .h5 weights file (the notop or the full one; a saved whole model's
@@ -46,91 +42,29 @@ def load_weights(path, include_top=False):
     Returns:
       {Keras layer name: {weight name: float32 array}}, e.g. "stem_conv": {"kernel": [3, 3, 3, 32]},
       "stem_bn": {"gamma": [32], "beta": [32], "moving_mean": [32], "moving_variance": [32]},
-      "normalization": {"mean": [3], "variance": [3]} (the count is not read).
+      "normalization": {"mean": [3], "variance": [3]} (the count is checked, not returned).
 
     Raises:
       WeightsError: the file is missing, not HDF5, not a Keras weights file, truncated, lacks a layer or
         a weight, or has a wrong shape; the message names the file, the layer and the shapes.
     """
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(8)
-    except OSError as error:
-        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
-    if magic != _HDF5_MAGIC:
-        raise WeightsError("weights=%s is not a Keras .h5 weights file (efficientnetb0_notop.h5 or "
-                           "efficientnetb0.h5)" % path)
-    return _checked(_read_h5(path), path, include_top)
-
-
-def _attribute_strings(node, name):
-    values = node.attrs.get(name)
-    if values is None:
-        return None
-    return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in np.atleast_1d(values)]
-
-
-def _base_name(weight_name):
-    """"block1a_bn/gamma:0" and "efficientnetb0/block1a_bn/gamma" -> "gamma"."""
-    return weight_name.rsplit("/", 1)[-1].split(":")[0]
-
-
-def _read_h5(path):
-    """{layer name: {weight base name: array}} of every layer with weights, in the file's layer order."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as file:
-            root = file["model_weights"] if "model_weights" in file else file  # a whole saved model
-            layer_names = _attribute_strings(root, "layer_names")
-            if layer_names is None:
-                raise WeightsError("weights=%s is an HDF5 file without Keras's 'layer_names' attribute; expected "
-                                   "efficientnetb0_notop.h5 or efficientnetb0.h5" % path)
-            raw = {}
-            for name in layer_names:
-                if name not in root:
-                    continue  # reported by _checked, with the layers that are there
-                group = root[name]
-                weights = {_base_name(weight): np.asarray(group[weight])
-                           for weight in _attribute_strings(group, "weight_names") or []}
-                if weights:
-                    raw["normalization" if set(weights) == _NORMALIZATION_WEIGHTS else name] = weights
-            return raw
-    except WeightsError:
-        raise
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        raise WeightsError("weights=%s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
-                           % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
-
-
-def _checked(raw, path, include_top):
+    layers = {name: weights for name, weights in keras_h5.read_layers(path, _FILES).items() if weights}
+    # Keras numbers its Normalization layers ("normalization", "normalization_1", ...): it is the layer
+    # whose weights are mean, variance and count.
+    file_names = {"normalization": next((name for name, weights in layers.items()
+                                         if {weight for weight, _ in weights} == _NORMALIZATION_WEIGHTS), None)}
     weights = {}
     for layer in keras_layers(include_top):
-        if layer.name not in raw:
+        file_name = file_names.get(layer.name, layer.name)
+        if file_name not in layers:
             hint = (" (the predictions layer is only in the full file, efficientnetb0.h5, not in the notop one)"
                     if layer.name in TOP_LAYERS else "")
-            names = list(raw)
-            listing = (": " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")) if names else ""
+            listing = (": " + ", ".join(list(layers)[:5]) + (", ..." if len(layers) > 5 else "")) if layers else ""
             raise WeightsError("weights=%s has no layer %s%s; it has %d layers with weights%s"
-                               % (path, layer.name, hint, len(names), listing))
-        arrays = {}
-        for name, shape in layer.weights:
-            if name == "count":
-                continue  # Keras's Normalization keeps it for adapt(); it changes no output
-            found = [raw[layer.name][other] for other in (name,) + _OTHER_NAMES.get(name, ())
-                     if other in raw[layer.name]]
-            if not found:
-                raise WeightsError("weights=%s: layer %s has no weight %s (it has %s)"
-                                   % (path, layer.name, name, ", ".join(raw[layer.name])))
-            array = found[0]
-            if not np.issubdtype(array.dtype, np.floating):
-                raise WeightsError("weights=%s: layer %s %s is %s, not a float array"
-                                   % (path, layer.name, name, array.dtype))
-            if tuple(array.shape) != shape:
-                raise WeightsError("weights=%s: layer %s %s has shape %s; EfficientNetB0 needs %s"
-                                   % (path, layer.name, name, tuple(array.shape), shape))
-            arrays[name] = np.ascontiguousarray(array, dtype=np.float32)
+                               % (path, layer.name, hint, len(layers), listing))
+        shapes = tuple((name, shape, np.int64 if name == "count" else np.float32) for name, shape in layer.weights)
+        arrays = keras_h5.checked(layers[file_name], shapes, path, file_name, "EfficientNetB0")
+        arrays.pop("count", None)  # Keras's Normalization keeps it for adapt(); it changes no output
         weights[layer.name] = arrays
     return weights
 
@@ -198,19 +132,8 @@ def save_h5(weights, path):
     Keras's `load_weights` matches them by); each layer's group has `weight_names` ("stem_conv/kernel:0")
     and a dataset for each.
     """
-    import h5py
-
-    layers = [layer for layer in KERAS_LAYERS if layer.name in weights]
-    with h5py.File(path, "w") as file:
-        file.attrs["layer_names"] = np.array([layer.name.encode() for layer in layers])
-        file.attrs["backend"] = b"tensorflow"
-        file.attrs["keras_version"] = b"2.4.0"
-        for layer in layers:
-            group = file.create_group(layer.name)
-            names = ["%s/%s:0" % (layer.name, name) for name, _ in layer.weights]
-            group.attrs["weight_names"] = np.array([name.encode() for name in names])
-            for name, (weight, _) in zip(names, layer.weights):
-                group.create_dataset(name, data=weights[layer.name][weight])
+    keras_h5.write_weights(path, [(layer.name, tuple((name, weights[layer.name][name]) for name, _ in layer.weights))
+                                  for layer in KERAS_LAYERS if layer.name in weights])
 
 
 # ----------------------------------------------------------------------------- the random command

@@ -12,17 +12,18 @@ A whole saved model keeps the same under `/model_weights`. Keras reads such a fi
 with weights of the file into the n-th of the model); this module reads it by NAME, and gives each weight
 by its short name ("kernel", "gamma", "moving_mean", ...) taken in the order of `weight_names`, which is
 Keras's (trainable weights first), whatever the datasets are called ("kernel:0", "kernel", "W_1:0").
-It has no model in it: the caller says which layers and shapes it needs. No TensorFlow; h5py is imported
-when a file is read or written.
+It has no model in it: the caller says which layers and shapes it needs (`read_weights`), or takes the
+file's layers (`read_layers`) and checks each one it finds (`checked`) when a layer's name varies (Keras
+numbers some: "normalization_1") or its messages name the model's own layers. No TensorFlow; h5py is
+imported when a file is read or written.
 """
 
 from pathlib import Path
 
 import numpy as np
 
-from models.weight_files import WeightsError
+from models.weight_files import HDF5_MAGIC, WeightsError, read_magic
 
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ATTRIBUTES = {"backend": b"tensorflow", "keras_version": b"2.0.0"}  # as in the files Keras 2 wrote
 
 
@@ -32,26 +33,47 @@ def read_weights(path, expected, model, expected_file):
     Args:
       path: the file.
       expected: {layer name: ((weight name, shape), ...)}, the weights of each layer in Keras's order,
-        e.g. {"conv1_conv": (("kernel", (7, 7, 3, 64)), ("bias", (64,))), ...}. The file's other layers
-        (a top the caller does not need) are not read.
+        e.g. {"conv1_conv": (("kernel", (7, 7, 3, 64)), ("bias", (64,))), ...}; a weight that is not a
+        float is given with its dtype, (name, shape, dtype) (see `checked`). The file's other layers (a
+        top the caller does not need) are not checked.
       model: the model's name for messages ("ResNet50").
       expected_file: the file a user should pass, for messages.
 
     Returns:
-      {layer name: {weight name: float32 array}} for every layer of `expected`.
+      {layer name: {weight name: float32 array (or of the dtype given)}} for every layer of `expected`.
 
     Raises:
       WeightsError (one line naming the file, and the layer and shapes where one is wrong): the file is
         missing, not HDF5, not Keras's layout, truncated, lacks a layer, or has a weight of another
         count, shape or type.
     """
+    layers = read_layers(path, expected_file)
+    weights = {}
+    for layer, shapes in expected.items():
+        if layer not in layers:
+            raise WeightsError("weights=%s has no layer %s, which %s needs (expected %s; the file has %d layers: "
+                               "%s)" % (Path(path), layer, model, expected_file, len(layers), _some(list(layers))))
+        weights[layer] = checked(layers[layer], shapes, path, layer, model)
+    return weights
+
+
+def read_layers(path, expected_file):
+    """Every layer of a Keras legacy .h5 file with its weights, unchecked.
+
+    Args:
+      path: the file (weights alone, or a whole saved model: its `model_weights` group is read).
+      expected_file: the file a user should pass, for messages.
+
+    Returns:
+      {layer name: ((weight name, array), ...)} in the file's order (`layer_names`), () for a layer without
+      weights; the weight names are the datasets' last part without ":0" ("stem_conv/kernel:0" and
+      "efficientnetb0/stem_conv/kernel" -> "kernel"), the arrays as stored (float32 [3, 3, 3, 32], int64 []).
+
+    Raises:
+      WeightsError (one line naming the file): missing, not HDF5, without `layer_names`, truncated or damaged.
+    """
     path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(8)
-    except OSError as error:
-        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
-    if magic != HDF5_MAGIC:
+    if read_magic(path) != HDF5_MAGIC:
         raise WeightsError("weights=%s is not a Keras .h5 weights file (expected %s)" % (path, expected_file))
     import h5py
 
@@ -62,17 +84,9 @@ def read_weights(path, expected, model, expected_file):
             if layer_names is None:
                 raise WeightsError("weights=%s is an HDF5 file without Keras's 'layer_names' attribute; expected %s"
                                    % (path, expected_file))
-            present = set(layer_names)
-            weights = {}
-            for layer, shapes in expected.items():
-                if layer not in present or layer not in root:
-                    raise WeightsError("weights=%s has no layer %s, which %s needs (expected %s; the file has %d "
-                                       "layers: %s)" % (path, layer, model, expected_file, len(layer_names),
-                                                        _some(layer_names)))
-                group = root[layer]
-                arrays = [group[name] for name in _strings(group, "weight_names") or []]
-                weights[layer] = _checked(arrays, shapes, path, layer, model)
-            return weights
+            return {layer: tuple((name.rsplit("/", 1)[-1].split(":")[0], np.asarray(root[layer][name][()]))
+                                 for name in _strings(root[layer], "weight_names") or [])
+                    for layer in layer_names if layer in root}
     except WeightsError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as error:
@@ -81,19 +95,38 @@ def read_weights(path, expected, model, expected_file):
                            % (path, first_line)) from None
 
 
-def _checked(arrays, shapes, path, layer, model):
-    if len(arrays) != len(shapes):
+def checked(weights, shapes, path, layer, model):
+    """One layer's weights, as `read_layers` gives them, checked against the model's and named by it.
+
+    Args:
+      weights: ((weight name, array), ...) of the file's layer, in Keras's order.
+      shapes: ((weight name, shape), ...) the model needs, in the same order; (weight name, shape, dtype)
+        for a weight that is not a float, e.g. ("count", (), np.int64) (Keras's Normalization).
+      path, layer, model: the file, the file's layer and the model's name, for messages.
+
+    Returns:
+      {weight name of `shapes`: contiguous array}, float32 (or the dtype `shapes` gives).
+
+    Raises:
+      WeightsError (one line): another number of weights, a shape of another size, or a float where an
+        integer is needed or the other way round.
+    """
+    if len(weights) != len(shapes):
         raise WeightsError("weights=%s: layer %s has %d weights; %s needs %d (%s)"
-                           % (path, layer, len(arrays), model, len(shapes), ", ".join(name for name, _ in shapes)))
-    checked = {}
-    for dataset, (name, shape) in zip(arrays, shapes):
-        if tuple(dataset.shape) != tuple(shape):
+                           % (Path(path), layer, len(weights), model, len(shapes), ", ".join(s[0] for s in shapes)))
+    arrays = {}
+    for (_, array), (name, shape, *dtype) in zip(weights, shapes):
+        dtype = np.dtype(dtype[0] if dtype else np.float32)
+        if tuple(array.shape) != tuple(shape):
             raise WeightsError("weights=%s: layer %s %s has shape %s; %s needs %s"
-                               % (path, layer, name, tuple(dataset.shape), model, tuple(shape)))
-        if not np.issubdtype(dataset.dtype, np.floating):
-            raise WeightsError("weights=%s: layer %s %s is %s, not a float array" % (path, layer, name, dataset.dtype))
-        checked[name] = np.ascontiguousarray(dataset[()], dtype=np.float32)
-    return checked
+                               % (Path(path), layer, name, tuple(array.shape), model, tuple(shape)))
+        kind = np.floating if np.issubdtype(dtype, np.floating) else np.integer
+        if not np.issubdtype(array.dtype, kind):
+            raise WeightsError("weights=%s: layer %s %s is %s, not %s array"
+                               % (Path(path), layer, name, array.dtype,
+                                  "a float" if kind is np.floating else "an integer"))
+        arrays[name] = np.asarray(array, dtype=dtype, order="C")  # not ascontiguousarray: it makes [] [1]
+    return arrays
 
 
 def _strings(node, name):
@@ -121,7 +154,11 @@ def write_weights(path, layers):
       path: the file to write (replaced if it exists).
       layers: [(layer name, ((weight name, array), ...)), ...] for EVERY layer of the Keras model, in its
         order (`model.layers`), with () for a layer without weights: Keras matches the file's layers with
-        weights to its own by position. Datasets are named "<layer>/<weight name>:0", as Keras 2 named them.
+        weights to its own by position (a file listing only the layers with weights reads the same).
+        Datasets are named "<layer>/<weight name>:0", as Keras 2 named them; a weight name with a "/" is
+        the weight's whole name, as Keras 2 named the weights of a layer nested in another
+        ("convnext_tiny_stem_conv/kernel" in the layer convnext_tiny_stem). Float arrays are written as
+        float32, others (Normalization's int64 count) as they are.
     """
     import h5py
 
@@ -131,8 +168,10 @@ def write_weights(path, layers):
             file.attrs[key] = value
         for layer, weights in layers:
             group = file.create_group(layer)
-            names = ["%s/%s:0" % (layer, name) for name, _ in weights]
+            names = ["%s:0" % name if "/" in name else "%s/%s:0" % (layer, name) for name, _ in weights]
             group.attrs["weight_names"] = np.array([name.encode() for name in names], dtype="S%d" % max(
                 [len(name) for name in names] + [1]))
             for name, (_, array) in zip(names, weights):
-                group.create_dataset(name, data=np.asarray(array, dtype=np.float32))
+                array = np.asarray(array)
+                group.create_dataset(name, data=array.astype(np.float32, copy=False)
+                                     if np.issubdtype(array.dtype, np.floating) else array)

@@ -35,7 +35,7 @@ class WeightsError(ValueError):
 
 # ----------------------------------------------------------------------------- reading
 
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -53,18 +53,27 @@ def load_weights(path):
         layer, has a wrong shape, or (npy) holds anything but arrays.
     """
     path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(8)
-    except OSError as error:
-        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
+    magic = read_magic(path)
     if magic.startswith(_NPY_MAGIC):
         raw = _read_npy(path)
-    elif magic == _HDF5_MAGIC:
+    elif magic == HDF5_MAGIC:
         raw = _read_h5(path)
     else:
         raise WeightsError("weights=%s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
     return _checked(raw, path)
+
+
+def read_magic(path):
+    """The first 8 bytes of a weights file, which tell its layout (HDF5's and .npy's magic numbers).
+
+    Raises:
+      WeightsError: the file is missing or cannot be opened (one line naming it and why).
+    """
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8)
+    except OSError as error:
+        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
 
 
 def _checked(raw, path):
@@ -158,44 +167,19 @@ def _read_npy(path):
     return raw
 
 
-def _attribute_strings(node, name):
-    values = node.attrs.get(name)
-    if values is None:
-        return None
-    return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in np.atleast_1d(values)]
-
-
 def _read_h5(path):
-    """Keras's legacy HDF5 layout, by layer name; dataset names are read from `weight_names`."""
-    import h5py
+    """Keras's legacy HDF5 layout (`keras_h5.read_layers`), as {layer name: [kernel, bias]} by our names."""
+    from models import keras_h5  # here, not at the top: keras_h5 imports WeightsError from this module
 
-    try:
-        with h5py.File(path, "r") as file:
-            root = file["model_weights"] if "model_weights" in file else file  # a whole saved model
-            layer_names = _attribute_strings(root, "layer_names")
-            if layer_names is None:
-                raise WeightsError("weights=%s is an HDF5 file without Keras's 'layer_names' attribute; "
-                                   "expected vgg16_weights_tf_dim_ordering_tf_kernels.h5" % path)
-            raw = {}
-            for layer in LAYERS:
-                if layer.keras_name not in layer_names or layer.keras_name not in root:
-                    continue  # reported by _checked, with the layers that are there
-                group = root[layer.keras_name]
-                weight_names = _attribute_strings(group, "weight_names") or []
-                arrays = [np.asarray(group[weight_name]) for weight_name in weight_names]
-                if not arrays:
-                    continue  # a layer without weights is a missing layer
-                # Kernel first, then bias, whatever the datasets are called (kernel:0, W_1:0, ...).
-                raw[layer.name] = sorted(arrays, key=lambda array: -array.ndim)
-            if not raw:
-                raise WeightsError("weights=%s has none of VGG16's layers (it has: %s)"
-                                   % (path, ", ".join(layer_names) or "nothing"))
-            return raw
-    except WeightsError:
-        raise
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        raise WeightsError("weights=%s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
-                           % (path, str(error).splitlines()[0] if str(error) else type(error).__name__)) from None
+    layers = keras_h5.read_layers(path, "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
+    # A layer without weights is a missing layer (reported by _checked, with the layers that are there);
+    # kernel first, then bias, whatever the datasets are called (kernel:0, W_1:0, ...).
+    raw = {layer.name: sorted((array for _, array in layers[layer.keras_name]), key=lambda array: -array.ndim)
+           for layer in LAYERS if layers.get(layer.keras_name)}
+    if not raw:
+        raise WeightsError("weights=%s has none of VGG16's layers (it has: %s)"
+                           % (path, ", ".join(layers) or "nothing"))
+    return raw
 
 
 def fingerprint(path):
@@ -248,7 +232,7 @@ def save_h5(weights, path):
     Root attribute `layer_names` lists every Keras layer (those without weights have empty
     `weight_names`), each layer group has `weight_names` and its datasets, as Keras 2 wrote them.
     """
-    import h5py
+    from models import keras_h5  # here, not at the top: keras_h5 imports WeightsError from this module
 
     by_keras_name = {layer.keras_name: layer for layer in LAYERS}
     keras_layers = ["input_1"]
@@ -256,20 +240,12 @@ def save_h5(weights, path):
         keras_layers += ["block%d_conv%d" % (block, index) for index in range(1, count + 1)]
         keras_layers.append("block%d_pool" % block)
     keras_layers += ["flatten", "fc1", "fc2", "predictions"]
-    with h5py.File(path, "w") as file:
-        file.attrs["layer_names"] = np.array([name.encode() for name in keras_layers])
-        file.attrs["backend"] = b"tensorflow"
-        file.attrs["keras_version"] = b"2.0.0"
-        for keras_name in keras_layers:
-            group = file.create_group(keras_name)
-            layer = by_keras_name.get(keras_name)
-            if layer is None or layer.name not in weights:
-                group.attrs["weight_names"] = np.array([], dtype="S1")
-                continue
-            names = ["%s/kernel:0" % keras_name, "%s/bias:0" % keras_name]
-            group.attrs["weight_names"] = np.array([name.encode() for name in names])
-            for name, array in zip(names, weights[layer.name]):
-                group.create_dataset(name, data=array)
+    layers = []
+    for keras_name in keras_layers:
+        layer = by_keras_name.get(keras_name)
+        present = layer is not None and layer.name in weights
+        layers.append((keras_name, tuple(zip(("kernel", "bias"), weights[layer.name])) if present else ()))
+    keras_h5.write_weights(path, layers)
 
 
 # ----------------------------------------------------------------------------- the command

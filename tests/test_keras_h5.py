@@ -110,3 +110,69 @@ def test_missing_not_hdf5_and_truncated_files_are_one_line(tmp_path):
     path.write_bytes(path.read_bytes()[:3000])
     with pytest.raises(WeightsError, match=r"tiny.h5 cannot be read as a Keras .h5 weights file \(truncated"):
         read(path)
+
+
+# ----------------------------------------------------------------------------- for callers with quirks
+
+NORMALIZATION = (("mean", (3,)), ("variance", (3,)), ("count", (), np.int64))
+
+
+def test_read_layers_gives_every_layer_in_the_file_s_order_by_short_weight_names(tmp_path):
+    weights = tiny_weights()
+    layers = keras_h5.read_layers(write(tmp_path / "tiny.h5", weights), "tiny.h5")
+    assert list(layers) == ["input", "dense", "norm"] and layers["input"] == ()
+    assert [name for name, _ in layers["norm"]] == ["gamma", "beta", "moving_mean", "moving_variance"]
+    np.testing.assert_array_equal(layers["dense"][0][1], weights["dense"]["kernel"])
+
+
+def test_a_layer_whose_name_varies_is_found_by_the_caller_and_checked_by_name(tmp_path):
+    """As EfficientNet's Normalization, which Keras numbers ("normalization_3"): found by its weights."""
+    mean, variance = np.float32([0.5, 0.4, 0.3]), np.float32([0.2, 0.2, 0.1])
+    path = tmp_path / "numbered.h5"
+    keras_h5.write_weights(path, [("normalization_3", (("mean", mean), ("variance", variance),
+                                                       ("count", np.int64(7))))])
+    layers = keras_h5.read_layers(path, "numbered.h5")
+    found = [name for name, weights in layers.items()
+             if {weight for weight, _ in weights} == {"mean", "variance", "count"}]
+    assert found == ["normalization_3"]
+    checked = keras_h5.checked(layers[found[0]], NORMALIZATION, path, found[0], "Tiny")
+    np.testing.assert_array_equal(checked["mean"], mean)
+    assert checked["mean"].dtype == np.float32 and checked["count"].dtype == np.int64 and checked["count"] == 7
+
+
+def test_a_non_float_weight_is_written_as_it_is_and_read_with_the_dtype_asked(tmp_path):
+    path = tmp_path / "count.h5"
+    keras_h5.write_weights(path, [("norm", (("mean", np.zeros(3)), ("variance", np.ones(3)),
+                                            ("count", np.array(5, np.int32))))])
+    with h5py.File(path, "r") as file:
+        assert file["norm"]["norm"]["mean:0"].dtype == np.float32 and file["norm"]["norm"]["count:0"].dtype == np.int32
+    weights = keras_h5.read_weights(path, {"norm": NORMALIZATION}, "Tiny", "tiny.h5")["norm"]
+    assert weights["count"].dtype == np.int64 and weights["count"].shape == () and weights["count"] == 5
+    with pytest.raises(WeightsError, match=r"count.h5: layer norm variance is float32, not an integer array$"):
+        keras_h5.read_weights(path, {"norm": (("mean", (3,)), ("variance", (3,), np.int64), ("count", ()))},
+                              "Tiny", "tiny.h5")
+
+
+def test_a_weight_name_with_a_slash_is_the_weight_s_whole_name(tmp_path):
+    """As Keras 2 named the weights of a layer nested in another (ConvNeXt's stem: a Sequential)."""
+    kernel, bias = np.ones((2, 2), np.float32), np.zeros(2, np.float32)
+    path = tmp_path / "nested.h5"
+    keras_h5.write_weights(path, [("stem", (("stem_conv/kernel", kernel), ("bias", bias)))])
+    with h5py.File(path, "r") as file:
+        assert list(file["stem"].attrs["weight_names"]) == [b"stem_conv/kernel:0", b"stem/bias:0"]
+    read_back = keras_h5.read_weights(path, {"stem": (("kernel", (2, 2)), ("bias", (2,)))}, "Tiny", "tiny.h5")
+    np.testing.assert_array_equal(read_back["stem"]["kernel"], kernel)
+
+
+def test_keras_3_s_normalization_count_reads_as_an_integer(tmp_path):
+    import keras
+    from keras.src.legacy.saving import legacy_h5_format
+
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Normalization(name="normalization_1")(inputs))
+    model.get_layer("normalization_1").set_weights([np.float32([1, 2, 3]), np.float32([4, 5, 6]), np.array(9)])
+    with h5py.File(tmp_path / "weights.h5", "w") as file:
+        legacy_h5_format.save_weights_to_hdf5_group(file, model)
+    weights = keras_h5.read_weights(tmp_path / "weights.h5", {"normalization_1": NORMALIZATION}, "Tiny", "tiny.h5")
+    np.testing.assert_array_equal(weights["normalization_1"]["variance"], [4, 5, 6])
+    assert weights["normalization_1"]["count"] == 9
