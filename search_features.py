@@ -295,7 +295,7 @@ def _image_vectors(index, files, args):
                               % settings.get("weights"))
         weights = "imagenet"
     elif weights != "imagenet":
-        from models.weight_files import fingerprint
+        from models.files import fingerprint
         if not Path(weights).is_file():
             raise SearchError("--weights %s is not a file" % weights)
         if fingerprint(Path(weights)) != settings.get("weights"):

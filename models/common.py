@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from models.imagenet_download import keras_file
 from models.registry import PRECISION_NAMES
-from models.weight_files import WeightsError, fingerprint
+from models.files import WeightsError, fingerprint
 
 # The compute dtype of each precision. tf32 computes in float32 too: what differs is whether the engine lets
 # float32 matmuls and convolutions run as TF32, which it reads from the "precision" of the model's settings

@@ -23,7 +23,7 @@ import numpy as np
 
 from models import keras_h5
 from models.convnext_tiny_layers import BODY, HEAD_DENSE, HEAD_LAYER_NORM, KERAS_PREFIX, LAYERS
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 FULL_FILE, NOTOP_FILE = "convnext_tiny.h5", "convnext_tiny_notop.h5"  # Keras's names for its two files
 NOTOP_LAYER_NORM = "layer_normalization"  # the name Keras gives the notop model's last LayerNorm

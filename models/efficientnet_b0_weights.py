@@ -22,7 +22,7 @@ import numpy as np
 from models import keras_h5
 from models.efficientnet_b0_layers import (IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS, TOP_LAYERS,
                                            keras_layers)
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 _FILES = "efficientnetb0_notop.h5 or efficientnetb0.h5"  # Keras's two files, for messages
 _NORMALIZATION_WEIGHTS = {"mean", "variance", "count"}

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from models.weight_files import WeightsError
+from models.files import WeightsError
 from parallel.messages import Progress  # standard library only (tqdm on first use): no engine
 from parallel.output.durable import fsync, temporary_then_rename  # standard library only: no engine
 

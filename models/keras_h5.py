@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.weight_files import HDF5_MAGIC, WeightsError, read_magic
+from models.files import HDF5_MAGIC, WeightsError, read_magic
 
 ATTRIBUTES = {"backend": b"tensorflow", "keras_version": b"2.0.0"}  # as in the files Keras 2 wrote
 

@@ -18,7 +18,6 @@ the 553 MB ImageNet file. Features computed with them are meaningless.
 """
 
 import argparse
-import hashlib
 import os
 import pickle
 import sys
@@ -26,16 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from models import keras_h5
+from models.files import HDF5_MAGIC, WeightsError, read_magic
 from models.vgg16_layers import CONV_BLOCKS, LAYERS
-
-
-class WeightsError(ValueError):
-    """A weights file that cannot be used: the message names the file, the layer and the shapes."""
 
 
 # ----------------------------------------------------------------------------- reading
 
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -61,19 +57,6 @@ def load_weights(path):
     else:
         raise WeightsError("weights=%s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
     return _checked(raw, path)
-
-
-def read_magic(path):
-    """The first 8 bytes of a weights file, which tell its layout (HDF5's and .npy's magic numbers).
-
-    Raises:
-      WeightsError: the file is missing or cannot be opened (one line naming it and why).
-    """
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(8)
-    except OSError as error:
-        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
 
 
 def _checked(raw, path):
@@ -169,7 +152,6 @@ def _read_npy(path):
 
 def _read_h5(path):
     """Keras's legacy HDF5 layout (`keras_h5.read_layers`), as {layer name: [kernel, bias]} by our names."""
-    from models import keras_h5  # here, not at the top: keras_h5 imports WeightsError from this module
 
     layers = keras_h5.read_layers(path, "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
     # A layer without weights is a missing layer (reported by _checked, with the layers that are there);
@@ -180,21 +162,6 @@ def _read_h5(path):
         raise WeightsError("weights=%s has none of VGG16's layers (it has: %s)"
                            % (path, ", ".join(layers) or "nothing"))
     return raw
-
-
-def fingerprint(path):
-    """Identifies a weights file by content, cheaply: size and a hash of its first and last MiB."""
-    digest = hashlib.sha256()
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            digest.update(handle.read(1 << 20))
-            handle.seek(max(0, size - (1 << 20)))
-            digest.update(handle.read(1 << 20))
-    except OSError as error:
-        raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
-    return "%s (%d bytes, sha256 of ends %s)" % (path.name, size, digest.hexdigest()[:16])
-
 
 
 # ----------------------------------------------------------------------------- writing
@@ -232,7 +199,6 @@ def save_h5(weights, path):
     Root attribute `layer_names` lists every Keras layer (those without weights have empty
     `weight_names`), each layer group has `weight_names` and its datasets, as Keras 2 wrote them.
     """
-    from models import keras_h5  # here, not at the top: keras_h5 imports WeightsError from this module
 
     by_keras_name = {layer.keras_name: layer for layer in LAYERS}
     keras_layers = ["input_1"]

@@ -9,7 +9,7 @@ from PIL import Image
 import run_inference
 from models import convnext_tiny, convnext_tiny_layers
 from models.convnext_tiny_weights import load_weights, random_weights, save_h5
-from models.weight_files import WeightsError
+from models.files import WeightsError
 from outputs import job_outputs
 from parallel import engine
 from parallel.devices import resolve_devices

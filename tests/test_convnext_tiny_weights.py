@@ -10,7 +10,7 @@ import pytest
 from models import convnext_tiny_layers as table
 from models import weight_files
 from models.convnext_tiny_weights import load_weights, random_weights, save_h5
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from PIL import Image
 import run_inference
 from models import efficientnet_b0 as model
 from models import efficientnet_b0_weights as files
-from models.weight_files import WeightsError
+from models.files import WeightsError
 from outputs import job_outputs
 from parallel.devices import DeviceRunner, resolve_devices
 from partition_graphs import CrossingRecorder

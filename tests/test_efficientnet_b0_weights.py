@@ -9,7 +9,7 @@ import pytest
 from models import efficientnet_b0_weights as files
 from models import weight_files
 from models.efficientnet_b0_layers import KERAS_LAYERS, TOP_LAYERS
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 
 @pytest.fixture(scope="module")

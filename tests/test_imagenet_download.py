@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from models import imagenet_download
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 
 class _OneFileServer:

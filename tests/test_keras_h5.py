@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from models import keras_h5
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 EXPECTED = {"dense": (("kernel", (3, 2)), ("bias", (2,))),
             "norm": (("gamma", (2,)), ("beta", (2,)), ("moving_mean", (2,)), ("moving_variance", (2,)))}

@@ -9,7 +9,7 @@ import tensorflow as tf
 import run_inference
 from colour_jobs import make_images
 from models import registry, resnet50, resnet50_layers, resnet50_weights
-from models.weight_files import WeightsError
+from models.files import WeightsError
 from outputs import job_outputs, read_output
 from parallel import engine
 from parallel.devices import resolve_devices

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from models import resnet50_layers, resnet50_weights
-from models.weight_files import WeightsError
+from models.files import WeightsError
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
