@@ -59,11 +59,12 @@ NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\
                    r"|tensorflow|oneDNN|absl|\.py:\d+|\.cc:\d+")
 
 
-# The tests of the cluster's jobs go to one test process (setup.cfg: --dist loadgroup), which starts it once.
+# The tests of the cluster's jobs go to one test process (setup.cfg: --dist loadgroup), which starts it once: the
+# fixture is the session's, since that process runs other modules' tests between them.
 ON_THE_CLUSTER = pytest.mark.xdist_group("ray-cluster")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_runs(job_images, tmp_path_factory):
     """{fault: result of tests/ray_child.py}, the JOBS run one after the other on one 2-node cluster."""
     if importlib.util.find_spec("ray") is None:
