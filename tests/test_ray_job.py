@@ -59,12 +59,7 @@ NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\
                    r"|tensorflow|oneDNN|absl|\.py:\d+|\.cc:\d+")
 
 
-# The tests of the cluster's jobs go to one test process (setup.cfg: --dist loadgroup), which starts it once: the
-# fixture is the session's, since that process runs other modules' tests between them.
-ON_THE_CLUSTER = pytest.mark.xdist_group("ray-cluster")
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_runs(job_images, tmp_path_factory):
     """{fault: result of tests/ray_child.py}, the JOBS run one after the other on one 2-node cluster."""
     if importlib.util.find_spec("ray") is None:
@@ -94,7 +89,6 @@ def done(result):
     return {key: result["summary"][key] for key in ("discovered", "written", "failed", "already_done", "skipped")}
 
 
-@ON_THE_CLUSTER
 def test_a_worker_killed_mid_shard_is_replaced_and_the_output_is_the_single_host_one(ray_runs, single_outputs):
     result = ray_runs["kill"]
     [killed] = result["killed"]
@@ -107,7 +101,6 @@ def test_a_worker_killed_mid_shard_is_replaced_and_the_output_is_the_single_host
     assert Path(result["output"] + ".shards").exists()  # kept while an image failed: every rerun retries it
 
 
-@ON_THE_CLUSTER
 def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exactly(ray_runs, single_outputs):
     result = ray_runs["interrupt"]
     first = result["first_summary"]
@@ -117,13 +110,11 @@ def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exac
     assert outputs(result["output"]) == single_outputs["parquet"]
 
 
-@ON_THE_CLUSTER
 def test_a_worker_that_cannot_load_the_weights_fails_the_run_as_one_process_would(ray_runs):
     result = ray_runs["badweights"]  # the driver has the weights, the nodes do not
     assert result["status"] == 2 and result["summary"]["error"].splitlines()[0] == ray_child.NO_WEIGHTS
 
 
-@ON_THE_CLUSTER
 def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exact(ray_runs, single_outputs):
     result = ray_runs["cli"]
     assert result["first_status"] == 2 and result["left"] == [], result
@@ -136,7 +127,6 @@ def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exa
     assert any(line.startswith("Ray: cluster ready in") and "s graph and weights" in line for line in lines), lines
 
 
-@ON_THE_CLUSTER
 def test_an_output_in_an_object_store_is_the_single_host_one(ray_runs, single_outputs):
     result = ray_runs["store"]  # workers on two nodes, committing through the store's protocol, no shared folder
     assert result["status"] == 3 and done(result) == {"discovered": 24, "written": 23, "failed": 1,
@@ -148,7 +138,6 @@ def test_an_output_in_an_object_store_is_the_single_host_one(ray_runs, single_ou
                                                              ".run.json")]  # the shards gone
 
 
-@ON_THE_CLUSTER
 def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, tmp_path):
     from parallel import jobs
     result = ray_runs["tars"]
@@ -161,7 +150,6 @@ def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, tmp_path):
     assert members[0] == members[1]
 
 
-@ON_THE_CLUSTER
 def test_each_worker_builds_its_graph_once_on_a_cpu_device_of_its_own(ray_runs):
     for fault in ("kill", "interrupt", "badweights"):
         result = ray_runs[fault]
