@@ -17,6 +17,8 @@ per worker (0 here: CPU workers) and job_child's colour model, and FAULT:
                   cluster, so that every node's workers reach it): s3://bucket/ray/store.FORMAT, its
                   objects then copied into FOLDER/store-copy/ for the test to read
     tars          the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard
+    efficientnet  EfficientNetB0 instead of the colour model, with seeded random weights written by the driver
+                  in FOLDER/efficientnet_b0.h5 (`efficientnet_model`): a model of models/ on the cluster
 
 Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
 summary's counts, the workers the driver logged (and the interrupted run's status, counts and
@@ -134,6 +136,15 @@ def kill_first_stepper(steps, killed):
     os.kill(killed[0], signal.SIGKILL)
 
 
+def efficientnet_model(folder):
+    """models.registry's EfficientNetB0, with seeded random weights in `folder`/efficientnet_b0.h5 (written once)."""
+    from models import registry
+    weights = Path(folder) / "efficientnet_b0.h5"
+    if not weights.exists():
+        registry.weight_files("efficientnet_b0").write_random(weights, seed=0)
+    return registry.feature_model("efficientnet_b0", weights=str(weights))
+
+
 def run(config):
     """(exit status, counts) of jobs.run(config)."""
     from parallel import engine, jobs
@@ -167,7 +178,7 @@ def run_job(images, folder, job, address):
                                        shard_size={"tars": 1, "interrupt": 2}.get(fault, 5))
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)
-    model = counting_builds(config.model, builds)
+    model = counting_builds(efficientnet_model(folder) if fault == "efficientnet" else config.model, builds)
     if fault == "badweights":
         model = dataclasses.replace(model, load_weights=weights_in(os.getpid()))
     config = dataclasses.replace(config, model=model)

@@ -52,7 +52,8 @@ def isolated_network():
 
 # FORMAT:GPUS per worker:FAULT. The cluster's GPUs are logical ones (no machine here has a GPU): workers compute
 # on the CPU, and the cli job's first run, with a GPU per worker, is refused.
-JOBS = ("csv:0:kill", "parquet:0:interrupt", "csv:0:badweights", "csv:0:cli", "npy:0:store", "parquet:0:tars")
+JOBS = ("csv:0:kill", "parquet:0:interrupt", "csv:0:badweights", "csv:0:cli", "npy:0:store", "parquet:0:tars",
+        "csv:0:efficientnet")
 # Lines that are not the driver's own: Ray's and TensorFlow's logs (dated, or absl's "I0000 00:00"), an
 # actor's output forwarded by Ray ("(ShardActor pid=...)", "(raylet)"), Python warnings ("file.py:12:").
 NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\((?:raylet|autoscaler|gcs_server)"
@@ -148,6 +149,18 @@ def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, tmp_path):
     assert outputs(result["output"]) == outputs(single)
     members = [Path(str(output) + ".members.parquet").read_bytes() for output in (result["output"], single)]
     assert members[0] == members[1]
+
+
+def test_a_model_of_the_registry_on_the_cluster_gives_one_process_s_bytes(ray_runs, job_images, tmp_path):
+    from parallel import jobs
+    result = ray_runs["efficientnet"]  # EfficientNetB0: its spec pickled to the actors, its weights read there
+    assert result["status"] == 3 and (done(result)["written"], done(result)["failed"]) == (23, 1)
+    single = tmp_path / "single.csv"
+    config = job_child.config(job_images, single, "csv", Distribution(kind="static", rank=0, world_size=1,
+                                                                        shard_size=5))
+    jobs.run(dataclasses.replace(config, model=ray_child.efficientnet_model(result["log_folder"])))
+    assert outputs(result["output"]) == outputs(single)
+    assert Path(result["output"]).read_text().split("\n")[0].endswith(",avg_pool_1279")
 
 
 def test_each_worker_builds_its_graph_once_on_a_cpu_device_of_its_own(ray_runs):
