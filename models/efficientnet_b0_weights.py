@@ -20,7 +20,7 @@ with them are meaningless.
 import numpy as np
 
 from models import keras_h5
-from models.efficientnet_b0_layers import (IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS, TOP_LAYERS,
+from models.efficientnet_b0_layers import (BLOCKS, IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS, TOP_LAYERS,
                                            keras_layers)
 from models.files import WeightsError
 
@@ -79,10 +79,14 @@ def looks_like_keras_imagenet_file(weights):
 
 # ----------------------------------------------------------------------------- writing
 
+_ENDS_OF_RESIDUAL_BRANCHES = {block.name + "_project_bn" for block in BLOCKS if block.residual}
+
+
 def random_weights(seed=0, imagenet_normalization=True):
     """Seeded random weights of every layer of the full file, float32 (the count int64).
 
-    He-normal kernels; batch norms with gamma in [0.25, 0.75], small beta and mean, variance around 1.
+    He-normal kernels; batch norms with gamma in [0.25, 0.75] ([0.1, 0.3] where a residual branch ends),
+    small beta and mean, variance around 1.
     Features computed with them are meaningless: they are for tests, benchmarks and checking an
     installation (the `random` command).
 
@@ -107,9 +111,13 @@ def random_weights(seed=0, imagenet_normalization=True):
             elif name in ("kernel", "depthwise_kernel"):
                 fan_in = np.prod(shape[:-1]) if name == "kernel" else np.prod(shape[:2])
                 array = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+            elif name == "gamma" and layer.name in _ENDS_OF_RESIDUAL_BRANCHES:
+                # The batch norm that ends a residual branch scales it down, as in trained networks: with
+                # branches as large as the shortcut, a random EfficientNet is chaotic, its float32 rounding
+                # grows to 1e-5 of the largest feature (Keras's own) and bfloat16's to a cosine of 0.998.
+                array = rng.uniform(0.1, 0.3, shape)
             elif name == "gamma":
-                # Below 1: with gammas around 1, float32 rounding grows through the 49 layers of a random
-                # network until Keras's own features differ from its float64 ones by 1e-5 of their largest.
+                # Below 1, for the same reason: with gammas around 1 the rounding grows through the 49 layers.
                 array = rng.uniform(0.25, 0.75, shape)
             elif name == "moving_variance":
                 array = rng.uniform(0.5, 1.5, shape)

@@ -125,10 +125,10 @@ def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, photographs):
     assert spread >= 100 * TOLERANCE * np.abs(expected).max()
 
 
-@pytest.mark.parametrize("endpoint, tolerance", [("top_activation", 1e-4), ("predictions", 1e-5)])
-def test_the_other_endpoints_equal_keras(keras_files, photographs, endpoint, tolerance):
+@pytest.mark.parametrize("endpoint", ["top_activation", "predictions"])
+def test_the_other_endpoints_equal_keras(keras_files, photographs, endpoint):
     ours = features(model.feature_model(endpoint, weights=str(keras_files["path"])), photographs)
-    assert relative_difference(ours, keras_files[endpoint].reshape(len(photographs), -1)) <= tolerance
+    assert relative_difference(ours, keras_files[endpoint].reshape(len(photographs), -1)) <= TOLERANCE
 
 
 def test_a_file_with_keras_s_imagenet_normalization_is_keras_s_weights_imagenet_by_name_or_path(
@@ -186,9 +186,7 @@ def test_reduced_precision_stays_close_to_fp32(keras_files, photographs, precisi
     reference = features(model.feature_model(weights=str(keras_files["path"])), photographs)
     reduced = features(model.feature_model(weights=str(keras_files["path"]), precision=precision), photographs)
     cosine = (reduced * reference).sum(1) / np.linalg.norm(reduced, axis=1) / np.linalg.norm(reference, axis=1)
-    # VGG16's documented bound is 0.999. This random network's 49 layers meet it on four photographs of five;
-    # on astronaut.jpg, the one along which fp32 rounding grows most too, bf16 gives 0.9979.
-    assert reduced.dtype == np.float32 and cosine.min() >= 0.997 and np.median(cosine) >= 0.999, cosine
+    assert reduced.dtype == np.float32 and cosine.min() >= 0.999, cosine  # VGG16's documented bound
     assert not np.array_equal(reduced, reference)
 
 

@@ -35,13 +35,16 @@ def test_the_checks_of_model_and_layer_import_no_tensorflow():
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 
 
-def test_vgg16_by_name_is_the_model_vgg16_builds(seeded_files):
+def test_vgg16_by_name_is_the_model_vgg16_builds(tmp_path):
     from models import vgg16
 
-    by_name = registry.feature_model("vgg16", weights=str(seeded_files["npy"]), precision="bf16")
-    direct = vgg16.feature_model(endpoint="fc7", weights=str(seeded_files["npy"]), precision="bf16")
+    weights = tmp_path / "vgg16.npy"  # only fingerprinted here: read when the engine asks
+    weights.write_bytes(b"weights")
+    by_name = registry.feature_model("vgg16", weights=str(weights), precision="bf16")
+    direct = vgg16.feature_model(endpoint="fc7", weights=str(weights), precision="bf16")
     assert (by_name.name, by_name.output_name, by_name.settings, by_name.files) == (
         direct.name, direct.output_name, direct.settings, direct.files)
+    assert by_name.settings["weights"].startswith("vgg16.npy (7 bytes, sha256 of ends ")
     assert registry.feature_model("vgg16").settings["weights"] == (
         "imagenet (Keras vgg16_weights_tf_dim_ordering_tf_kernels.h5, md5 64373286793e3c8b2b4e3219cbf3544b)")
 
