@@ -57,17 +57,11 @@ VGG16_FILE = KerasFile(
     digest="64373286793e3c8b2b4e3219cbf3544b",  # Keras's published hash of that file
     what="VGG16 ImageNet weights (553 MB)",
     random_command="python -m models.weight_files random vgg16-random.npy")
-IMAGENET_URL, IMAGENET_MD5, IMAGENET_FILE = VGG16_FILE.url, VGG16_FILE.digest, VGG16_FILE.name
 
 
 def keras_cache_dir():
     """Keras's home folder: $KERAS_HOME, or ~/.keras."""
     return Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
-
-
-def imagenet_weights(cache_dir=None, url=IMAGENET_URL, md5=IMAGENET_MD5):
-    """Path of Keras's ImageNet VGG16 file, downloading it into Keras's cache if it is absent (see `keras_file`)."""
-    return keras_file(dataclasses.replace(VGG16_FILE, url=url, digest=md5), cache_dir)
 
 
 def keras_file(file, cache_dir=None):

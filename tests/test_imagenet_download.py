@@ -1,5 +1,6 @@
 """The ImageNet file: Keras's cache, the download checked and stored durably, failures that leave nothing."""
 
+import dataclasses
 import hashlib
 import http.server
 import logging
@@ -11,6 +12,12 @@ import pytest
 
 from models import imagenet_download
 from models.files import WeightsError
+
+
+def vgg16_file(cache_dir=None, url=imagenet_download.VGG16_FILE.url, md5=imagenet_download.VGG16_FILE.digest):
+    """`keras_file` of VGG16's file, downloaded from `url` and checked against `md5`."""
+    file = dataclasses.replace(imagenet_download.VGG16_FILE, url=url, digest=md5)
+    return imagenet_download.keras_file(file, cache_dir)
 
 
 class _OneFileServer:
@@ -28,7 +35,7 @@ class _OneFileServer:
                 pass
 
         self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d/%s" % (self.server.server_port, imagenet_download.IMAGENET_FILE)
+        self.url = "http://127.0.0.1:%d/%s" % (self.server.server_port, imagenet_download.VGG16_FILE.name)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
@@ -37,11 +44,11 @@ class _OneFileServer:
 
 
 def test_the_keras_cache_file_is_used_without_downloading(tmp_path, monkeypatch):
-    cached = tmp_path / "models" / imagenet_download.IMAGENET_FILE
+    cached = tmp_path / "models" / imagenet_download.VGG16_FILE.name
     cached.parent.mkdir()
     cached.write_bytes(b"cached")
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    assert imagenet_download.imagenet_weights(url="http://127.0.0.1:9/unreachable") == cached
+    assert vgg16_file(url="http://127.0.0.1:9/unreachable") == cached
 
 
 def test_a_download_is_checked_and_stored_durably(tmp_path, monkeypatch):
@@ -55,15 +62,15 @@ def test_a_download_is_checked_and_stored_durably(tmp_path, monkeypatch):
     server = _OneFileServer(content)
     try:
         with pytest.raises(WeightsError, match="has MD5 .* expected 0+; nothing was kept"):
-            imagenet_download.imagenet_weights(tmp_path, url=server.url, md5="0" * 32)
+            vgg16_file(tmp_path, url=server.url, md5="0" * 32)
         assert list(tmp_path.iterdir()) == []  # neither the file nor the models/ folder it made
         assert not any(event[0] == "replace" for event in events)
         events.clear()
-        path = imagenet_download.imagenet_weights(tmp_path, url=server.url, md5=hashlib.md5(content).hexdigest())
+        path = vgg16_file(tmp_path, url=server.url, md5=hashlib.md5(content).hexdigest())
     finally:
         server.close()
-    assert path == tmp_path / "models" / imagenet_download.IMAGENET_FILE and path.read_bytes() == content
-    assert [p.name for p in path.parent.iterdir()] == [imagenet_download.IMAGENET_FILE]
+    assert path == tmp_path / "models" / imagenet_download.VGG16_FILE.name and path.read_bytes() == content
+    assert [p.name for p in path.parent.iterdir()] == [imagenet_download.VGG16_FILE.name]
     # The file's data are synced before the rename, and the folder after it.
     [(_, temporary), replace, folder] = events
     assert replace == ("replace", temporary, str(path)) and folder == ("fsync", str(path.parent))
@@ -72,7 +79,7 @@ def test_a_download_is_checked_and_stored_durably(tmp_path, monkeypatch):
 def _closed_port_url():
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
-        return "http://127.0.0.1:%d/%s" % (closed.getsockname()[1], imagenet_download.IMAGENET_FILE)
+        return "http://127.0.0.1:%d/%s" % (closed.getsockname()[1], imagenet_download.VGG16_FILE.name)
 
 
 def test_offline_is_one_line_pointing_to_weights_and_the_random_weights_command_and_leaves_no_folder(tmp_path,
@@ -80,7 +87,7 @@ def test_offline_is_one_line_pointing_to_weights_and_the_random_weights_command_
     url = _closed_port_url()
     keras_home = tmp_path / "keras"  # like a first run: not even ~/.keras exists
     with caplog.at_level(logging.DEBUG), pytest.raises(WeightsError, match=r"offline\? pass weights=PATH") as error:
-        imagenet_download.imagenet_weights(keras_home, url=url)
+        vgg16_file(keras_home, url=url)
     assert url in str(error.value) and "\n" not in str(error.value)
     # The parameter, for the Python API; and the command that makes weights with no download at all.
     assert str(error.value).endswith("python -m models.weight_files random vgg16-random.npy")
@@ -97,7 +104,7 @@ def test_a_failed_download_removes_the_folders_it_made_and_only_those(tmp_path, 
     server = _OneFileServer(b"not the weights")
     try:
         with pytest.raises(WeightsError, match="nothing was kept"):
-            imagenet_download.imagenet_weights(keras_home, url=server.url, md5="0" * 32)
+            vgg16_file(keras_home, url=server.url, md5="0" * 32)
     finally:
         server.close()
     assert sorted(tmp_path.rglob("*")) == before

@@ -4,7 +4,7 @@ They are what `python -m models.weight_files random OUT [--seed N]` writes (that
 tested in test_weight_files.py); here they are made once for both layouts.
 """
 
-from models.imagenet_download import IMAGENET_FILE
+from models.imagenet_download import VGG16_FILE
 from models.weight_files import random_weights, save_h5, save_npy
 
 
@@ -17,10 +17,10 @@ def random_weight_files(folder, seed=0):
 
     Returns:
       (weights, paths): {layer name: (float32 weights, float32 biases)}, and
-      {"npy": folder/vgg16.npy (tensorflow-vgg's layout), "h5": folder/<IMAGENET_FILE> (Keras's)}.
+      {"npy": folder/vgg16.npy (tensorflow-vgg's layout), "h5": folder/<VGG16_FILE.name> (Keras's)}.
     """
     weights = random_weights(seed)
-    paths = {"npy": folder / "vgg16.npy", "h5": folder / IMAGENET_FILE}
+    paths = {"npy": folder / "vgg16.npy", "h5": folder / VGG16_FILE.name}
     save_npy(weights, paths["npy"])
     save_h5(weights, paths["h5"])
     return weights, paths
