@@ -159,3 +159,48 @@ def test_set_aside_takes_the_next_free_name_and_kept_shards_still_read_as_a_data
     commit(job, 2)
     frame = pd.read_parquet(job.shards)  # _shard.json, _errors.csv and _rejected-* are skipped
     assert len(frame) == 7
+
+
+def dead_attempt(job, index, name, content=None):
+    """An attempt at shard `index` left by a process that died (its lock free), holding `content` as its job."""
+    from parallel.jobs.shards import ATTEMPT_JOB
+    folder = job.attempts / ("shard-%06d.%s" % (index, name))
+    folder.mkdir(parents=True)
+    (folder / ATTEMPT_JOB).write_text(job._attempt_job(index) if content is None else content, encoding="utf-8")
+    (folder / "rows").write_text(name)
+    return folder
+
+
+def test_a_dead_process_s_attempt_at_the_same_images_is_resumed_and_a_stale_one_removed(job):
+    from parallel.jobs import locks
+    from parallel.jobs.shards import ATTEMPT_LOCK
+    alive = dead_attempt(job, 1, "a-host.0")  # first in name order, but its process holds its lock
+    stale = dead_attempt(job, 1, "old-host.1", content=job._attempt_job(1).replace(job.shard_digest(1), "0" * 64))
+    other_shard = dead_attempt(job, 2, "old-host.2")
+    resumable = dead_attempt(job, 1, "old-host.3")
+    with locks.exclusive(alive / ATTEMPT_LOCK):
+        with job.attempt(1, resume=True) as folder:
+            assert (folder / "rows").read_text() == "old-host.3" and not resumable.exists() and not stale.exists()
+            assert folder.name.startswith("shard-000001.") and folder != resumable
+    assert (alive / "rows").exists() and other_shard.exists()
+
+
+def test_a_resumable_attempt_is_kept_when_its_block_raises_and_a_fresh_one_is_not(job):
+    with pytest.raises(KeyboardInterrupt):
+        with job.attempt(0, resume=True) as kept:
+            (kept / "rows").write_text("batch 1")
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        with job.attempt(2) as fresh:
+            raise KeyboardInterrupt
+    assert (kept / "rows").exists() and not fresh.exists()
+    with job.attempt(0, resume=True) as again:
+        assert (again / "rows").read_text() == "batch 1"
+
+
+def test_an_attempt_killed_while_it_was_being_committed_is_not_resumed(job):
+    from parallel.jobs.shards import COMMITTING
+    folder = dead_attempt(job, 0, "old-host.4")
+    (folder / COMMITTING).mkdir()
+    with job.attempt(0, resume=True) as fresh:
+        assert not (fresh / "rows").exists() and not folder.exists()

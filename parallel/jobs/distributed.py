@@ -75,7 +75,8 @@ class ShardWorker:
             if self.job.failed_count(index):  # every run retries failed images, in every mode
                 return self.retry(index, images, stop=stop, progress=progress)
             return committed_summary(self.job, index, images)
-        with self.job.attempt(index) as attempt:
+        resume = self.job.resumes_attempts and not self.job.tars
+        with self.job.attempt(index, resume=resume) as attempt:
             with run_errors():
                 writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
                                      column_prefix=self.config.model.output_name,
@@ -95,15 +96,16 @@ class ShardWorker:
                         writer.abort()
                         raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
                                        "it as it is now" % (index, error)) from None
+                    if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
+                        writer.abort()
+                        shutil.rmtree(attempt, ignore_errors=True)
+                        return dataclasses.replace(summary, discovered=len(entries), written=0, failed=0,
+                                                   skipped=len(entries))
                 else:
-                    first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
-                    summary = extract_into(self.config, self.runner, writer, images.paths,
-                                           range(first, first + len(images)), stop=stop, progress=progress,
-                                           total=self.job.images, versions=images.etags)
-                if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
-                    writer.abort()
-                    return dataclasses.replace(summary, discovered=len(entries if self.job.tars else images),
-                                               written=0, failed=0, skipped=len(entries if self.job.tars else images))
+                    summary = self._compute(index, images, writer, stop, progress)
+                    if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
+                        writer.abort()
+                        return summary
             if self.job.tars:
                 images, summary = self._index_members(attempt, copies, summary)
             if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
@@ -112,6 +114,18 @@ class ShardWorker:
                 if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
                     log.info("shard %d was committed by another process first; this copy is dropped", index)
         return dataclasses.replace(summary, discovered=len(images))
+
+    def _compute(self, index, images, writer, stop, progress):
+        """The images of shard `index` (its Manifest) that `writer` (its attempt's, maybe resumed) has no row
+        of, each at its place in the job, so that the rows are those of one uninterrupted run: Summary."""
+        first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
+        todo = [position for position, path in enumerate(images.paths) if path not in writer.completed]
+        if progress is not None and len(todo) < len(images):
+            progress.update(len(images) - len(todo), 0)
+        summary = extract_into(self.config, self.runner, writer, [images.paths[i] for i in todo],
+                               [first + i for i in todo], stop=stop, progress=progress, total=self.job.images,
+                               versions=images.etags and [images.etags[i] for i in todo])
+        return dataclasses.replace(summary, discovered=len(images), already_done=len(images) - len(todo))
 
     def _index_members(self, attempt, copies, summary):
         """A tar shard's index of members beside its rows (the last copy of a name counting: `LaterCopies`).

@@ -33,6 +33,7 @@ O.shards is a Parquet dataset as it is (readers skip "_" files: docs/many-hosts.
 """
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -58,6 +59,8 @@ SHARDS_SUFFIX = ".shards"
 ATTEMPTS_SUFFIX = ".attempts"
 LOCK_SUFFIX = ".lock"
 ATTEMPT_LOCK = ".lock"
+ATTEMPT_JOB = "_attempt.json"  # a resumable attempt's job, shard and images (ShardedJob.attempt)
+COMMITTING = "commit"  # where an attempt's files are gathered, to be renamed the shard's folder
 _ERRORS_HEADER = "path,kind,message\n"
 
 
@@ -249,29 +252,88 @@ class ShardedJob:
                         problem)
         return target
 
+    # A local attempt at a shard of listed images is resumed by the next run when its process dies: its
+    # writer commits batch by batch, so a kill costs at most a batch. (A tar's members are known only as
+    # it is read, and a store's job computes in a staging folder of its process: theirs start afresh.)
+    resumes_attempts = True
+
+    def _attempt_folder(self, index):
+        return self.attempts / ("shard-%06d.%s.%d" % (index, socket.gethostname(), os.getpid()))
+
     def new_attempt(self, index):
         """A fresh folder of this process for computing shard `index`: Path."""
-        folder = self.attempts / ("shard-%06d.%s.%d" % (index, socket.gethostname(), os.getpid()))
+        folder = self._attempt_folder(index)
         if folder.exists():
             shutil.rmtree(folder)  # this process's own earlier try
         folder.mkdir(parents=True)
         return folder
 
     @contextlib.contextmanager
-    def attempt(self, index):
-        """`with job.attempt(i) as folder:` a fresh folder of this process for computing shard `index`.
+    def attempt(self, index, resume=False):
+        """`with job.attempt(i) as folder:` a folder of this process for computing shard `index`.
 
-        The folder is locked while the block runs, so that `remove_dead_attempts` never removes an
-        attempt that is alive (another process given the same shard, say). A block that raises
-        (a signal, a full disk, an input that changed) leaves no folder: nothing of it is kept.
+        The folder is locked while the block runs, so that no other process removes or takes an
+        attempt that is alive (another process given the same shard, say).
+
+        Args:
+          index: the shard.
+          resume: take over the attempt at this shard of a process that died (its lock is free)
+            if it computed this job's images of the shard as the manifest records them now, so
+            that the rows its writer committed are kept. Such an attempt is kept too when the
+            block raises (a signal, a full disk): the next run resumes it. Without `resume`, a
+            fresh folder, of which a block that raises leaves nothing.
         """
-        folder = self.new_attempt(index)
-        try:
-            with locks.exclusive(folder / ATTEMPT_LOCK):
+        with contextlib.ExitStack() as held:
+            folder = self._resume_attempt(index, held) if resume else None
+            if folder is None:
+                folder = self.new_attempt(index)
+                held.enter_context(locks.exclusive(folder / ATTEMPT_LOCK))
+                if resume:
+                    (folder / ATTEMPT_JOB).write_text(self._attempt_job(index), encoding="utf-8")
+            try:
                 yield folder
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
+            except BaseException:
+                if not resume:
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
+
+    def _attempt_job(self, index):
+        """What an attempt at shard `index` computes (a run resumes only an attempt of the same): str."""
+        return json.dumps({"job": self.identity, "shard": index, "images": self.shard_digest(index)},
+                          sort_keys=True) + "\n"
+
+    def _resume_attempt(self, index, held):
+        """The attempt at shard `index` of a dead process, locked in `held` and renamed this process's; or None.
+
+        Attempts of dead processes at this shard that are not of the job's images as the manifest
+        records them now, or that were being committed, are removed.
+        """
+        if not self.attempts.is_dir():
+            return None
+        expected = self._attempt_job(index)
+        for candidate in sorted(self.attempts.glob("shard-%06d.*" % index)):
+            taken = contextlib.ExitStack()
+            try:
+                taken.enter_context(locks.exclusive(candidate / ATTEMPT_LOCK))
+            except (locks.Busy, OSError):
+                continue  # alive, or gone meanwhile
+            with taken:
+                try:
+                    same = (candidate / ATTEMPT_JOB).read_text(encoding="utf-8") == expected
+                except (OSError, UnicodeDecodeError):
+                    same = False
+                if not same or (candidate / COMMITTING).exists():
+                    shutil.rmtree(candidate, ignore_errors=True)
+                    continue
+                folder = self._attempt_folder(index)
+                if candidate != folder:
+                    if folder.exists():
+                        shutil.rmtree(folder)
+                    os.rename(candidate, folder)  # the lock is on the file, which moves with its folder
+                held.push(taken.pop_all())
+                log.info("shard %d: resuming the attempt of a run that stopped (%s)", index, candidate.name)
+                return folder
+        return None
 
     def remove_dead_attempts(self):
         """Removes the attempts of processes that were killed (their folders' locks are free)."""
@@ -304,7 +366,7 @@ class ShardedJob:
         if problem:
             raise OutputError("shard %d of %s was not committed: %s" % (index, self.output, problem))
         failed = len(error_paths(errors)) if errors.exists() else 0
-        ready = attempt / "commit"
+        ready = attempt / COMMITTING
         ready.mkdir()
         os.rename(attempt / SHARD_FEATURES, ready / SHARD_FEATURES)
         if errors.exists():
@@ -335,7 +397,6 @@ class ShardedJob:
 
     def failed_count(self, index):
         """How many images committed shard `index` failed, as its record says (0 once the shards are gone)."""
-        import json
         try:
             return int(json.loads((self.shard_folder(index) / SHARD_RECORD).read_text(encoding="utf-8"))["failed"])
         except (OSError, ValueError, KeyError, TypeError):
