@@ -23,7 +23,8 @@ one host and on many, for every source and every output:
                   it, so its row, and its step-mates', are the bytes of a clean run.
 
 The one variation, a job spread over processes: the frozen list is cut into fixed shards, each
-computed as a single-host job (steps 3 and 4) in its own attempt folder and committed by rename;
+computed as a single-host job (steps 3 and 4) in its own attempt folder, which the next process
+given the shard resumes if this one dies (ShardedJob.attempt), and committed by rename;
 whoever commits the last shard writes the output (shards, shard_record). An output in an object
 store (s3://) is always this variation, on one process too, with a commit that needs no rename
 (store_shards). Static ranks

@@ -9,8 +9,9 @@
 
 A faster node takes more shards because its actors come back sooner. An actor that dies (its
 process killed, its node lost) is replaced, and its shard goes back to the front of the queue: the
-dead attempt's folder is abandoned, and the commit-by-rename protocol (parallel.jobs.shards) keeps a
-redo, or a late commit of the dead one, to one correct part. Ray itself restarts nothing
+dead attempt is resumed after its last committed batch by the actor given the shard next, and the
+commit-by-rename protocol (parallel.jobs.shards) keeps a redo, or a late commit of the dead one, to one
+correct part. Ray itself restarts nothing
 (max_restarts=0): the driver decides, so a shard that kills every worker it meets stops the job.
 
 What the driver can check (room for one actor, GPUs TensorFlow can use there, the weights) fails
