@@ -429,6 +429,12 @@ def start(images, output, weights_file, *flags):
         signal.signal(signal.SIGINT, previous)
 
 
+def importing_tensorflow(child):
+    """Whether process `child` has begun to import TensorFlow (its library is mapped), which the CLI does in
+    the run, once its signal handling is in place; the import, the graph and the weights take seconds more."""
+    return "libtensorflow_framework" in Path("/proc/%d/maps" % child.pid).read_text()
+
+
 def rows_in(output):
     try:
         return output.read_bytes().count(b"\n") - 1
@@ -482,7 +488,10 @@ def test_sigint_and_sigterm_stop_cleanly_and_a_rerun_resumes(tmp_path, many_imag
 def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_images, weights_file):
     images, _ = many_images
     child = start(images, tmp_path / "features.csv", weights_file)
-    time.sleep(1.0)  # TensorFlow is still importing
+    deadline = time.monotonic() + 60
+    while not importing_tensorflow(child):  # the run's own signal handling is in place: it imports TensorFlow
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.01)
     child.send_signal(signal.SIGTERM)
     _, error = child.communicate(timeout=60)
     assert child.returncode == 130, error  # not 143: killed by the signal, without a word
