@@ -337,12 +337,12 @@ def _resized(image, size, resize):
         side = min(width_now, height_now)
         left, top = (width_now - side) // 2, (height_now - side) // 2
         return image.resize((width, height), resample, box=(left, top, left + side, top + side))
-    resized_width, resized_height = short_side_size(image.size, resize.short_side)
+    resized_width, resized_height = _short_side_size(image.size, resize.short_side)
     left, top = (resized_width - width) // 2, (resized_height - height) // 2
     return image.resize((resized_width, resized_height), resample).crop((left, top, left + width, top + height))
 
 
-def short_side_size(image_size, short_side):
+def _short_side_size(image_size, short_side):
     """The (width, height) an image of `image_size` (width, height) is resized to so that its short side is
     `short_side`, the aspect kept: the long side int(short_side * long / short), truncated, as Hugging Face's
     `get_resize_output_image_size` and torchvision's `Resize` compute it."""
