@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from colour_jobs import MODEL, SIZE, WEIGHTS, config_for, make_images, read_rows
 from long_paths import make_deep_folder, write_relative
 from parallel import engine, jobs
 from parallel.devices import resolve_devices
 from parallel.devices.staging import StagedRunner
-from parallel.inputs.decode import load_image
+from parallel.inputs.decode import Resize, load_image
 from parallel.jobs import single_host
 
 tf1 = tf.compat.v1
@@ -128,6 +129,79 @@ def test_a_run_through_the_staged_runner_writes_the_same_bytes(tmp_path, monkeyp
     summary = jobs.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "staged.csv"))
     assert (summary.written, summary.failed) == (8, 1)
     assert (tmp_path / "staged.csv").read_bytes() == (tmp_path / "fed.csv").read_bytes()
+
+
+# --- the model's resize rule reaches every decode of a job ---------------------------------------------------
+
+PIXEL_SIZE = (8, 8)
+
+
+def pixel_model(images):
+    """uint8 [N, 8, 8, 3] -> float32 [N, 192]: the pixels themselves (times a weight of 1): a row shows its decode."""
+    scale = tf1.get_variable("pixels/scale", [1], initializer=tf1.zeros_initializer())
+    return tf.reshape(tf.cast(images, tf.float32), [-1, PIXEL_SIZE[0] * PIXEL_SIZE[1] * 3]) * scale
+
+
+def pixel_spec(**resize):
+    return engine.ModelSpec(name="pixels", fn=pixel_model, image_size=PIXEL_SIZE, output_name="pixel",
+                            load_weights=lambda: {"pixels/scale": np.ones(1, np.float32)},
+                            settings={"model": "pixels"}, **resize)
+
+
+def test_the_model_s_resize_rule_reaches_the_folder_reader_a_tar_a_retry_and_extract(tmp_path):
+    from parallel.inputs.tars import member_key
+    from parallel.output.record import read_record
+    from stores import write_tars
+    images = tmp_path / "images"
+    names = make_images(images, 5)  # 30x20 PNGs
+    model, rule = pixel_spec(resize_filter="bicubic", resize_short_side=12), Resize("crop", "bicubic", 12)
+    expected = np.stack([load_image(images / name, PIXEL_SIZE, rule).reshape(-1) for name in names])
+    assert (expected != np.stack([load_image(images / name, PIXEL_SIZE).reshape(-1) for name in names])).mean() > 0.5
+    jobs.run(config_for(tmp_path, images, model=model, output=tmp_path / "folder.csv"))
+    _, rows = read_rows(tmp_path / "folder.csv")
+    np.testing.assert_array_equal(np.stack([values for _, values in rows]), expected)
+    settings = read_record(tmp_path / "folder.csv")["settings"]
+    assert (settings["resize"], settings["resize_filter"], settings["resize_short_side"]) == ("crop", "bicubic", "12")
+    tars = write_tars(images, tmp_path / "tars", 3)
+    jobs.run(config_for(tmp_path, str(tmp_path / "tars" / "*.tar"), model=model, output=tmp_path / "tars.csv"))
+    _, rows = read_rows(tmp_path / "tars.csv")
+    by_name = {key.split("://")[1].split("::")[0]: values for key, values in rows}
+    np.testing.assert_array_equal(np.stack([by_name[name] for name in names]), expected)
+    keys = [member_key(name, str(tars[number // 3])) for number, name in enumerate(names)]
+    for listed in images, keys:  # the Python API: a folder; tar members (engine.member_decoder)
+        _, features = engine.extract(model, listed)
+        np.testing.assert_array_equal(features, expected)
+    config = config_for(tmp_path, images, model=model)  # a retry: images computed again at their places
+    runner = engine.DeviceRunner(model, config.devices, per_device_batch=config.per_device_batch)
+    try:
+        paths, features, failures = engine.extract_rows(config, runner, names[3:], [3, 4], len(names))
+        assert (paths, failures) == (names[3:], [])
+        np.testing.assert_array_equal(features, expected[3:])
+        decode = engine.member_decoder(keys, None)
+        paths, features, failures = engine.extract_rows(config, runner, keys[:1], [0], 3, decode=decode)
+        assert (paths, failures) == (keys[:1], [])
+        np.testing.assert_array_equal(features, expected[:1])
+    finally:
+        runner.close()
+
+
+def test_a_model_that_keeps_the_default_rule_reads_and_records_as_before(tmp_path):
+    """VGG16's, ResNet50's, EfficientNetB0's, ConvNeXt's: the centre square, bilinear, in one Pillow call; no new
+    key in the job's settings, so their outputs and sidecars stay byte for byte what they were."""
+    images = tmp_path / "images"
+    names = make_images(images, 3)
+    expected = []
+    for name in names:
+        with Image.open(images / name) as image:  # the decode's resize before models gave their own
+            width, height = image.size
+            side = min(width, height)
+            box = ((width - side) // 2, (height - side) // 2, (width - side) // 2 + side, (height - side) // 2 + side)
+            expected.append(np.asarray(image.convert("RGB").resize(PIXEL_SIZE[::-1], Image.BILINEAR, box=box)))
+    config = config_for(tmp_path, images, model=pixel_spec(), output=tmp_path / "default.csv")
+    assert sorted(config.settings) == ["image_size", "images", "model", "resize"]
+    jobs.run(config)
+    _, rows = read_rows(tmp_path / "default.csv")
+    np.testing.assert_array_equal(np.stack([values for _, values in rows]), np.stack(expected).reshape(3, -1))
 
 
 # --- the Python API ------------------------------------------------------------------------------------

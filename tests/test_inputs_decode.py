@@ -11,8 +11,8 @@ import pytest
 from PIL import Image, ImageFile, JpegImagePlugin
 
 from image_files import BLUE, GREEN, RED, WHITE, noise_jpeg, solid, write_bad_files
-from parallel.inputs.decode import (KINDS, MAX_BYTES, MAX_PIXELS, RESIZE_MODES, ImageError, decode_row, failure_of,
-                                    load_image)
+from parallel.inputs.decode import (KINDS, MAX_BYTES, MAX_PIXELS, RESIZE_FILTERS, RESIZE_MODES, ImageError, Resize,
+                                    decode_bytes_row, decode_row, failure_of, load_image)
 
 
 def halves(size, left, right, mode="RGB"):
@@ -44,7 +44,9 @@ def fail_to_open(monkeypatch, name, error):
 
 
 def test_constants():
+    import parallel.model
     assert RESIZE_MODES == ("crop", "stretch")
+    assert RESIZE_FILTERS == parallel.model.RESIZE_FILTERS == ("bilinear", "bicubic")  # a spec's names are ours
     assert MAX_PIXELS == 100_000_000
     assert MAX_BYTES == 1 << 30 > 8 * MAX_PIXELS  # 16-bit RGBA, uncompressed, within the pixel limit
     assert KINDS == ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_large", "corrupt",
@@ -88,6 +90,108 @@ def test_a_1x1_and_a_20000x1_image(tmp_path):
     assert (load_image(tmp_path / "line.png", size=(4, 4), resize="crop") == RED).all()
     stretched = load_image(tmp_path / "line.png", size=(4, 8), resize="stretch")
     assert stretched.shape == (4, 8, 3) and (stretched[:, 0] == BLUE).all() and (stretched[:, -1] == BLUE).all()
+
+
+# --- resize rules: the model's filter and short side -------------------------------------------------------------
+
+# (width, height): portrait, landscape, upscaled, large, square, a short side already 224; noise, the hardest case.
+ODD_SIZES = ((333, 500), (641, 427), (97, 150), (1531, 1023), (300, 300), (224, 301))
+
+
+@pytest.fixture(scope="module")
+def odd_pngs(tmp_path_factory):
+    """PNG files of noise, one of each of ODD_SIZES (no JPEG draft involved): [(path, PIL image)]."""
+    folder = tmp_path_factory.mktemp("odd")
+    rng = np.random.default_rng(5)
+    files = []
+    for width, height in ODD_SIZES:
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        image.save(folder / ("%dx%d.png" % (width, height)), compress_level=1)
+        files.append((folder / ("%dx%d.png" % (width, height)), image))
+    return files
+
+
+def hugging_face_crop(image, short_side, crop, resample=Image.Resampling.BICUBIC):
+    """What transformers' slow image processors do with `size={"shortest_edge": short_side}` and `crop_size`
+    (CLIPImageProcessor; BitImageProcessor as facebook/dinov2-* configure it), written from their code:
+    image_transforms.get_resize_output_image_size (default_to_square=False), image_transforms.resize (a
+    PIL resize, reducing_gap None), image_transforms.center_crop (offsets floor-divided). The fast
+    processors crop at the same offsets, int((h - H) / 2.0)."""
+    width, height = image.size
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = short_side, int(short_side * long / short)
+    new_height, new_width = (new_long, new_short) if width <= height else (new_short, new_long)
+    resized = np.asarray(image.resize((new_width, new_height), resample=resample, reducing_gap=None))
+    crop_height, crop_width = crop
+    top, left = (new_height - crop_height) // 2, (new_width - crop_width) // 2
+    return resized[top:top + crop_height, left:left + crop_width]
+
+
+def old_rule(image, size, resize):
+    """The decode's resize before models gave a filter and a short side: bilinear, one Pillow call."""
+    width, height = image.size
+    side = min(width, height)
+    left, top = (width - side) // 2, (height - side) // 2
+    box = (left, top, left + side, top + side) if resize == "crop" else None
+    return np.asarray(image.resize((size[1], size[0]), Image.Resampling.BILINEAR, box=box))
+
+
+def test_the_default_rule_is_the_old_one_byte_for_byte(odd_pngs):
+    """VGG16, ResNet50, EfficientNetB0 and ConvNeXt keep their pixels: a mode alone, or the defaults of a Resize."""
+    for path, image in odd_pngs:
+        for mode in RESIZE_MODES:
+            for size in ((224, 224), (31, 47)):
+                expected = old_rule(image, size, mode)
+                assert np.array_equal(load_image(path, size, mode), expected), (path.name, mode, size)
+                assert np.array_equal(load_image(path, size, Resize(mode)), expected), (path.name, mode, size)
+
+
+@pytest.mark.parametrize("short_side, size", [(224, (224, 224)), (256, (224, 224)), (240, (200, 230))])
+def test_the_short_side_rule_is_hugging_face_s_resize_then_centre_crop(odd_pngs, short_side, size):
+    rule = Resize("crop", "bicubic", short_side)
+    for path, image in odd_pngs:
+        pixels = load_image(path, size, rule)
+        assert pixels.shape == size + (3,)
+        assert np.array_equal(pixels, hugging_face_crop(image, short_side, size)), (path.name, short_side, size)
+        # ... and the test can fail: another rule gives other pixels (noise: most of them), unless neither resamples.
+        if min(image.size) != short_side:
+            assert (pixels != old_rule(image, size, "crop")).mean() > 0.5, path.name
+    path, image = odd_pngs[1]
+    bilinear = load_image(path, size, Resize("crop", "bilinear", short_side))
+    assert np.array_equal(bilinear, hugging_face_crop(image, short_side, size, Image.Resampling.BILINEAR))
+    assert not np.array_equal(bilinear, load_image(path, size, rule))
+
+
+def test_the_centre_crop_offset_is_floor_divided_as_hugging_face_s():
+    """A margin of 3 pixels: Hugging Face's processors start the crop at 1 (3 // 2); torchvision's CenterCrop
+    (OpenAI's CLIP, DINOv2's own evaluation) at round(1.5) = 2. Every column a different grey, so the offset shows."""
+    columns = np.arange(227, dtype=np.uint8)
+    image = Image.fromarray(np.repeat(np.broadcast_to(columns, (224, 227))[:, :, np.newaxis], 3, axis=2))
+    images = np.zeros((1, 224, 224, 3), np.uint8)
+    buffer = __import__("io").BytesIO()
+    image.save(buffer, format="PNG")
+    assert decode_bytes_row(buffer.getvalue(), images, 0, (224, 224), Resize("crop", "bicubic", 224),
+                            MAX_PIXELS) is None
+    assert images[0, 0, :3, 0].tolist() == [1, 2, 3]  # short side 224 already: no resampling, columns 1 .. 224
+    assert np.array_equal(images[0], np.asarray(image)[:, 1:225])
+
+
+def test_stretch_and_the_centre_square_take_the_model_s_filter(odd_pngs):
+    for path, image in odd_pngs[:3]:
+        stretched = load_image(path, (40, 60), Resize("stretch", "bicubic", 64))  # no short side in stretch
+        assert np.array_equal(stretched, np.asarray(image.resize((60, 40), Image.Resampling.BICUBIC)))
+        assert not np.array_equal(stretched, load_image(path, (40, 60), "stretch"))
+        width, height = image.size
+        side = min(width, height)
+        box = ((width - side) // 2, (height - side) // 2, (width - side) // 2 + side, (height - side) // 2 + side)
+        square = load_image(path, (32, 32), Resize("crop", "bicubic"))
+        assert np.array_equal(square, np.asarray(image.resize((32, 32), Image.Resampling.BICUBIC, box=box)))
+
+
+def test_the_short_side_rule_composites_transparency_after_the_crop(tmp_path):
+    halves((300, 260), (0, 0, 255, 255), (0, 0, 0, 0), mode="RGBA").save(tmp_path / "alpha.png")
+    pixels = load_image(tmp_path / "alpha.png", (224, 224), Resize("crop", "bicubic", 256))
+    assert (pixels[:, :100] == BLUE).all() and (pixels[:, 124:] == WHITE).all()
 
 
 def test_cmyk_jpeg(tmp_path):
@@ -202,6 +306,23 @@ def test_a_large_jpeg_is_decoded_at_reduced_scale(tmp_path, monkeypatch):
     assert drafts[-1] == ("RGB", (224, 224), (1000, 230))  # never below the target: no reduction
 
 
+def test_a_jpeg_large_enough_for_draft_keeps_its_short_side_at_least_the_model_s(tmp_path, monkeypatch):
+    ramp = np.linspace(0, 255, 2400)[np.newaxis, :, np.newaxis] * np.ones((1900, 1, 3))
+    Image.fromarray(ramp.astype(np.uint8)).save(tmp_path / "big.jpg", quality=90)
+    drafts = []
+    real_draft = JpegImagePlugin.JpegImageFile.draft
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft",
+                        lambda image, mode, size: (real_draft(image, mode, size), drafts.append((size, image.size)))[0])
+    assert load_image(tmp_path / "big.jpg").shape == (224, 224, 3)
+    assert drafts == [((224, 224), (300, 238))]  # 1/8 scale: short side 238 >= 224, but less than 256
+    pixels = load_image(tmp_path / "big.jpg", resize=Resize("crop", "bicubic", 256))
+    assert pixels.shape == (224, 224, 3)
+    assert drafts[1] == ((256, 256), (600, 475))  # 1/4 scale: short side 475 >= 256
+    with Image.open(tmp_path / "big.jpg") as full:  # close to a full-size decode's
+        reference = hugging_face_crop(full.convert("RGB"), 256, (224, 224))
+    assert np.abs(pixels.astype(int) - reference).mean() < 2
+
+
 # --- one image: refusals -----------------------------------------------------------------------------------
 
 
@@ -303,10 +424,28 @@ def test_image_error():
     (dict(size=(0, 5)), r"size must be two positive integers \(height, width\); got \(0, 5\)"),
     (dict(size=224), "size must be \\(height, width\\); got 224"),
     (dict(max_pixels=0), "max_pixels must be at least 1; got 0"),
+    (dict(resize=3), "resize must be one of crop, stretch, or a Resize; got 3"),
+    (dict(resize=Resize(short_side=200)),
+     r"resize short side must be at least the larger side of size \(224, 224\); got 200"),
+    (dict(size=(200, 230), resize=Resize(short_side=229)),
+     r"resize short side must be at least the larger side of size \(200, 230\); got 229"),
 ])
 def test_load_image_refuses_bad_arguments_naming_them(tmp_path, options, message):
     with pytest.raises(ValueError, match=message):
         load_image(tmp_path / "any.png", **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(mode="squash"), "resize must be one of crop, stretch; got 'squash'"),
+    (dict(filter="lanczos"), "resize filter must be one of bilinear, bicubic; got 'lanczos'"),
+    (dict(filter="BICUBIC"), "resize filter must be one of bilinear, bicubic; got 'BICUBIC'"),
+    (dict(short_side=0), "resize short side must be None or a positive integer; got 0"),
+    (dict(short_side=True), "resize short side must be None or a positive integer; got True"),
+    (dict(short_side=256.0), "resize short side must be None or a positive integer; got 256.0"),
+])
+def test_a_bad_resize_rule_is_refused_naming_the_value(options, message):
+    with pytest.raises(ValueError, match=message):
+        Resize(**options)
 
 
 # --- one row of a batch ------------------------------------------------------------------------------------

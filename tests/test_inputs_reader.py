@@ -10,7 +10,7 @@ from PIL import Image
 
 from image_files import BLUE, RED, solid, write_bad_files
 from parallel.inputs import reader
-from parallel.inputs.decode import ImageError, decode_row, load_image
+from parallel.inputs.decode import ImageError, Resize, decode_row, load_image
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import Batch, Failure, ImageReader
 
@@ -123,6 +123,32 @@ def test_batches_equal_sequential_decoding_byte_for_byte(tmp_path):
     assert [len(batch.paths) for batch in batches] == [4] * 7 + [2]
     assert [path for batch in batches for path in batch.paths] == names
     assert np.concatenate([batch.images for batch in batches]).tobytes() == expected.tobytes()
+
+
+def test_the_reader_resizes_by_the_rule_it_is_given_and_hands_it_to_its_decode(tmp_path):
+    rng = np.random.default_rng(3)
+    names = ["portrait.png", "landscape.png"]
+    for name, shape in zip(names, ((70, 41, 3), (33, 58, 3))):
+        Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)).save(tmp_path / name)
+    rule = Resize("crop", "bicubic", 20)
+    seen = []
+
+    def spy(path, images, row, size, resize, max_pixels):
+        seen.append(resize)
+        return decode_row(path, images, row, size, resize, max_pixels)
+
+    for decode in (decode_row, spy):
+        with ImageReader(tmp_path, names, batch_size=2, size=(16, 16), resize=rule, workers=2, decode=decode) as images:
+            [batch] = list(images)
+        for name, pixels in zip(names, batch.images):
+            assert np.array_equal(pixels, load_image(tmp_path / name, (16, 16), rule)), name
+            assert not np.array_equal(pixels, load_image(tmp_path / name, (16, 16))), name
+    assert seen == [rule, rule]
+    with ImageReader(tmp_path, names, batch_size=2, size=(16, 16), workers=1, decode=spy) as images:
+        list(images)
+    assert seen[2:] == [Resize(), Resize()]  # "crop", checked: VGG16's rule
+    with pytest.raises(ValueError, match="resize short side must be at least the larger side of size"):
+        ImageReader(tmp_path, names, batch_size=2, size=(24, 24), resize=rule)
 
 
 def fill_with_index(path, images, row, size, resize, max_pixels):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from parallel.inputs.decode import ImageError, load_image
+from parallel.inputs.decode import ImageError, Resize, load_image
 from parallel.inputs.streams import StreamReader
 
 
@@ -55,3 +55,16 @@ def test_an_error_of_the_stream_itself_reaches_the_caller():
     with StreamReader(broken(), batch_size=1, size=(2, 2), workers=1) as reader, \
             pytest.raises(OSError, match="the disk went away"):
         list(reader)
+
+
+def test_a_stream_is_resized_by_the_rule_it_is_given(tmp_path):
+    rng = np.random.default_rng(4)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (31, 52, 3), dtype=np.uint8)).save(buffer, format="PNG")
+    (tmp_path / "k0.png").write_bytes(buffer.getvalue())
+    rule = Resize("crop", "bicubic", 12)
+    with StreamReader(iter([("k0", buffer.getvalue())]), batch_size=1, size=(10, 10), resize=rule,
+                      workers=1) as reader:
+        [batch] = list(reader)
+    assert np.array_equal(batch.images[0], load_image(tmp_path / "k0.png", (10, 10), rule))
+    assert not np.array_equal(batch.images[0], load_image(tmp_path / "k0.png", (10, 10)))

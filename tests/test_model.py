@@ -57,3 +57,31 @@ def test_models_import_only_the_model_interface_and_durable_writes_from_parallel
     assert from_parallel["vgg16.py"] == ["parallel.model"]  # the scan sees the imports there are
     assert from_parallel["imagenet_download.py"] == ["parallel.messages", "parallel.output.durable"]
     assert {name: modules for name, modules in from_parallel.items() if set(modules) - MODEL_IMPORTS} == {}
+
+
+def _spec(**fields):
+    from parallel.model import ModelSpec
+    return ModelSpec(name="m", fn=None, image_size=(224, 224), load_weights=dict, output_name="m", **fields)
+
+
+def test_a_spec_resizes_as_vgg16_unless_it_says_otherwise():
+    spec = _spec()
+    assert (spec.resize_filter, spec.resize_short_side) == ("bilinear", None)
+    clip_like = _spec(resize_filter="bicubic", resize_short_side=224)
+    assert (clip_like.resize_filter, clip_like.resize_short_side) == ("bicubic", 224)
+    assert _spec(resize_filter="bicubic", resize_short_side=256).resize_short_side == 256  # DINOv2's
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(resize_filter="lanczos"), "resize_filter must be one of bilinear, bicubic; got 'lanczos'"),
+    (dict(resize_filter=None), "resize_filter must be one of bilinear, bicubic; got None"),
+    (dict(resize_short_side=223), r"resize_short_side must be None or an integer of at least max\(image_size\) = 224 "
+                                  r"\(the crop must fit in the resized image\); got 223"),
+    (dict(resize_short_side=0), "of at least max.image_size. = 224 .*; got 0"),
+    (dict(resize_short_side=256.0), "of at least max.image_size. = 224 .*; got 256.0"),
+    (dict(resize_short_side=True), "of at least max.image_size. = 224 .*; got True"),
+    (dict(resize_short_side="256"), "of at least max.image_size. = 224 .*; got '256'"),
+])
+def test_a_bad_resize_filter_or_short_side_is_refused_naming_it(fields, message):
+    with pytest.raises(ValueError, match=message):
+        _spec(**fields)
