@@ -75,9 +75,12 @@ def _header(path):
             if len(prefix) < 8:
                 raise WeightsError("weights=%s is not a safetensors file (%d bytes)" % (path, len(prefix)))
             (length,) = struct.unpack("<Q", prefix)
-            if length > min(size - 8, _HEADER_LIMIT):
-                raise WeightsError("weights=%s is not a safetensors file (a header of %d bytes in a file of %d)"
-                                   % (path, length, size))
+            if length > _HEADER_LIMIT:
+                raise WeightsError("weights=%s is not a safetensors file (its first 8 bytes give a header of %d "
+                                   "bytes)" % (path, length))
+            if length > size - 8:
+                raise WeightsError("weights=%s is truncated, or not a safetensors file (a header of %d bytes in a "
+                                   "file of %d)" % (path, length, size))
             header = json.loads(handle.read(length))
     except OSError as error:
         raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None

@@ -31,6 +31,11 @@ class ModelSpec:
         existing output written with other settings is not appended to.
       files: the local files the model reads (its weights file): a job never writes its
         output over one of them, --overwrite or not.
+      resize_filter: the filter the reader resizes with ("bilinear", or "bicubic" for the
+        transformers, as their processors do).
+      resize_short_side: None: the reader's own resize to `image_size`; else the short side is
+        resized to this many pixels first, then the centre `image_size` is cropped (DINOv2: 256
+        then 224).
     """
 
     name: str
@@ -40,3 +45,5 @@ class ModelSpec:
     output_name: str
     settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     files: tuple = ()
+    resize_filter: str = "bilinear"
+    resize_short_side: object = None

@@ -77,7 +77,8 @@ def hub():
 def test_url_identity_and_the_checks_of_a_pin():
     assert FILE.url == ("https://huggingface.co/owner/model/resolve/0123456789abcdef0123456789abcdef01234567/"
                         "model.safetensors")
-    assert FILE.identity == "hub owner/model@0123456789abcdef0123456789abcdef01234567 model.safetensors, sha256 " + SHA256
+    assert FILE.identity == ("hub owner/model@0123456789abcdef0123456789abcdef01234567 model.safetensors, sha256 "
+                             + SHA256)
     assert "X-Linked-Etag" in dataclasses.replace(FILE, sha256=None).identity
     with pytest.raises(ValueError, match="revision='main'; expected a commit id"):
         dataclasses.replace(FILE, revision="main")

@@ -53,7 +53,8 @@ def test_bf16_is_widened_exactly_by_hand(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (b"abc", r"is not a safetensors file \(3 bytes\)"),
-    (b"\x89HDF\r\n\x1a\n" + b"\0" * 100, "is not a safetensors file .a header of"),
+    (b"\x89HDF\r\n\x1a\n" + b"\0" * 100, "is not a safetensors file .its first 8 bytes give a header of"),
+    (b"\x10\0\0\0\0\0\0\0{}", r"is truncated, or not a safetensors file \(a header of 16 bytes in a file of 10\)"),
     (struct.pack("<Q", 2) + b"{x", "its header is not JSON"),
     (struct.pack("<Q", 2) + b"[]", "a JSON list, not an object"),
     (struct.pack("<Q", 13) + b'{"w": {"a":1}}'[:13], "not JSON"),
