@@ -143,9 +143,11 @@ def parse_args(argv=None):
                              + ". VGG16's fc7 is before the ReLU and can be negative; relu7 is after it "
                                "(Keras's 'fc2', Caffe's 'fc7')")
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
-                        help="'imagenet' (default: Keras's ImageNet weights, downloaded once into ~/.keras/models), "
-                             "or the path of a weights file: for vgg16 a tensorflow-vgg vgg16.npy or a Keras "
-                             "vgg16_weights_tf_dim_ordering_tf_kernels.h5 (docs/models.md lists each model's)")
+                        help="'imagenet' (default: the model's published pretrained weights, downloaded once: "
+                             "Keras's ImageNet file into ~/.keras/models; for DINOv2 the pinned Hugging Face "
+                             "checkpoint into the hub's cache), or the path of a weights file: for vgg16 a "
+                             "tensorflow-vgg vgg16.npy or a Keras vgg16_weights_tf_dim_ordering_tf_kernels.h5 "
+                             "(docs/models.md lists each model's)")
     parser.add_argument("--resize", default="crop", choices=RESIZE_MODES,
                         help="crop (default): the centre square, resized to 224x224; "
                              "stretch: the whole image, resized to 224x224")

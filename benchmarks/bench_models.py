@@ -70,6 +70,33 @@ REFERENCES = {
         preprocess="keras.applications.resnet.preprocess_input(x)",
         weights_file="resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"),
 }
+
+def _keras_hub_dinov2(width, heads):
+    """keras-hub's DINOV2Backbone for 224 px, loaded by keras-hub's own converter from a folder holding our
+    model.safetensors (a config.json is written beside it); its output's class token, as our class_token."""
+    return ('import json, pathlib\n'
+            'from keras_hub.src.models.dinov2.dinov2_backbone import DINOV2Backbone\n'
+            'from keras_hub.src.utils.transformers import convert_dinov2\n'
+            'from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader\n'
+            'folder = pathlib.Path(weights).parent\n'
+            'config = {"model_type": "dinov2", "image_size": 518, "patch_size": 14, "num_hidden_layers": 12, '
+            '"hidden_size": %d, "num_attention_heads": %d, "mlp_ratio": 4, "layerscale_value": 1.0, '
+            '"use_swiglu_ffn": False, "hidden_dropout_prob": 0.0, "drop_path_rate": 0.0}\n'
+            '(folder / "config.json").write_text(json.dumps(config))\n'
+            'arguments = convert_dinov2.convert_backbone_config(config)\n'
+            'arguments.update(image_shape=(224, 224, 3))\n'
+            'backbone = DINOV2Backbone(**arguments)\n'
+            'with SafetensorLoader(str(folder)) as loader:\n'
+            '    convert_dinov2.convert_weights(backbone, loader, config)\n'
+            'model = keras.Model(backbone.input, backbone.output[:, 0])' % (width, heads))
+
+
+# keras-hub's DINOv2 takes normalised pixels (its image converter, left out here as Keras's preprocessing is).
+_IMAGENET = "(x / 255 - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)"
+REFERENCES["dinov2_vits14"] = Reference(keras=_keras_hub_dinov2(384, 6), preprocess=_IMAGENET,
+                                        weights_file="model.safetensors")
+REFERENCES["dinov2_vitb14"] = Reference(keras=_keras_hub_dinov2(768, 12), preprocess=_IMAGENET,
+                                        weights_file="model.safetensors")
 LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
 
 KERAS_SCRIPT = r"""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from models.hub_download import hub_file
 from models.imagenet_download import keras_file
 from models.registry import PRECISION_NAMES
 from models.files import WeightsError, fingerprint
@@ -62,3 +63,41 @@ class Weights:
     def path(self):
         """The file to read: Keras's cache file for "imagenet" (downloaded if absent), else the path given."""
         return keras_file(self._file, self._cache_dir) if self.imagenet else self._weights
+
+
+class HubWeights(Weights):
+    """A transformer's `weights` argument: "imagenet" (the name the command line's default keeps: the model's
+    published pretrained checkpoint) or "hub", both the pinned Hugging Face file `file`, from the hub's cache or
+    downloaded into it; or a path: the file, or a folder holding `file.filename` (Hugging Face's layout).
+
+    Attributes:
+      identity: its part of a job's identity (the repository, commit and SHA-256, or the file's fingerprint).
+      files: the local files it reads, which a job never writes over: () for the hub's.
+    """
+
+    PRETRAINED = ("imagenet", "hub")
+
+    def __init__(self, weights, file, expected, cache_dir=None):
+        """
+        Args:
+          weights: "imagenet", "hub", or a path.
+          file: the models.hub_download.HubFile the checkpoint is.
+          expected: what a user should pass, for the message of a path that is neither a file nor a folder
+            holding one ("a DINOv2 ViT-S/14 model.safetensors").
+          cache_dir: the hub's cache folder (default: huggingface_hub's, `hub_download.hub_cache_dir()`).
+
+        Raises:
+          WeightsError: a path that is neither a file nor a folder holding `file.filename`.
+        """
+        if weights in self.PRETRAINED:
+            weights = "imagenet"
+        elif Path(weights).is_dir():
+            if not (Path(weights) / file.filename).is_file():
+                raise WeightsError("weights=%s is a folder without %s (pass %s, or 'imagenet')"
+                                   % (weights, file.filename, expected))
+            weights = str(Path(weights) / file.filename)
+        super().__init__(weights, file, expected, cache_dir)
+
+    def path(self):
+        """The file to read: the hub's cache file for "imagenet" (downloaded if absent), else the path given."""
+        return hub_file(self._file, self._cache_dir) if self.imagenet else self._weights

@@ -43,6 +43,10 @@ ENTRIES = (
           "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
     Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
+    Entry("dinov2_vits14", "models.dinov2_layers", "models.dinov2_vits14", "models.dinov2_vits14",
+          "DINOv2 ViT-S/14 (2023), short side 256 bicubic, centre 224, class_token: 384 floats"),
+    Entry("dinov2_vitb14", "models.dinov2_layers", "models.dinov2_vitb14", "models.dinov2_vitb14",
+          "DINOv2 ViT-B/14 (2023), short side 256 bicubic, centre 224, class_token: 768 floats"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
@@ -83,10 +87,12 @@ def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision=
     Args:
       name: one of NAMES.
       layer: one of `layers(name)`; None is the model's default layer.
-      weights: "imagenet" (Keras's file, in Keras's cache or downloaded into it) or a path; which files
-        each model reads is in docs/models.md.
+      weights: "imagenet" (the model's published pretrained checkpoint: Keras's file, in Keras's cache or
+        downloaded into it; for DINOv2 the pinned Hugging Face file, in the hub's cache or downloaded into it,
+        which "hub" names too) or a path; which files each model reads is in docs/models.md.
       precision: one of PRECISION_NAMES.
-      cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).
+      cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras); for DINOv2 the hub's
+        cache folder (default: huggingface_hub's, $HF_HUB_CACHE or ~/.cache/huggingface/hub).
 
     Raises:
       ValueError: an unknown model, layer or precision; WeightsError: a weights path that is not a file.

@@ -246,7 +246,8 @@ def main(argv=None):
         "random", help="write seeded random weights (for a smoke test only: features are meaningless)")
     random_command.add_argument("output", type=Path,
                                 help="file to write; its extension picks the layout (vgg16: .npy, tensorflow-vgg's, "
-                                     "or .h5, Keras's; the other models: .h5, Keras's)")
+                                     "or .h5, Keras's; the DINOv2 models: .safetensors, Hugging Face's; the other "
+                                     "models: .h5, Keras's)")
     random_command.add_argument("--model", default=registry.DEFAULT_MODEL, choices=registry.NAMES,
                                 help="whose weights (default: %(default)s)")
     random_command.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

@@ -1,0 +1,131 @@
+"""DINOv2 (ViT-S/14, ViT-B/14) from raw TensorFlow ops, built from `dinov2_layers.py`'s table with `vit.py`'s pieces,
+equal to keras-hub's `DINOV2Backbone` and Hugging Face's `Dinov2Model` on the same weights.
+
+    images uint8 [N, 224, 224, 3] RGB (the reader resized the short side to 256, bicubic, and cut the centre)
+      -> (x / 255 - ImageNet mean) / std                                        on the device, float32
+      -> patch_embedding (14x14, stride 14) -> class token, + position_embedding  [N, 257, width]
+      -> 12 blocks: pre-LayerNorm (epsilon 1e-6), multi-head attention, exact GELU MLP (4 x width), LayerScale
+      -> layer_norm                                                               [N, 257, width]
+      -> class_token: token 0 [N, width]; class_and_patch_mean: [token 0, mean of tokens 1..256] [N, 2 * width]
+
+The position embeddings are a [257, width] variable: the checkpoint's 37 x 37 grid (518 px) is interpolated to
+16 x 16 once, on the host, when the weights are read (`dinov2_weights.interpolate_positions`), never in the
+replicated graph.
+
+Variables are `<model>/<name>` with the names of `vit_layers` ("dinov2_vits14/block_0/attention/query/kernel",
+"dinov2_vits14/layer_norm/gamma"), created with `tf.compat.v1.get_variable` so that every device gets its own
+copy; their values come from host arrays (`load_weights`), never graph constants.
+"""
+
+import tensorflow as tf
+
+from models import vit
+from models.common import HubWeights, check_endpoint, compute_dtype
+from models.dinov2_layers import ENDPOINTS, IMAGE_SIZE, PATCH, RESIZE_SHORT_SIDE, feature_size
+from models.dinov2_weights import load_weights
+from models.hub_download import HubFile
+from parallel.model import ModelSpec
+
+tf1 = tf.compat.v1
+
+# Hugging Face's processor (BitImageProcessor of facebook/dinov2-*): rescale 1/255, then ImageNet's mean and std.
+RGB_MEAN = (0.485, 0.456, 0.406)
+RGB_STD = (0.229, 0.224, 0.225)
+PREPROCESSING = ("short side to 256 (bicubic), centre 224x224 crop; on the device: (RGB / 255 - ImageNet mean "
+                 "0.485, 0.456, 0.406) / std 0.229, 0.224, 0.225")
+
+
+def hub_file(variant):
+    """The HubFile of `variant`'s checkpoint: model.safetensors at the pinned commit, checked by SHA-256."""
+    return HubFile(variant.repo, variant.revision, "model.safetensors", variant.sha256,
+                   what="%s weights (%d MB)" % (variant.title, round(variant.file_size / 1e6)),
+                   random_command="python -m models.weight_files random %s.safetensors --model %s"
+                   % (variant.name, variant.name))
+
+
+def preprocess(images, dtype=tf.float32):
+    """DINOv2's normalisation, in the graph: the host feeds uint8.
+
+    Args:
+      images: uint8 [N, H, W, 3] RGB.
+      dtype: compute dtype of the result.
+
+    Returns:
+      dtype [N, H, W, 3]: (images / 255 - RGB_MEAN) / RGB_STD, computed in float32.
+    """
+    if images.dtype != tf.uint8:
+        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    mean = tf.constant([255 * value for value in RGB_MEAN], tf.float32)
+    scale = tf.constant([1 / (255 * value) for value in RGB_STD], tf.float32)
+    return tf.cast((tf.cast(images, tf.float32) - mean) * scale, dtype)
+
+
+def dinov2(images, variant, endpoint="class_token", dtype=tf.float32, scope=None):
+    """Builds DINOv2 under variable scope `scope` (default: the variant's name).
+
+    Args:
+      images: uint8 [N, 224, 224, 3] RGB.
+      variant: a dinov2_layers.Variant.
+      endpoint: one of ENDPOINTS.
+      dtype: compute dtype (tf.float32, tf.float16 or tf.bfloat16); LayerNorms and the softmax run in float32.
+      scope: variable scope of the weights.
+
+    Returns:
+      float32 [N, width] for class_token, [N, 2 * width] for class_and_patch_mean.
+    """
+    check_endpoint(endpoint, ENDPOINTS)
+    if images.shape.rank != 4 or tuple(images.shape[1:]) != IMAGE_SIZE + (3,):
+        raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
+    with tf1.variable_scope(scope or variant.name):
+        tokens = vit.class_token_and_positions(vit.patch_embedding(preprocess(images, dtype), PATCH, variant.width))
+        tokens = vit.transformer(tokens, variant.transformer)
+        gamma, beta = vit.layer_norm_variables("layer_norm", variant.width)
+        tokens = vit.layer_norm(tokens, gamma, beta, variant.transformer.epsilon)
+        features = tokens[:, 0]
+        if endpoint == "class_and_patch_mean":
+            # The mean in float32: 256 bfloat16 additions would lose the mean's last bits.
+            patch_mean = tf.reduce_mean(tf.cast(tokens[:, 1:], tf.float32), axis=1)
+            features = tf.concat([tf.cast(features, tf.float32), patch_mean], axis=1)
+        return tf.cast(features, tf.float32, name="features")
+
+
+def feature_model(variant, endpoint="class_token", weights="imagenet", precision="fp32", cache_dir=None):
+    """DINOv2 as the engine's `ModelSpec`.
+
+    Args:
+      variant: a dinov2_layers.Variant.
+      endpoint: one of ENDPOINTS (default class_token: width floats).
+      weights: "imagenet" or "hub" (the pinned Hugging Face checkpoint, from the hub's cache or downloaded into
+        it), or a path: a model.safetensors in Hugging Face's layout, or a folder holding one. Read when the
+        engine asks, once.
+      precision: one of PRECISION_NAMES; outputs are float32 either way.
+      cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
+
+    Returns:
+      parallel.model.ModelSpec, whose reader resizes the short side to 256 with a bicubic filter and cuts the
+      centre 224 x 224.
+
+    Raises:
+      ValueError: an unknown endpoint or precision; WeightsError: a path that is neither a file nor a folder
+        holding model.safetensors.
+    """
+    check_endpoint(endpoint, ENDPOINTS)
+    dtype = compute_dtype(precision)
+    source = HubWeights(weights, hub_file(variant), "a %s model.safetensors, or a folder holding one"
+                        % variant.title, cache_dir)
+    return ModelSpec(
+        name=variant.name,
+        fn=lambda images: dinov2(images, variant, endpoint, dtype),
+        image_size=IMAGE_SIZE,
+        load_weights=lambda: load_weights(source.path(), variant),
+        output_name=endpoint,
+        settings={"model": variant.name, "layer": endpoint, "weights": source.identity, "precision": precision,
+                  "preprocessing": PREPROCESSING},
+        files=source.files,
+        resize_filter="bicubic",
+        resize_short_side=RESIZE_SHORT_SIDE)
+
+
+def feature_sizes(variant):
+    """{endpoint: floats per image}."""
+    return {endpoint: feature_size(variant, endpoint) for endpoint in ENDPOINTS}

@@ -1,0 +1,250 @@
+"""DINOv2's weight files: Hugging Face's `model.safetensors` (facebook/dinov2-small, -base), read, checked and mapped
+onto the graph's variables, the position embeddings interpolated on the host; and random ones written.
+
+Hugging Face's names (PyTorch layouts: a Linear's weight is [outputs, inputs], a Conv2d's [outputs, 3, 14, 14]):
+
+    embeddings.cls_token [1, 1, C]   embeddings.position_embeddings [1, 1 + 37 * 37, C]   embeddings.mask_token [1, C]
+    embeddings.patch_embeddings.projection.weight, .bias
+    encoder.layer.<i>.norm1.weight, .bias         encoder.layer.<i>.attention.attention.{query,key,value}.weight, .bias
+    encoder.layer.<i>.attention.output.dense.weight, .bias     encoder.layer.<i>.layer_scale1.lambda1
+    encoder.layer.<i>.norm2.weight, .bias         encoder.layer.<i>.mlp.fc1.weight, .bias, mlp.fc2.weight, .bias
+    encoder.layer.<i>.layer_scale2.lambda1        layernorm.weight, .bias
+
+The position embeddings are stored for 518 px (37 x 37 patches); a 224 px image has 16 x 16. They are
+interpolated once, here, in float64 NumPy, as Hugging Face's `Dinov2Embeddings.interpolate_pos_encoding` does
+(PyTorch's `F.interpolate(size=(16, 16), mode="bicubic", align_corners=False, antialias=False)`: the cubic
+convolution kernel with a = -0.75, taps beyond the border clamped to it, sample i at (i + 0.5) * 37 / 16 - 0.5).
+Two other references differ, and are not followed: keras-hub's `DINOV2Embedding` on TensorFlow resizes with
+`tf.image.resize` (a = -0.5, taps beyond the border dropped and the rest renormalised: `method="keras_hub"`
+here reproduces it, for its parity test), and Meta's original code samples at 37 / 16.1 (its 0.1 offset).
+
+No TensorFlow, so that `python -m models.weight_files random OUT.safetensors --model dinov2_vits14` starts at once.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from models.dinov2_layers import GRID, SOURCE_GRID, variables
+from models.files import WeightsError
+from models.safetensors_files import read_tensors, write_tensors
+
+INTERPOLATIONS = ("torch", "keras_hub")
+FILE_NAME = "model.safetensors"
+
+
+# ----------------------------------------------------------------------------- the position embeddings
+
+def _cubic(distance, a):
+    """The cubic convolution kernel (Keys, 1981) at |distance| < 2, with parameter a."""
+    t = abs(distance)
+    if t <= 1:
+        return ((a + 2) * t - (a + 3)) * t * t + 1
+    return a * (((t - 5) * t + 8) * t - 4) if t < 2 else 0.0
+
+
+def resize_matrix(source, target, method="torch"):
+    """The [target, source] matrix of a 1-D bicubic resize (half-pixel centres, no antialiasing).
+
+    Args:
+      source, target: lengths.
+      method: "torch": a = -0.75, taps beyond the border clamped to it (PyTorch's upsample_bicubic2d);
+        "keras_hub": a = -0.5, taps beyond the border dropped and the others renormalised (TensorFlow's
+        ResizeBicubic with half-pixel centres, which keras-hub's DINOv2 uses on TensorFlow).
+    """
+    if method not in INTERPOLATIONS:
+        raise ValueError("method=%r; expected one of %s" % (method, ", ".join(INTERPOLATIONS)))
+    a = -0.75 if method == "torch" else -0.5
+    matrix = np.zeros((target, source))
+    for row in range(target):
+        position = (row + 0.5) * source / target - 0.5
+        first = math.floor(position)
+        for tap in range(first - 1, first + 3):
+            if method == "keras_hub" and not 0 <= tap < source:
+                continue
+            matrix[row, min(max(tap, 0), source - 1)] += _cubic(position - tap, a)
+        if method == "keras_hub":
+            matrix[row] /= matrix[row].sum()
+    return matrix
+
+
+def interpolate_positions(table, target_grid=GRID, method="torch"):
+    """Position embeddings for another grid of patches, computed once on the host.
+
+    Args:
+      table: [1 + S * S, C] (or [1, 1 + S * S, C]): the class token's embedding, then S x S patches' in
+        row-major order.
+      target_grid: T, patches per side of the images the graph takes.
+      method: see `resize_matrix`.
+
+    Returns:
+      float32 [1 + T * T, C]: the class token's embedding unchanged, the patches' resized bicubically (in
+      float64) from S x S to T x T.
+    """
+    table = np.asarray(table).reshape(-1, np.shape(table)[-1])
+    source = math.isqrt(table.shape[0] - 1)
+    if source * source != table.shape[0] - 1:
+        raise ValueError("position embeddings of %d rows are not a class token and a square grid" % table.shape[0])
+    if source == target_grid:
+        return table.astype(np.float32)
+    grid = table[1:].astype(np.float64).reshape(source, source, -1)
+    matrix = resize_matrix(source, target_grid, method)
+    resized = np.einsum("ij,jkc,lk->ilc", matrix, grid, matrix).reshape(target_grid * target_grid, -1)
+    return np.concatenate([table[:1], resized]).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- reading
+
+def hub_names(variant):
+    """{our variable name (under the model's scope): Hugging Face's tensor name}, in the graph's order."""
+    names = {"patch_embedding/kernel": "embeddings.patch_embeddings.projection.weight",
+             "patch_embedding/bias": "embeddings.patch_embeddings.projection.bias",
+             "class_token": "embeddings.cls_token", "position_embedding": "embeddings.position_embeddings",
+             "layer_norm/gamma": "layernorm.weight", "layer_norm/beta": "layernorm.bias"}
+    parts = {"layer_norm_1/gamma": "norm1.weight", "layer_norm_1/beta": "norm1.bias",
+             "layer_scale_1/gamma": "layer_scale1.lambda1", "layer_norm_2/gamma": "norm2.weight",
+             "layer_norm_2/beta": "norm2.bias", "layer_scale_2/gamma": "layer_scale2.lambda1",
+             "attention/output/kernel": "attention.output.dense.weight",
+             "attention/output/bias": "attention.output.dense.bias"}
+    for projection in ("query", "key", "value"):
+        for kind, suffix in (("kernel", "weight"), ("bias", "bias")):
+            parts["attention/%s/%s" % (projection, kind)] = "attention.attention.%s.%s" % (projection, suffix)
+    for kind in ("kernel", "bias"):
+        for layer in ("fc1", "fc2"):
+            parts["mlp/%s/%s" % (layer, kind)] = "mlp.%s.%s" % (layer, "weight" if kind == "kernel" else "bias")
+    for index in range(variant.transformer.depth):
+        for ours, theirs in parts.items():
+            names["block_%d/%s" % (index, ours)] = "encoder.layer.%d.%s" % (index, theirs)
+    return {name: names[name] for name, _ in variables(variant)}
+
+
+def _hub_shape(name, shape):
+    """The shape Hugging Face stores our variable `name` of `shape` in (at 518 px for the positions)."""
+    if name == "patch_embedding/kernel":
+        return (shape[3], 3, shape[0], shape[1])
+    if name.endswith("kernel"):
+        return shape[::-1]
+    if name == "class_token":
+        return (1, 1) + shape
+    if name == "position_embedding":
+        return (1, 1 + SOURCE_GRID * SOURCE_GRID, shape[1])
+    return shape
+
+
+def _ours(name, array):
+    """A Hugging Face tensor in our variable's layout (before any interpolation)."""
+    if name == "patch_embedding/kernel":
+        return np.transpose(array, (2, 3, 1, 0))  # [C, 3, 14, 14] -> [14, 14, 3, C]
+    if name.endswith("kernel"):
+        return np.ascontiguousarray(array.T)
+    if name == "class_token":
+        return array.reshape(-1)
+    return array
+
+
+def resolve(path):
+    """The safetensors file `path` names: itself, or the model.safetensors in a folder (Hugging Face's layout).
+
+    Raises:
+      WeightsError: neither a file nor a folder holding model.safetensors.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if not (path / FILE_NAME).is_file():
+            raise WeightsError("weights=%s is a folder without %s" % (path, FILE_NAME))
+        return path / FILE_NAME
+    return path
+
+
+def load_weights(path, variant, scope=None, interpolation="torch"):
+    """Reads a DINOv2 checkpoint, checks every tensor and shape, and maps it onto the graph's variables.
+
+    Args:
+      path: a model.safetensors in Hugging Face's layout (F32, F16 or BF16), or a folder holding one.
+      variant: a dinov2_layers.Variant: the size the file must have.
+      scope: the variable scope the graph was built under (default: the variant's name).
+      interpolation: how the position embeddings are resized from 37 x 37 to 16 x 16 (`resize_matrix`).
+
+    Returns:
+      {"dinov2_vits14/patch_embedding/kernel": float32 [14, 14, 3, 384], ...,
+       "dinov2_vits14/position_embedding": float32 [257, 384], ...}: every variable of `variables(variant)`.
+
+    Raises:
+      WeightsError: a file that is not safetensors, is truncated, lacks a tensor, or has a wrong shape (one line
+        naming the file, the tensor and the shapes: another size of DINOv2 is named as such).
+    """
+    path = resolve(path)
+    tensors = read_tensors(path)
+    scope = scope or variant.name
+    class_token = tensors.get("embeddings.cls_token")
+    if class_token is not None and class_token.shape[-1:] != (variant.width,):
+        raise WeightsError("weights=%s: tensor embeddings.cls_token has shape %s; %s needs %s%s"
+                           % (path, tuple(class_token.shape), variant.title, (1, 1, variant.width),
+                              _other_size(class_token)))
+    values = {}
+    for name, shape in variables(variant):
+        hub_name = hub_names(variant)[name]
+        if hub_name not in tensors:
+            known = sum(theirs in tensors for theirs in hub_names(variant).values())
+            raise WeightsError("weights=%s has no tensor %s: it has %d of %s's %d tensors (not a Hugging Face "
+                               "DINOv2 checkpoint?)" % (path, hub_name, known, variant.title, len(variables(variant))))
+        array, expected = tensors[hub_name], _hub_shape(name, shape)
+        if tuple(array.shape) != expected:
+            raise WeightsError("weights=%s: tensor %s has shape %s; %s needs %s%s"
+                               % (path, hub_name, tuple(array.shape), variant.title, expected, ""))
+        array = _ours(name, array)
+        if name == "position_embedding":
+            array = interpolate_positions(array, GRID, interpolation)
+        values["%s/%s" % (scope, name)] = np.ascontiguousarray(array, dtype=np.float32)
+    return values
+
+
+def _other_size(class_token):
+    """" (the file is DINOv2 ViT-S/14's?)" when the class token has the width of another size, else ""."""
+    from models.dinov2_layers import VARIANTS
+    widths = {variant.width: variant.title for variant in VARIANTS.values()}
+    width = class_token.shape[-1] if class_token.ndim else None
+    return " (the file is %s's?)" % widths[width] if width in widths else ""
+
+
+# ----------------------------------------------------------------------------- writing
+
+def random_tensors(variant, seed=0):
+    """Seeded random weights in Hugging Face's layout and names (float32), every tensor of the checkpoint.
+
+    Shaped like a trained network's where it matters to rounding: LayerScale gammas 0.05 .. 0.3 (a trained
+    DINOv2's are small; random unit ones would let every block double the residual stream and amplify float
+    rounding far beyond what real weights do), kernels of unit gain, LayerNorm gammas 0.5 .. 1.5. Features
+    computed with them are meaningless: they are for tests, benchmarks and checking an installation.
+
+    Args:
+      variant: a dinov2_layers.Variant.
+      seed: seed of numpy's default generator.
+
+    Returns:
+      {Hugging Face tensor name: float32 array}, with `embeddings.mask_token` (zeros) as the real files have.
+    """
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shape in variables(variant, SOURCE_GRID):
+        hub_name, hub_shape = hub_names(variant)[name], _hub_shape(name, shape)
+        if name.endswith("kernel"):
+            fan_in = int(np.prod(shape[:-1]))
+            array = rng.standard_normal(hub_shape, dtype=np.float32) * np.float32(1 / math.sqrt(fan_in))
+        elif "layer_scale" in name:
+            array = rng.uniform(0.05, 0.3, hub_shape).astype(np.float32)
+        elif name.endswith("gamma"):
+            array = rng.uniform(0.5, 1.5, hub_shape).astype(np.float32)
+        elif name in ("class_token", "position_embedding"):
+            array = (rng.standard_normal(hub_shape) * 0.5).astype(np.float32)
+        else:
+            array = rng.uniform(-0.2, 0.2, hub_shape).astype(np.float32)
+        tensors[hub_name] = array
+    tensors["embeddings.mask_token"] = np.zeros((1, variant.width), np.float32)
+    return tensors
+
+
+def write_random(path, variant, seed=0):
+    """Writes seeded random weights of `variant` to `path` in the layout of Hugging Face's model.safetensors."""
+    write_tensors(path, random_tensors(variant, seed), {"format": "pt"})

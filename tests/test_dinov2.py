@@ -1,0 +1,218 @@
+"""DINOv2: the graph against keras-hub's DINOV2Backbone on the same safetensors file, the position embeddings'
+interpolation on its own, the endpoints, the real sizes' parameters, the engine's devices, precision and static
+ranks, the settings and the reader's preprocessing."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import run_inference
+from models import dinov2, dinov2_layers, dinov2_weights, registry
+from models.dinov2_layers import VITB14, VITS14, Variant
+from models.vit_layers import TransformerConfig
+from outputs import job_outputs
+from parallel import engine
+from parallel.devices import resolve_devices
+from partition_graphs import CrossingRecorder
+
+tf1 = tf.compat.v1
+TOLERANCE = 1e-5  # of the largest reference value
+# Where the real size is not needed (devices, precision): 2 blocks of 64 channels, the real patches and positions.
+SMALL = Variant("dinov2_small", "DINOv2 test size", TransformerConfig(64, 2, 4, 256, layer_scale=True),
+                VITS14.repo, VITS14.revision, VITS14.sha256, VITS14.file_size, 0)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """Seeded random ViT-S/14 weights in Hugging Face's layout: a folder with model.safetensors and config.json
+    (what keras-hub's converter reads)."""
+    folder = tmp_path_factory.mktemp("dinov2-small")
+    dinov2_weights.write_random(folder / "model.safetensors", VITS14, seed=0)
+    config = {"model_type": "dinov2", "image_size": 518, "patch_size": 14, "num_hidden_layers": 12,
+              "hidden_size": 384, "num_attention_heads": 6, "mlp_ratio": 4, "layerscale_value": 1.0,
+              "use_swiglu_ffn": False, "hidden_dropout_prob": 0.0, "drop_path_rate": 0.0, "layer_norm_eps": 1e-6}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def keras_hub_model(checkpoint):
+    """keras-hub's DINOV2Backbone for 224 px images, loaded from the file by keras-hub's own converter, and the
+    position embeddings keras-hub interpolated itself."""
+    from keras_hub.src.models.dinov2.dinov2_backbone import DINOV2Backbone
+    from keras_hub.src.utils.transformers import convert_dinov2
+    from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    arguments = convert_dinov2.convert_backbone_config(config)
+    arguments.update(image_shape=(224, 224, 3))  # position embeddings stay at 518 px: interpolated to 224
+    backbone = DINOV2Backbone(**arguments)
+    with SafetensorLoader(str(checkpoint)) as loader:
+        convert_dinov2.convert_weights(backbone, loader, config)
+    return backbone, np.array(backbone.embeddings.interpolated_position_embeddings.numpy()[0])
+
+
+@pytest.fixture(scope="module")
+def reference(keras_hub_model, checkpoint, photographs):
+    """keras-hub's outputs on the photographs with OUR interpolated position embeddings (PyTorch's bicubic, as
+    Hugging Face's Dinov2Model computes them; keras-hub's TensorFlow bicubic differs, see
+    test_the_interpolation_is_keras_hub_s_with_its_kernel): the sequence after the final LayerNorm."""
+    backbone, _ = keras_hub_model
+    ours = dinov2_weights.load_weights(checkpoint, VITS14)["dinov2_vits14/position_embedding"]
+    backbone.embeddings.interpolated_position_embeddings.assign(ours[None])
+    pixels = (photographs / np.float32(255) - np.array(dinov2.RGB_MEAN, np.float32)) / np.array(dinov2.RGB_STD,
+                                                                                                 np.float32)
+    sequence = backbone.predict(pixels.astype(np.float32), verbose=0)
+    return {"class_token": sequence[:, 0],
+            "class_and_patch_mean": np.concatenate([sequence[:, 0], sequence[:, 1:].mean(1)], axis=1)}
+
+
+def run_model(path, images, endpoint="class_token", precision="fp32", num_devices=1, variant=VITS14):
+    """Features through the engine's DeviceRunner on `num_devices` logical CPU devices, 2 images per device."""
+    spec = dinov2.feature_model(variant, endpoint, str(path), precision)
+    devices = resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0)
+    with engine.DeviceRunner(spec, devices, per_device_batch=2) as runner:
+        return runner.run(images)
+
+
+@pytest.fixture(scope="module")
+def class_tokens(checkpoint, photographs):
+    return run_model(checkpoint, photographs)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, photographs):
+    """Random weights of the small test size, and its class tokens on one device."""
+    path = tmp_path_factory.mktemp("dinov2-test-size") / "model.safetensors"
+    dinov2_weights.write_random(path, SMALL, seed=1)
+    return path, run_model(path, photographs, variant=SMALL)
+
+
+def relative_difference(ours, reference):
+    return np.abs(ours - reference).max() / np.abs(reference).max()
+
+
+# ----------------------------------------------------------------------------- parity with keras-hub
+
+@pytest.mark.parametrize("endpoint", dinov2_layers.ENDPOINTS)
+def test_each_endpoint_equals_keras_hub_on_the_photographs(checkpoint, photographs, class_tokens, reference,
+                                                           endpoint):
+    ours = class_tokens if endpoint == "class_token" else run_model(checkpoint, photographs, endpoint)
+    expected = reference[endpoint]
+    assert ours.shape == expected.shape == (5, dinov2_layers.feature_size(VITS14, endpoint))
+    assert relative_difference(ours, expected) <= TOLERANCE
+    # Random weights could make this pass for nothing: the photographs' features differ far beyond the tolerance.
+    scale = np.abs(expected).max()
+    spread = min(np.abs(expected[i] - expected[j]).max() for i in range(5) for j in range(i + 1, 5))
+    assert spread >= 100 * TOLERANCE * scale, (spread, scale)
+
+
+def test_the_interpolation_is_keras_hub_s_with_its_kernel(keras_hub_model, checkpoint):
+    """The step on its own: the 37 x 37 grid resized to 16 x 16 as keras-hub does on TensorFlow (method
+    "keras_hub"); PyTorch's kernel (what Hugging Face's Dinov2Model and the default use) differs from it."""
+    _, theirs = keras_hub_model
+    table = dinov2_weights.read_tensors(checkpoint / "model.safetensors")["embeddings.position_embeddings"][0]
+    keras_hub = dinov2_weights.interpolate_positions(table, 16, "keras_hub")
+    assert keras_hub.shape == theirs.shape == (257, 384)
+    np.testing.assert_array_equal(keras_hub[0], table[0])  # the class token's is not resized
+    assert relative_difference(keras_hub, theirs) <= 1e-6
+    torch = dinov2_weights.interpolate_positions(table, 16, "torch")
+    assert relative_difference(torch, theirs) > 1e-2  # a = -0.75, clamped: another resize
+
+
+# ----------------------------------------------------------------------------- the graph and its files
+
+@pytest.mark.parametrize("variant, width", [(VITS14, 384), (VITB14, 768)])
+def test_the_real_sizes_have_their_published_parameters_and_no_weight_is_a_constant(graph, variant, width):
+    assert dinov2_layers.checkpoint_parameters(variant) + width == variant.parameter_count  # + the mask token
+    output = dinov2.dinov2(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), variant, "class_and_patch_mean")
+    assert output.shape.as_list() == [None, 2 * width] and output.dtype == tf.float32
+    variables = tf1.global_variables()
+    assert [(v.op.name, tuple(v.shape.as_list())) for v in variables] == [
+        (variant.name + "/" + name, shape) for name, shape in dinov2_layers.variables(variant)]
+    assert sum(v.shape.num_elements() for v in variables) == (
+        variant.parameter_count - width - 37 * 37 * width + 16 * 16 * width)
+    assert graph.as_graph_def().ByteSize() < 500_000  # 88 or 346 MB of weights are nowhere in it
+
+
+def test_bad_arguments_are_refused_naming_the_value(graph, tmp_path):
+    from models.files import WeightsError
+
+    with pytest.raises(WeightsError, match="is a folder without model.safetensors"):
+        dinov2.feature_model(VITS14, weights=str(tmp_path))
+    with pytest.raises(WeightsError, match="nowhere.safetensors is not a file"):
+        dinov2.feature_model(VITS14, weights="nowhere.safetensors")
+    with pytest.raises(ValueError, match="layer='fc7'"):
+        dinov2.feature_model(VITS14, "fc7")
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        dinov2.feature_model(VITS14, precision="fp8")
+    with pytest.raises(ValueError, match=r"images must be \[N, 224, 224, 3\]"):
+        dinov2.dinov2(tf1.placeholder(tf.uint8, [None, 518, 518, 3]), VITS14)
+
+
+def test_settings_name_the_checkpoint_and_the_reader_s_preprocessing(checkpoint):
+    pinned = registry.feature_model("dinov2_vits14")
+    assert pinned.settings["weights"] == ("hub facebook/dinov2-small@ed25f3a31f01632728cabb09d1542f84ab7b0056 "
+                                          "model.safetensors, sha256 " + VITS14.sha256)
+    assert registry.feature_model("dinov2_vits14", weights="hub").settings == pinned.settings
+    assert (pinned.resize_filter, pinned.resize_short_side, pinned.image_size) == ("bicubic", 256, (224, 224))
+    assert "short side to 256 (bicubic)" in pinned.settings["preprocessing"]
+    from_folder = registry.feature_model("dinov2_vits14", "class_and_patch_mean", str(checkpoint), "bf16")
+    assert from_folder.files == (str(checkpoint / "model.safetensors"),)
+    assert from_folder.settings["layer"] == "class_and_patch_mean" and from_folder.settings["precision"] == "bf16"
+    assert "model.safetensors (" in from_folder.settings["weights"]
+    assert registry.feature_model("dinov2_vitb14").settings["weights"].endswith(VITB14.sha256)
+
+
+# ----------------------------------------------------------------------------- devices, precision, ranks
+
+def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(small, photographs):
+    path, one = small
+    spec = dinov2.feature_model(SMALL, weights=str(path))
+    with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0), 2) as runner:
+        recorder = runner.session.run = CrossingRecorder(runner.session)
+        three = runner.run(photographs)
+    assert relative_difference(three, one) <= TOLERANCE
+    allowed = {placeholder.op.name for placeholder in runner.placeholders} | {out.op.name for out in runner.outputs}
+    assert recorder.sources, "three devices must at least exchange their inputs and outputs"
+    assert recorder.sources <= allowed, "crossed between devices: %s" % sorted(recorder.sources - allowed)
+
+
+def make_images(folder, count=4):
+    rng = np.random.default_rng(1)
+    folder.mkdir()
+    for index in range(count):
+        image = np.clip(rng.normal(128, 60, (40 + index, 50, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(image).save(folder / ("%d.png" % index))
+    return folder
+
+
+def cli(images, output, weights, *flags):
+    status = run_inference.main([str(flag) for flag in ("--images", images, "--output", output, "--model",
+                                                        "dinov2_vits14", "--weights", weights, "--devices", "cpu:0",
+                                                        "--batch-size", "2", "--quiet", *flags)])
+    assert status == 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precisions_stay_close_to_fp32(small, photographs, precision):
+    path, reference = small
+    reduced = run_model(path, photographs, precision=precision, variant=SMALL)
+    cosine = (reference * reduced).sum(1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(reduced, axis=1)
+    assert cosine.min() >= 0.999, cosine  # VGG16's documented bound (docs/gpus.md)
+    assert not np.array_equal(reference, reduced)  # it really computed in reduced precision
+
+
+def test_cli_one_and_three_static_ranks_give_the_same_bytes(checkpoint, tmp_path):
+    images = make_images(tmp_path / "images")
+    single = tmp_path / "one" / "features.npy"
+    cli(images, single, checkpoint, "--distributed", "static", "--rank", "0", "--world-size", "1",
+        "--shard-size", "2")
+    three = tmp_path / "three" / "features.npy"
+    for rank in range(3):
+        cli(images, three, checkpoint, "--distributed", "static", "--rank", rank, "--world-size", "3",
+            "--shard-size", "2")
+    assert job_outputs(three) == job_outputs(single) and np.load(single).shape == (4, 384)
