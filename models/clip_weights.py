@@ -165,7 +165,7 @@ def to_open_clip(weights, model):
     for source, targets in open_clip_names(model).items():
         if not all(target in weights for target in targets):
             continue
-        array = np.concatenate([weights[target] for target in targets], axis=0)
+        array = weights[targets[0]] if len(targets) == 1 else np.concatenate([weights[name] for name in targets])
         arrays[source] = np.ascontiguousarray(array.T if source in ("visual.proj", "text_projection") else array)
     return arrays
 
