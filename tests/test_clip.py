@@ -13,6 +13,7 @@ from models.vit_layers import TransformerConfig
 from outputs import job_outputs
 from parallel import engine
 from parallel.devices import resolve_devices
+from keras_hub_clip import keras_hub_clip
 from partition_graphs import CrossingRecorder
 
 tf1 = tf.compat.v1
@@ -39,70 +40,6 @@ def token_ids(lengths, seed=1):
 
 
 # ----------------------------------------------------------------------------- keras-hub's reference
-
-def keras_hub_clip(model, weights):
-    """keras-hub's CLIPBackbone of `model`'s sizes holding `weights` ({Hugging Face name: array}).
-
-    keras-hub 0.32 has no converter of Hugging Face's CLIP: the arrays are mapped here. Two of its choices are
-    set to the checkpoints': the vision embedding's `position_ids` start at zeros (every patch would get
-    position 0's embedding) and are set to 0, 1, 2, ...; the text encoder's final LayerNorm has epsilon 1e-6
-    where OpenAI's and Hugging Face's have PyTorch's 1e-5.
-    """
-    from keras_hub.models import CLIPBackbone, CLIPTextEncoder, CLIPVisionEncoder
-
-    vision_config, text_config = model.vision, model.text
-    vision = CLIPVisionEncoder(model.patch_size, vision_config.width, vision_config.depth, vision_config.heads,
-                               vision_config.mlp_width, "quick_gelu", image_shape=(model.image_size,) * 2 + (3,))
-    text = CLIPTextEncoder(model.vocabulary_size, text_config.width, text_config.width, text_config.depth,
-                           text_config.heads, text_config.mlp_width, "quick_gelu",
-                           max_sequence_length=model.context_length)
-    backbone = CLIPBackbone(vision, text, model.projection)
-    text.layer_norm.epsilon = clip_layers.LAYER_NORM_EPSILON
-
-    def layer_norm(layer, name):
-        layer.gamma.assign(weights[name + ".weight"])
-        layer.beta.assign(weights[name + ".bias"])
-
-    def dense(layer, name):
-        layer.kernel.assign(weights[name + ".weight"].T)
-        layer.bias.assign(weights[name + ".bias"])
-
-    def blocks(layers, prefix, config):
-        depth = config.width // config.heads
-        for index, block in enumerate(layers):
-            name = "%s.encoder.layers.%d." % (prefix, index)
-            layer_norm(block.layer_norm_1, name + "layer_norm1")
-            layer_norm(block.layer_norm_2, name + "layer_norm2")
-            dense(block.dense_1, name + "mlp.fc1")
-            dense(block.dense_2, name + "mlp.fc2")
-            attention = block.attention
-            for part, projection in ((attention._query_dense, "q_proj"), (attention._key_dense, "k_proj"),
-                                     (attention._value_dense, "v_proj")):
-                part.kernel.assign(weights[name + "self_attn.%s.weight" % projection].T.reshape(
-                    config.width, config.heads, depth))
-                part.bias.assign(weights[name + "self_attn.%s.bias" % projection].reshape(config.heads, depth))
-            attention._output_dense.kernel.assign(weights[name + "self_attn.out_proj.weight"].T.reshape(
-                config.heads, depth, config.width))
-            attention._output_dense.bias.assign(weights[name + "self_attn.out_proj.bias"])
-
-    embedding = vision.embedding
-    embedding.patch_embedding.kernel.assign(
-        weights["vision_model.embeddings.patch_embedding.weight"].transpose(2, 3, 1, 0))
-    embedding.class_embedding.assign(weights["vision_model.embeddings.class_embedding"])
-    embedding.position_embedding.embeddings.assign(weights["vision_model.embeddings.position_embedding.weight"])
-    embedding.position_ids.assign(np.arange(model.positions)[None])
-    layer_norm(vision.pre_layer_norm, "vision_model.pre_layrnorm")
-    blocks(vision.encoder_layers, "vision_model", vision_config)
-    layer_norm(vision.layer_norm, "vision_model.post_layernorm")
-    text.embedding.token_embedding.embeddings.assign(weights["text_model.embeddings.token_embedding.weight"])
-    text.embedding.position_embedding.position_embeddings.assign(
-        weights["text_model.embeddings.position_embedding.weight"])
-    blocks(text.encoder_layers, "text_model", text_config)
-    layer_norm(text.layer_norm, "text_model.final_layer_norm")
-    backbone.vision_projection.kernel.assign(weights["visual_projection.weight"].T)
-    backbone.text_projection.kernel.assign(weights["text_projection.weight"].T)
-    return backbone
-
 
 def unit(rows):
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
@@ -181,6 +118,9 @@ def test_the_text_tower_pools_the_end_token_and_sees_nothing_after_it(small_weig
     moved = ids.copy()
     moved[1, 3] += 1  # before it: a different sentence
     assert np.abs(np.subtract(*run_graph(lambda inputs: clip.text_tower(inputs, SMALL), values, moved))).max() > 1e-3
+    # So the tower on the first 16 positions gives what it gives on all 77 (TextTower's shorter lengths).
+    cropped = run_graph(lambda inputs: clip.text_tower(inputs, SMALL), values, ids[:, :16])
+    np.testing.assert_allclose(cropped, np.stack([first, second]), atol=1e-6)
 
 
 def test_preprocessing_is_openai_s_mean_and_std(graph):
@@ -268,22 +208,25 @@ def test_cli_one_and_three_static_ranks_give_the_same_bytes_and_bf16_stays_close
 
 def test_the_text_tower_reads_the_folder_and_its_tokenizer_files(folder):
     """Its graph is the one the parity test checks; here: its weights, the folder, the checks of the ids, bf16."""
-    ids = token_ids((4, 20, 75), seed=2)
+    ids = token_ids((4, 12, 75), seed=2)
     with clip.TextTower("clip_vit_b32", weights=str(folder)) as tower:
         assert (tower.context_length, tower.tokenizer_folder) == (77, folder)
         assert tower.identity.startswith("model.safetensors (605157884 bytes")
-        embeddings = tower.embed(ids)
+        embeddings = tower.embed(ids)  # run on all 77 positions (a row ends at 76)
+        short = tower.embed(ids[:2])  # on the first 16
+        assert tower.embed(np.zeros((0, 77), np.int32)).shape == (0, 512)
         with pytest.raises(ValueError, match=r"token_ids must be \[N, 77\]; got shape \(2, 76\)"):
             tower.embed(np.zeros((2, 76), np.int32))
         with pytest.raises(ValueError, match="got 49408 .. 49408"):
             tower.embed(np.full((1, 77), 49408))
     assert embeddings.shape == (3, 512) and embeddings.dtype == np.float32
+    np.testing.assert_allclose(short, embeddings[:2], atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1, rtol=1e-5)
     assert min(np.abs(embeddings[i] - embeddings[j]).max() for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-2
     with clip.TextTower("clip_vit_b32", weights=str(folder), precision="bf16") as tower:
-        reduced = tower.embed(ids)
-    cosine = (reduced * embeddings).sum(1)
-    assert cosine.min() >= 0.999 and not np.array_equal(reduced, embeddings), cosine
+        reduced = tower.embed(ids[:2])
+    cosine = (reduced * short).sum(1)
+    assert cosine.min() >= 0.999 and not np.array_equal(reduced, short), cosine
 
 
 # ----------------------------------------------------------------------------- the weights argument
