@@ -54,7 +54,7 @@ _REVISIONS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef"}
 # The lengths the text tower is built for (and the context length): most queries are a few words, and a
 # causal tower computes the same end token's embedding on the first L positions as on all 77, in a fraction
 # of the time.
-TEXT_LENGTHS = (16, 32)
+TEXT_LENGTHS = (8, 16, 24, 32, 48)
 
 
 def hub_files(model):
@@ -245,8 +245,8 @@ def text_tower(token_ids, model=clip_layers.VIT_B32, dtype=tf.float32, scope=Non
     Args:
       token_ids: int32 [N, L]: the start token, the tokens, the end token, zeros; L is 77 (the context length),
         or fewer where every row's end token is within the first L positions: the attention is causal, so
-        positions after the end token change nothing the tower returns (`TextTower` runs the shortest of a few
-        lengths that holds a batch).
+        positions after the end token change nothing the tower returns (`TextTower` runs each row on the
+        shortest of a few lengths that holds its end token).
       model: a clip_layers.Config.
       dtype: compute dtype; the variables are created in it (the LayerNorms' in float32).
       scope: variable scope of the weights.
@@ -417,7 +417,7 @@ class TextTower:
         values = text_variable_values(load_weights(source.path(), model, ("text",)), model)
         self._graph = tf.Graph()
         with self._graph.as_default():
-            # One tower per length, the same variables: a batch runs the shortest that holds its end tokens.
+            # One tower per length, the same variables: a row runs on the shortest that holds its end token.
             self._lengths = tuple(length for length in TEXT_LENGTHS if length < model.context_length) + (
                 model.context_length,)
             self._token_ids, self._embedding = {}, {}
@@ -453,10 +453,14 @@ class TextTower:
         if token_ids.min() < 0 or token_ids.max() >= self.model.vocabulary_size:
             raise ValueError("token_ids must be in 0 .. %d; got %d .. %d" % (
                 self.model.vocabulary_size - 1, token_ids.min(), token_ids.max()))
-        needed = int(token_ids.argmax(axis=1).max()) + 1  # the last end token's position, + 1
-        length = min(length for length in self._lengths if length >= needed)
-        return self._session.run(self._embedding[length],
-                                 {self._token_ids[length]: token_ids[:, :length].astype(np.int32)})
+        # Each row on the shortest length that holds its end token (its position + 1): rows of one length together.
+        lengths = np.asarray(self._lengths)[np.searchsorted(self._lengths, token_ids.argmax(axis=1) + 1)]
+        embeddings = np.empty((len(token_ids), self.model.projection), np.float32)
+        for length in np.unique(lengths):
+            rows = lengths == length
+            embeddings[rows] = self._session.run(
+                self._embedding[length], {self._token_ids[length]: token_ids[rows, :length].astype(np.int32)})
+        return embeddings
 
     def close(self):
         """Releases the Session."""

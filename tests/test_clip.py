@@ -212,21 +212,21 @@ def test_the_text_tower_reads_the_folder_and_its_tokenizer_files(folder):
     with clip.TextTower("clip_vit_b32", weights=str(folder)) as tower:
         assert (tower.context_length, tower.tokenizer_folder) == (77, folder)
         assert tower.identity.startswith("model.safetensors (605157884 bytes")
-        embeddings = tower.embed(ids)  # run on all 77 positions (a row ends at 76)
-        short = tower.embed(ids[:2])  # on the first 16
+        embeddings = tower.embed(ids)  # rows on the first 8, 16 and all 77 positions
+        one_by_one = np.concatenate([tower.embed(ids[row:row + 1]) for row in range(3)])
         assert tower.embed(np.zeros((0, 77), np.int32)).shape == (0, 512)
         with pytest.raises(ValueError, match=r"token_ids must be \[N, 77\]; got shape \(2, 76\)"):
             tower.embed(np.zeros((2, 76), np.int32))
         with pytest.raises(ValueError, match="got 49408 .. 49408"):
             tower.embed(np.full((1, 77), 49408))
     assert embeddings.shape == (3, 512) and embeddings.dtype == np.float32
-    np.testing.assert_allclose(short, embeddings[:2], atol=1e-5)
+    np.testing.assert_allclose(one_by_one, embeddings, atol=1e-6)  # each row back in its place
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1, rtol=1e-5)
     assert min(np.abs(embeddings[i] - embeddings[j]).max() for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-2
     with clip.TextTower("clip_vit_b32", weights=str(folder), precision="bf16") as tower:
         reduced = tower.embed(ids[:2])
-    cosine = (reduced * short).sum(1)
-    assert cosine.min() >= 0.999 and not np.array_equal(reduced, short), cosine
+    cosine = (reduced * embeddings[:2]).sum(1)
+    assert cosine.min() >= 0.999 and not np.array_equal(reduced, embeddings[:2]), cosine
 
 
 # ----------------------------------------------------------------------------- the weights argument
