@@ -10,15 +10,16 @@ equal to Hugging Face's `CLIPModel` and keras-hub's `CLIPBackbone` on the same w
     token ids int32 [N, 77] -> token + position embeddings -> 12 causal pre-LN blocks -> final LayerNorm
       -> the end token's position -> text projection, L2-normalised                      [N, 512]
 
-How it is computed: the transformer blocks are `models.vit`'s; LayerNorms and the attention's softmax run in
-float32 whatever the precision. The end token is found as the ids' argmax, as OpenAI's `encode_text`, Hugging Face (for these
-checkpoints, whose config has the legacy eos_token_id 2) and keras-hub all do: CLIP's end-of-text id, 49407, is
-the largest id, so the argmax is its first occurrence.
+How it is computed: the transformer blocks are `models.vit`'s (LayerNorms and the attention's softmax in
+float32 whatever the precision), the image tower's last one for the class token alone (`class_token_block`).
+The end token is found as the ids' argmax, as OpenAI's `encode_text`, Hugging Face (for these checkpoints,
+whose config has the legacy eos_token_id 2) and keras-hub all do: CLIP's end-of-text id, 49407, is the
+largest id, so the argmax is its first occurrence.
 
 Variables are `<model>/vision/...` and `<model>/text/...` (`models.vit`'s names under them, e.g.
 "clip_vit_b32/vision/block_0/attention/query/kernel"), created with `tf.compat.v1.get_variable` so that the
 engine's placement strategy gives every device its own copy; their values are loaded from host arrays
-(`vision_variable_values`), never embedded in the graph.
+(`vision_variable_values`, `text_variable_values`), never embedded in the graph.
 """
 
 from pathlib import Path
