@@ -6,10 +6,13 @@
 For each model, alternated for --rounds rounds on the same CPU devices, batch and weights:
 - ours: `run_inference.py --model M --weights FILE` on --images JPEGs of 640x480, as a user runs it, its
   images/s read from its own summary line (the read -> run -> write loop; process start-up excluded);
-- keras: `keras.applications.<Model>` on the same weights file, `Model.predict` on arrays already decoded,
-  resized and preprocessed in memory (compute only: Keras is given no decoding, no reading, no writing),
-  in a fresh process, traced on one batch before it is timed.
+- keras: `keras.applications.<Model>` on the same weights file (CLIP: keras-hub's `CLIPVisionEncoder`, its
+  pooler and `vision_projection`, unit-normalised, holding the same checkpoint), `Model.predict` on arrays
+  already decoded, resized and preprocessed in memory (compute only: Keras is given no decoding, no reading,
+  no writing), in a fresh process, traced on one batch before it is timed.
 The ratio ours / keras of each round is printed; the median is judged against the bar (>= 1.0).
+For CLIP the text tower's sentences/s is printed too (`text_rate`: `TextTower.embed` on --sentences token id
+rows in batches of 64, in a fresh process, after one batch).
 
 Weights are seeded random (`python -m models.weight_files random --model M`): speed does not depend on
 their values.
@@ -39,7 +42,7 @@ class Reference:
     keras: Python building the Keras model `model` whose output is those features, from the module `keras`
       and the weights file `weights` (a path).
     preprocess: Python expression of `x` (float32 [N, 224, 224, 3] RGB, 0..255) giving the model's input.
-    weights_file: the name of the weights file written by the random command and read by both.
+    weights_file: the name of the weights file (CLIP: folder) written by the random command and read by both.
     """
 
     keras: str
@@ -97,6 +100,23 @@ REFERENCES["dinov2_vits14"] = Reference(keras=_keras_hub_dinov2(384, 6), preproc
                                         weights_file="model.safetensors")
 REFERENCES["dinov2_vitb14"] = Reference(keras=_keras_hub_dinov2(768, 12), preprocess=_IMAGENET,
                                         weights_file="model.safetensors")
+# keras-hub's CLIP holding our checkpoint (tests/keras_hub_clip.py maps its arrays), its image embedding.
+_CLIP_KERAS = ('sys.path[:0] = [%r, %r]\n'
+               'from keras_hub_clip import keras_hub_clip\n'
+               'from models import clip_layers, clip_weights\n'
+               'config = clip_layers.config("{model}")\n'
+               'arrays = clip_weights.load_weights(weights + "/model.safetensors", config, ("vision", "text"))\n'
+               'backbone = keras_hub_clip(config, arrays)\n'
+               'images = keras.Input((224, 224, 3))\n'
+               'pooled = backbone.vision_pooler(backbone.vision_encoder(images))\n'
+               'model = keras.Model(images, keras.layers.UnitNormalization()(backbone.vision_projection(pooled)))'
+               % (str(ROOT), str(ROOT / "tests")))
+for _name in ("clip_vit_b32", "clip_vit_b16"):
+    REFERENCES[_name] = Reference(
+        keras=_CLIP_KERAS.replace("{model}", _name),
+        preprocess="(x / 255 - np.float32((0.48145466, 0.4578275, 0.40821073))) / "
+                   "np.float32((0.26862954, 0.26130258, 0.27577711))",
+        weights_file="clip-random")
 LAYERS = {"vgg16": "relu7"}  # our layer equal to the Keras output above, where it is not the model's default
 
 KERAS_SCRIPT = r"""
@@ -152,6 +172,36 @@ def keras_rate(args, workdir, model):
     return float(result.stdout.split()[-1])
 
 
+TEXT_SCRIPT = r"""
+import os, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+sys.path.insert(0, sys.argv[4])
+import numpy as np
+from models.clip import TextTower
+from models.clip_tokenizer import Tokenizer
+weights, model, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+words = "a photo of the dog cat red blue car on beach in snow with two small big old new man woman".split()
+rng = np.random.default_rng(0)
+sentences = [" ".join(rng.choice(words, rng.integers(3, 16))) for _ in range(count)]
+with TextTower(model, weights=weights) as tower:
+    ids = Tokenizer.from_folder(tower.tokenizer_folder).encode(sentences)
+    tower.embed(ids[:64])  # the first run: start-up, excluded
+    started = time.perf_counter()
+    for begin in range(0, count, 64):
+        tower.embed(ids[begin:begin + 64])
+    print(count / (time.perf_counter() - started))
+"""
+
+
+def text_rate(args, workdir, model):
+    """sentences/s of CLIP's text tower (tokenized beforehand) in batches of 64, one fresh process."""
+    result = subprocess.run([sys.executable, "-c", TEXT_SCRIPT, str(weights_path(workdir, model)), model,
+                             str(args.sentences), str(ROOT)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit("%s: the text tower's run failed: %s" % (model, result.stderr.strip().splitlines()[-1]))
+    return float(result.stdout.split()[-1])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="*", default=list(REFERENCES), choices=list(REFERENCES))
@@ -159,6 +209,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--images", type=int, default=96, help="JPEGs of 640x480 for ours; arrays for Keras")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=512, help="for CLIP's text tower")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_models_"))
@@ -179,6 +230,9 @@ def main():
         median = float(np.median(ratios))
         print("%-16s median ours/keras %.3f (bar >= %s: %s)   [%s]"
               % (model, median, BAR, "met" if median >= BAR else "NOT met", command), flush=True)
+        if model.startswith("clip_"):
+            print("%-16s text tower: %.1f sentences/s (batches of 64)" % (model, text_rate(args, workdir, model)),
+                  flush=True)
 
 
 if __name__ == "__main__":

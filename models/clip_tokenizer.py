@@ -1,0 +1,347 @@
+"""CLIP's tokenizer: byte-level BPE over the checkpoint's vocab.json and merges.txt, in pure Python.
+
+    tokenizer = Tokenizer.from_folder("clip-vit-base-patch32/")      # vocab.json, merges.txt
+    tokens = tokenizer.encode(["a dog on a beach"])                  # int32 [1, 77]
+
+A sentence becomes: the start token, its BPE tokens, the end token, then zeros up to the context length
+(77 for every CLIP). A longer sentence is cut to the context length with the end token kept last, as
+open_clip's `tokenize` and Hugging Face's truncation both do.
+
+Text is read as Hugging Face's fast CLIP tokenizer reads it (transformers' `CLIPConverter`, and keras-hub's
+CLIPTokenizer, which builds the same `tokenizers` pipeline), so that the ids are the same:
+1. Unicode NFC; every run of whitespace (the Unicode White_Space characters) becomes one space;
+   lowercase, a character at a time (so a final capital sigma becomes "σ", not "ς").
+2. "<|startoftext|>" and "<|endoftext|>" in the normalised text are those tokens (tokenizer.json lists
+   them as added tokens matched after normalisation).
+3. The rest splits into pieces as CLIP's pattern
+   `'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+` does: a contraction, a run of letters,
+   one digit, or a run of anything else that is not a space. Letters and digits are Unicode's categories
+   L* and N* from Python's `unicodedata` (Unicode 14 on Python 3.11: a character assigned later, which
+   Python sees as unassigned, is "anything else" here and may be a letter for the reference).
+4. Each piece's UTF-8 bytes, as GPT-2's printable byte alphabet, "</w>" appended to the last, are
+   merged by the merges' ranks.
+
+OpenAI's and open_clip's own tokenizer differs before step 1: it runs `ftfy.fix_text` (mojibake repaired,
+"â€™" read back as "’"; curly quotes made straight; ligatures, full-width forms and some control
+characters replaced) and unescapes HTML entities twice ("&amp;" becomes "&"), splits whitespace as
+Python's `str.split` does (which also splits at U+001C-U+001F), and lowercases the whole string (final
+sigma "ς"). Those sentences get other ids there; ordinary text gets the same ones. We follow Hugging
+Face's tokenizer, which needs no ftfy and whose files the checkpoints carry; a query with mojibake or
+entities should be fixed by whoever types it.
+"""
+
+import json
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+START_TOKEN, END_TOKEN = "<|startoftext|>", "<|endoftext|>"
+END_OF_WORD = "</w>"
+CONTEXT_LENGTH = 77  # every CLIP's text tower: 77 positions
+VOCABULARY_FILE, MERGES_FILE = "vocab.json", "merges.txt"
+MERGES_HEADER = "#version: 0.2"
+CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")  # CLIP's pattern's order (none a prefix of another)
+# Unicode's White_Space characters: what `\s` matches in the reference's regular expressions (Oniguruma).
+# Python's str.isspace adds U+001C-U+001F, which the reference keeps as text.
+WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                       "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+# The file write_test_vocabulary reads: the first 4,000 of CLIP's merges (see its README beside it).
+TEST_MERGES = Path(__file__).with_name("clip_test_merges.txt")
+
+
+def byte_order():
+    """The 256 byte values in CLIP's vocabulary order: the 188 printable ones ('!'..'~', '¡'..'¬', '®'..'ÿ'),
+    then the others in increasing order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    return printable + [byte for byte in range(256) if byte not in printable]
+
+
+def byte_alphabet():
+    """GPT-2's and CLIP's printable stand-in for each byte: a list of 256 one-character str, by byte value.
+
+    A printable byte stands for itself; the others (controls, the space, ...) take U+0100, U+0101, ... in
+    increasing byte order, so that no token holds a space or a control character.
+    """
+    printable = set(byte_order()[:188])
+    alphabet, extra = [], 0
+    for byte in range(256):
+        alphabet.append(chr(byte) if byte in printable else chr(256 + extra))
+        extra += byte not in printable
+    return alphabet
+
+
+_BYTES = byte_alphabet()
+
+
+class Tokenizer:
+    """CLIP's BPE tokenizer over a vocabulary and its merges.
+
+    Attributes:
+      vocabulary: {token: id}.
+      start_id, end_id: the ids of "<|startoftext|>" and "<|endoftext|>" (49406 and 49407 in CLIP's files).
+    """
+
+    def __init__(self, vocabulary, merges, source="the vocabulary"):
+        """
+        Args:
+          vocabulary: {token str: id int}, with the two special tokens.
+          merges: sequence of (first, second) str pairs, highest priority first.
+          source: what to name in errors (the folder read).
+
+        Raises:
+          ValueError: a special token is missing, or a merge makes a token the vocabulary lacks.
+        """
+        for token in (START_TOKEN, END_TOKEN):
+            if token not in vocabulary:
+                raise ValueError("%s has no %s token" % (source, token))
+        missing = [token for token in _BYTES + [token + END_OF_WORD for token in _BYTES] if token not in vocabulary]
+        if missing:
+            raise ValueError("%s lacks %d of the 512 byte tokens (%r, ...): not a byte-level BPE vocabulary"
+                             % (source, len(missing), missing[0]))
+        for first, second in merges:
+            if first + second not in vocabulary:
+                raise ValueError("%s: the merge %r %r makes %r, which is not in the vocabulary"
+                                 % (source, first, second, first + second))
+        self.vocabulary = dict(vocabulary)
+        self.ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
+        self.start_id, self.end_id = self.vocabulary[START_TOKEN], self.vocabulary[END_TOKEN]
+        self._cache = {}
+
+    @classmethod
+    def from_folder(cls, folder):
+        """The tokenizer of a checkpoint's folder: its Hugging Face vocab.json and merges.txt.
+
+        Raises:
+          ValueError: a file is missing or malformed (one line naming the file and what is wrong).
+        """
+        folder = Path(folder)
+        return cls(read_vocabulary(folder / VOCABULARY_FILE), read_merges(folder / MERGES_FILE), str(folder))
+
+    def encode(self, sentences, context_length=CONTEXT_LENGTH):
+        """Token ids of each sentence, as CLIP's text tower takes them.
+
+        Args:
+          sentences: a str, or a sequence of N str.
+          context_length: positions per sentence (>= 2).
+
+        Returns:
+          int32 [N, context_length]: start token, BPE tokens, end token, then zeros; a sentence with more
+          than context_length - 2 tokens is cut after its first context_length - 2 (the end token last).
+
+        Raises:
+          ValueError: a sentence that is not a str, or a context_length below 2.
+        """
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 2:
+            raise ValueError("context_length=%r; expected an int >= 2 (CLIP's is %d)"
+                             % (context_length, CONTEXT_LENGTH))
+        sentences = list(sentences)
+        tokens = np.zeros((len(sentences), context_length), dtype=np.int32)
+        for row, sentence in enumerate(sentences):
+            if not isinstance(sentence, str):
+                raise ValueError("sentence %d is %r; expected a str" % (row, sentence))
+            ids = [self.start_id] + self.token_ids(sentence)[:context_length - 2] + [self.end_id]
+            tokens[row, :len(ids)] = ids
+        return tokens
+
+    def token_ids(self, sentence):
+        """The BPE token ids of one sentence (a str), without start, end or padding: list of int."""
+        ids = []
+        for piece in pieces(normalise(sentence)):
+            if piece in (START_TOKEN, END_TOKEN):
+                ids.append(self.vocabulary[piece])
+            else:
+                ids.extend(self.vocabulary[token] for token in self._bpe("".join(_BYTES[byte] for byte in
+                                                                                 piece.encode("utf-8"))))
+        return ids
+
+    def _bpe(self, word):
+        """The tokens of one piece (in the byte alphabet): its characters, the last with "</w>", merged
+        pair by pair, the pair of lowest rank first (every occurrence of it, left to right), until no
+        pair of the word is a merge."""
+        if word in self._cache:
+            return self._cache[word]
+        symbols = list(word[:-1]) + [word[-1] + END_OF_WORD]
+        while len(symbols) > 1:
+            rank, pair = min((self.ranks.get(pair, float("inf")), pair) for pair in zip(symbols, symbols[1:]))
+            if rank == float("inf"):
+                break
+            merged, position = [], 0
+            while position < len(symbols):
+                if position + 1 < len(symbols) and (symbols[position], symbols[position + 1]) == pair:
+                    merged.append(pair[0] + pair[1])
+                    position += 2
+                else:
+                    merged.append(symbols[position])
+                    position += 1
+            symbols = merged
+        self._cache[word] = symbols
+        return symbols
+
+
+def normalise(text):
+    """Step 1 of the module docstring: NFC, each run of whitespace one space, lowercase a character at a time."""
+    text = unicodedata.normalize("NFC", text)
+    out, in_space = [], False
+    for character in text:
+        if character in WHITESPACE:
+            if not in_space:
+                out.append(" ")
+            in_space = True
+        else:
+            out.append(character.lower())
+            in_space = False
+    return "".join(out)
+
+
+def _kind(character):
+    """'space', 'letter', 'digit' or 'other', as CLIP's pattern's classes see it."""
+    if character in WHITESPACE:
+        return "space"
+    category = unicodedata.category(character)[0]
+    return {"L": "letter", "N": "digit"}.get(category, "other")
+
+
+def pieces(text):
+    """Steps 2 and 3 of the module docstring: the special tokens, and CLIP's pattern's pieces, in order.
+
+    Args:
+      text: normalised text (`normalise`).
+
+    Returns:
+      list of str; spaces are in none of them.
+    """
+    found = []
+    for position, part in enumerate(_split_special(text)):
+        if position % 2:
+            found.append(part)
+            continue
+        start = 0
+        while start < len(part):
+            kind = _kind(part[start])
+            contraction = next((word for word in CONTRACTIONS if part.startswith(word, start)), None)
+            if contraction:
+                stop = start + len(contraction)
+            elif kind == "space":
+                start += 1
+                continue
+            elif kind == "digit":  # one digit a piece: "2024" is four
+                stop = start + 1
+            else:  # a run of letters, or of characters that are neither letters, digits nor spaces
+                stop = start + 1
+                while stop < len(part) and _kind(part[stop]) == kind:
+                    stop += 1
+            found.append(part[start:stop])
+            start = stop
+    return found
+
+
+def _split_special(text):
+    """[text, special, text, special, ..., text]: `text` cut at every special token (leftmost first)."""
+    parts, start = [], 0
+    while True:
+        hits = [(text.find(token, start), token) for token in (START_TOKEN, END_TOKEN)]
+        hits = [(at, token) for at, token in hits if at >= 0]
+        if not hits:
+            parts.append(text[start:])
+            return parts
+        at, token = min(hits)
+        parts += [text[start:at], token]
+        start = at + len(token)
+
+
+# ----------------------------------------------------------------------------- files
+
+def read_vocabulary(path):
+    """{token: id} from a Hugging Face vocab.json.
+
+    Raises:
+      ValueError: missing, not JSON, or not an object of str to distinct non-negative int (naming the file).
+    """
+    try:
+        vocabulary = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError("%s: %s" % (path, error.strerror or error)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError("%s is not a vocab.json (%s)" % (path, str(error).splitlines()[0])) from None
+    if not isinstance(vocabulary, dict) or not vocabulary:
+        raise ValueError("%s is not a vocab.json: expected an object {token: id}, got %s"
+                         % (path, type(vocabulary).__name__ if vocabulary else "nothing"))
+    bad = next(((token, value) for token, value in vocabulary.items()
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0), None)
+    if bad:
+        raise ValueError("%s is not a vocab.json: token %r has id %r; expected an int >= 0" % ((path,) + bad))
+    if len(set(vocabulary.values())) != len(vocabulary):
+        raise ValueError("%s is not a vocab.json: %d tokens share %d ids" % (path, len(vocabulary),
+                                                                           len(set(vocabulary.values()))))
+    return vocabulary
+
+
+def read_merges(path):
+    """[(first, second)] from a Hugging Face merges.txt: an optional "#version" line, then one merge a line.
+
+    Raises:
+      ValueError: missing, not UTF-8, or a line that is not two tokens (naming the file and the line).
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except OSError as error:
+        raise ValueError("%s: %s" % (path, error.strerror or error)) from None
+    except UnicodeDecodeError as error:
+        raise ValueError("%s is not a merges.txt: not UTF-8 (%s)" % (path, error.reason)) from None
+    if lines and lines[0].startswith("#version"):
+        lines = lines[1:]
+    while lines and not lines[-1]:
+        lines.pop()
+    merges = []
+    for number, line in enumerate(lines, 2):
+        pair = line.split(" ")
+        if len(pair) != 2 or not all(pair):
+            raise ValueError("%s is not a merges.txt: line %d is %r; expected two tokens separated by a space"
+                             % (path, number, line[:80]))
+        merges.append(tuple(pair))
+    return merges
+
+
+def vocabulary_of(merges):
+    """CLIP's vocabulary for `merges`, ids laid out as in CLIP's own vocab.json: the 256 bytes (in
+    `byte_order()`), the 256 bytes with "</w>", one token per merge, then the start and end tokens.
+
+    Returns:
+      {token: id}, 514 + len(merges) entries.
+    """
+    alphabet = byte_alphabet()
+    tokens = [alphabet[byte] for byte in byte_order()]
+    tokens += [token + END_OF_WORD for token in tokens]
+    tokens += [first + second for first, second in merges] + [START_TOKEN, END_TOKEN]
+    return {token: index for index, token in enumerate(tokens)}
+
+
+def write_test_vocabulary(folder, merges=None):
+    """Writes vocab.json and merges.txt into `folder` (created): a real prefix of CLIP's merges
+    (TEST_MERGES, the first 4,000 of them) and the vocabulary CLIP lays out for them (`vocabulary_of`).
+
+    English words of a few letters are one token, as in CLIP's files; longer and rarer words are cut into
+    more tokens than CLIP's 48,894 merges would cut them. For tests and random weights: the ids are not
+    CLIP's beyond the first 512 + 4,000 (the start token is 4,512, the end token 4,513).
+
+    Args:
+      folder: where to write (str or Path).
+      merges: how many of the prefix's merges to keep (default all 4,000).
+
+    Returns:
+      Path of the folder.
+    """
+    kept = read_merges(TEST_MERGES)
+    if merges is not None:
+        if not 0 <= merges <= len(kept):
+            raise ValueError("merges=%r; expected 0 to %d" % (merges, len(kept)))
+        kept = kept[:merges]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / VOCABULARY_FILE).write_text(json.dumps(vocabulary_of(kept), ensure_ascii=False), encoding="utf-8")
+    (folder / MERGES_FILE).write_text("\n".join([MERGES_HEADER] + ["%s %s" % pair for pair in kept]) + "\n",
+                                      encoding="utf-8")
+    return folder

@@ -1,0 +1,274 @@
+"""CLIP's towers: the graph against keras-hub's CLIPBackbone on the same weights, the text tower, the weights
+argument, the engine's devices, precision and static ranks."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import run_inference
+from models import clip, clip_layers, clip_weights
+from models.files import WeightsError
+from models.vit_layers import TransformerConfig
+from outputs import job_outputs
+from parallel import engine
+from parallel.devices import resolve_devices
+from keras_hub_clip import keras_hub_clip
+from partition_graphs import CrossingRecorder
+
+tf1 = tf.compat.v1
+TOLERANCE = 1e-5  # of the largest reference value
+
+# A CLIP of the real layout, small enough for keras-hub's reference to be built in a second: the parity of the
+# real sizes is the same code with other numbers (its graph is built in test_the_graph_...).
+SMALL = clip_layers.Config(
+    "clip_small", "test/clip-small", patch_size=32,
+    vision=TransformerConfig(64, 2, 4, 128, activation="quick_gelu", epsilon=clip_layers.LAYER_NORM_EPSILON),
+    text=TransformerConfig(32, 2, 2, 64, activation="quick_gelu", epsilon=clip_layers.LAYER_NORM_EPSILON),
+    projection=16)
+
+
+def token_ids(lengths, seed=1):
+    """int32 [len(lengths), 77]: the start token, `length` random ids below it, the end token, zeros."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), clip_layers.CONTEXT_LENGTH), np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, 0] = clip_layers.START_OF_TEXT
+        ids[row, 1:length + 1] = rng.integers(1, clip_layers.START_OF_TEXT, length)
+        ids[row, length + 1] = clip_layers.END_OF_TEXT
+    return ids
+
+
+# ----------------------------------------------------------------------------- keras-hub's reference
+
+def unit(rows):
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def reference_images(backbone, images):
+    """keras-hub's {endpoint: features} of uint8 images, normalised as its CLIPImageConverter does."""
+    pixels = (images.astype(np.float32) / 255 - np.float32(clip.RGB_MEAN)) / np.float32(clip.RGB_STD)
+    pooled = np.asarray(backbone.vision_pooler(backbone.vision_encoder({"images": pixels})))
+    return {"pooled": pooled, "embedding": unit(np.asarray(backbone.vision_projection(pooled)))}
+
+
+@pytest.fixture(scope="module")
+def small_weights():
+    return clip_weights.random_weights(SMALL, seed=0)
+
+
+@pytest.fixture(scope="module")
+def reference(small_weights, photographs):
+    """keras-hub's image features of the photographs and text embeddings of four sequences (3 to 75 tokens)."""
+    backbone = keras_hub_clip(SMALL, small_weights)
+    ids = token_ids((3, 10, 40, 75))
+    outputs = reference_images(backbone, photographs)
+    outputs["text"] = unit(np.asarray(backbone.get_text_embeddings(ids)))
+    outputs["token_ids"] = ids
+    return outputs
+
+
+def run_graph(build, values, feed):
+    """Builds `build(input)` in a graph of its own, loads `values` and runs it on `feed`."""
+    with tf.Graph().as_default():
+        inputs = tf1.placeholder(tf.as_dtype(feed.dtype), (None,) + feed.shape[1:])
+        output = build(inputs)
+        variables = {variable.op.name: variable for variable in tf1.global_variables()}
+        assert sorted(variables) == sorted(values)
+        with tf1.Session() as session:
+            for name, variable in variables.items():
+                variable.load(values[name], session)
+            return session.run(output, {inputs: feed})
+
+
+def assert_parity(ours, expected):
+    """Within TOLERANCE of the largest reference value, and the rows differ far beyond it."""
+    assert ours.shape == expected.shape
+    scale = np.abs(expected).max()
+    assert np.abs(ours - expected).max() <= TOLERANCE * scale
+    # Random weights could make this pass for nothing: different inputs differ far beyond the tolerance.
+    spread = min(np.abs(expected[i] - expected[j]).max() for i in range(len(expected))
+                 for j in range(i + 1, len(expected)))
+    assert spread >= 100 * TOLERANCE * scale, (spread, scale)
+
+
+@pytest.mark.parametrize("endpoint", clip_layers.ENDPOINTS)
+def test_the_image_tower_equals_keras_hub_s_at_each_endpoint(small_weights, reference, photographs, endpoint):
+    values = clip.vision_variable_values(small_weights, SMALL, endpoint)
+    ours = run_graph(lambda images: clip.image_tower(images, SMALL, endpoint), values, photographs)
+    assert ours.shape == (5, SMALL.feature_size(endpoint))
+    assert_parity(ours, reference[endpoint])
+
+
+def test_the_text_tower_equals_keras_hub_s(small_weights, reference):
+    ours = run_graph(lambda ids: clip.text_tower(ids, SMALL), clip.text_variable_values(small_weights, SMALL),
+                     reference["token_ids"])
+    assert_parity(ours, reference["text"])
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1, rtol=1e-6)
+
+
+def test_the_text_tower_pools_the_end_token_and_sees_nothing_after_it(small_weights):
+    """The causal mask: what follows the end token (here, other ids in place of the padding) changes nothing."""
+    ids = token_ids((5, 5))
+    ids[1] = ids[0]
+    ids[1, 7:] = np.arange(1, 71)  # after the end token at position 6
+    values = clip.text_variable_values(small_weights, SMALL)
+    first, second = run_graph(lambda inputs: clip.text_tower(inputs, SMALL), values, ids)
+    np.testing.assert_allclose(first, second, atol=1e-6)
+    moved = ids.copy()
+    moved[1, 3] += 1  # before it: a different sentence
+    assert np.abs(np.subtract(*run_graph(lambda inputs: clip.text_tower(inputs, SMALL), values, moved))).max() > 1e-3
+    # So the tower on the first 16 positions gives what it gives on all 77 (TextTower's shorter lengths).
+    cropped = run_graph(lambda inputs: clip.text_tower(inputs, SMALL), values, ids[:, :16])
+    np.testing.assert_allclose(cropped, np.stack([first, second]), atol=1e-6)
+
+
+def test_preprocessing_is_openai_s_mean_and_std(graph):
+    pixels = np.array([[[[0, 128, 255]]]], np.uint8)
+    with tf1.Session(graph=graph) as session:
+        ours = session.run(clip.preprocess(tf.constant(pixels)))
+    expected = (np.array([0, 128, 255]) / 255 - np.array(clip.RGB_MEAN)) / np.array(clip.RGB_STD)
+    np.testing.assert_allclose(ours.ravel(), expected, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- the real sizes
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Seeded random ViT-B/32 weights (seed 0) in Hugging Face's layout, with the tests' tokenizer files."""
+    path = tmp_path_factory.mktemp("clip") / "clip-random"
+    clip_weights.VIT_B32.write_random(path, seed=0)
+    return path
+
+
+def run_model(weights, images, endpoint="embedding", precision="fp32", devices="cpu:0"):
+    """Features of ViT-B/32 through the engine's DeviceRunner, 2 images per device."""
+    spec = clip.VIT_B32.feature_model(endpoint, str(weights), precision)
+    with engine.DeviceRunner(spec, resolve_devices(devices=devices, gpu_count=0), per_device_batch=2) as runner:
+        return runner.run(images)
+
+
+@pytest.mark.parametrize("model", [clip_layers.VIT_B32, clip_layers.VIT_B16])
+def test_the_graph_has_the_checkpoint_s_parameters_and_no_weight_is_a_constant(graph, model):
+    images = tf1.placeholder(tf.uint8, [None, 224, 224, 3])
+    embedding = clip.image_tower(images, model, "embedding")
+    text = clip.text_tower(tf1.placeholder(tf.int32, [None, 77]), model)
+    assert embedding.shape.as_list() == text.shape.as_list() == [None, 512]
+    parameters = sum(variable.shape.num_elements() for variable in tf1.global_variables())
+    assert parameters == clip_layers.PARAMETER_COUNT[model.name] - 1  # all but logit_scale, which neither uses
+    assert graph.as_graph_def().ByteSize() < 1_000_000  # 605 MB of weights are nowhere in it
+
+
+def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(folder, photographs):
+    one = run_model(folder, photographs)
+    spec = clip.VIT_B32.feature_model(weights=str(folder))
+    with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0), 2) as runner:
+        recorder = runner.session.run = CrossingRecorder(runner.session)
+        three = runner.run(photographs)
+    assert one.shape == (5, 512) and np.abs(three - one).max() <= TOLERANCE
+    np.testing.assert_allclose(np.linalg.norm(one, axis=1), 1, rtol=1e-5)
+    allowed = {placeholder.op.name for placeholder in runner.placeholders} | {out.op.name for out in runner.outputs}
+    assert recorder.sources, "three devices must at least exchange their inputs and outputs"
+    assert recorder.sources <= allowed, "crossed between devices: %s" % sorted(recorder.sources - allowed)
+
+
+def make_images(folder, count=5):
+    rng = np.random.default_rng(1)
+    folder.mkdir()
+    for index in range(count):
+        image = np.clip(rng.normal(128, 60, (40 + 7 * index, 60, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(image).save(folder / ("%d.png" % index))
+    return folder
+
+
+def cli(images, output, weights, *flags):
+    status = run_inference.main([str(flag) for flag in ("--images", images, "--output", output, "--model",
+                                                        "clip_vit_b32", "--weights", weights, "--devices", "cpu:0",
+                                                        "--batch-size", "2", "--quiet", *flags)])
+    assert status == 0
+
+
+def test_cli_one_and_three_static_ranks_give_the_same_bytes_and_bf16_stays_close(folder, tmp_path):
+    images = make_images(tmp_path / "images")
+    single = tmp_path / "one" / "features.npy"
+    cli(images, single, folder, "--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "2")
+    three = tmp_path / "three" / "features.npy"
+    for rank in range(3):
+        cli(images, three, folder, "--distributed", "static", "--rank", rank, "--world-size", "3",
+            "--shard-size", "2")
+    assert job_outputs(three) == job_outputs(single)
+    reduced = tmp_path / "bf16" / "features.npy"
+    cli(images, reduced, folder, "--precision", "bf16")
+    reference, bf16 = np.load(single), np.load(reduced)
+    assert reference.shape == bf16.shape == (5, 512)
+    cosine = (reference * bf16).sum(1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(bf16, axis=1)
+    assert cosine.min() >= 0.999, cosine  # VGG16's documented bound (docs/gpus.md)
+    assert not np.array_equal(reference, bf16)  # it really computed in bf16
+
+
+def test_the_text_tower_reads_the_folder_and_its_tokenizer_files(folder):
+    """Its graph is the one the parity test checks; here: its weights, the folder, the checks of the ids, bf16."""
+    ids = token_ids((4, 12, 75), seed=2)
+    with clip.TextTower("clip_vit_b32", weights=str(folder)) as tower:
+        assert (tower.context_length, tower.tokenizer_folder) == (77, folder)
+        assert tower.identity.startswith("model.safetensors (605157884 bytes")
+        embeddings = tower.embed(ids)  # rows on the first 8, 16 and all 77 positions
+        one_by_one = np.concatenate([tower.embed(ids[row:row + 1]) for row in range(3)])
+        assert tower.embed(np.zeros((0, 77), np.int32)).shape == (0, 512)
+        with pytest.raises(ValueError, match=r"token_ids must be \[N, 77\]; got shape \(2, 76\)"):
+            tower.embed(np.zeros((2, 76), np.int32))
+        with pytest.raises(ValueError, match="got 49408 .. 49408"):
+            tower.embed(np.full((1, 77), 49408))
+    assert embeddings.shape == (3, 512) and embeddings.dtype == np.float32
+    np.testing.assert_allclose(one_by_one, embeddings, atol=1e-6)  # each row back in its place
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1, rtol=1e-5)
+    assert min(np.abs(embeddings[i] - embeddings[j]).max() for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-2
+    with clip.TextTower("clip_vit_b32", weights=str(folder), precision="bf16") as tower:
+        reduced = tower.embed(ids[:2])
+    cosine = (reduced * embeddings[:2]).sum(1)
+    assert cosine.min() >= 0.999 and not np.array_equal(reduced, embeddings[:2]), cosine
+
+
+# ----------------------------------------------------------------------------- the weights argument
+
+def test_settings_name_the_model_its_weights_and_preprocessing(folder):
+    spec = clip.VIT_B32.feature_model("pooled", str(folder), "bf16")
+    assert (spec.name, spec.output_name, spec.image_size, spec.resize_filter, spec.resize_short_side) == (
+        "clip_vit_b32", "pooled", (224, 224), "bicubic", 224)
+    assert spec.files == (str(folder / "model.safetensors"),)
+    assert spec.settings["weights"].startswith("model.safetensors (605157884 bytes, sha256 of ends ")
+    assert spec.settings["model"] == "clip_vit_b32" and spec.settings["precision"] == "bf16"
+    assert "bicubic" in spec.settings["preprocessing"] and "0.26862954" in spec.settings["preprocessing"]
+    file = clip.VIT_B32.feature_model(weights=str(folder / "model.safetensors"))
+    assert file.settings["weights"] == spec.settings["weights"] and file.output_name == "embedding"
+    hub = clip.VIT_B32.feature_model()  # "imagenet": only named here, downloaded when the engine asks
+    assert hub.settings["weights"] == ("hub openai/clip-vit-base-patch32@c237dc49a33fc61debc9276459120b7eac67e7ef "
+                                       "model.safetensors, sha256 from the hub's X-Linked-Etag")
+    assert hub.files == ()
+
+
+def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, graph):
+    with pytest.raises(WeightsError, match="nowhere is neither a file nor a folder"):
+        clip.VIT_B32.feature_model(weights="nowhere")
+    with pytest.raises(WeightsError, match="is a folder without model.safetensors or open_clip_model.safetensors"):
+        clip.VIT_B32.feature_model(weights=str(tmp_path))
+    with pytest.raises(WeightsError, match="no pinned commit of openai/clip-vit-base-patch16"):
+        clip.VIT_B16.feature_model()
+    with pytest.raises(WeightsError, match=r"patch_embedding.weight has shape \(768, 3, 32, 32\); clip_vit_b16 "
+                                           r"needs \(768, 3, 16, 16\)"):
+        clip.VIT_B16.feature_model(weights=str(folder)).load_weights()
+    with pytest.raises(ValueError, match="layer='fc7'"):
+        clip.VIT_B32.feature_model("fc7", str(folder))
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        clip.VIT_B32.feature_model(weights=str(folder), precision="fp8")
+    with pytest.raises(ValueError, match="model='clip_vit_l14'"):
+        clip.TextTower("clip_vit_l14", weights=str(folder))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "model.safetensors").symlink_to(folder / "model.safetensors")
+    with pytest.raises(WeightsError, match="no vocab.json or merges.txt beside it"):
+        clip.TextTower("clip_vit_b32", weights=str(alone / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"images must be \[N, 224, 224, 3\]"):
+        clip.image_tower(tf1.placeholder(tf.uint8, [None, 96, 96, 3]))
+    with pytest.raises(ValueError, match="images must be uint8"):
+        clip.image_tower(tf1.placeholder(tf.float32, [None, 224, 224, 3]))

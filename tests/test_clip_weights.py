@@ -1,0 +1,112 @@
+"""CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, and the random
+command's folder."""
+
+import numpy as np
+import pytest
+
+from models import clip_layers, clip_weights, weight_files
+from models.clip_tokenizer import Tokenizer
+from models.files import WeightsError
+from models.safetensors_files import read_tensors, write_tensors
+from models.vit_layers import TransformerConfig
+
+SMALL = clip_layers.Config(
+    "clip_small", "test/clip-small", patch_size=32,
+    vision=TransformerConfig(16, 2, 2, 32, activation="quick_gelu", epsilon=1e-5),
+    text=TransformerConfig(8, 2, 2, 16, activation="quick_gelu", epsilon=1e-5), projection=4, vocabulary_size=600)
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return clip_weights.random_weights(SMALL, seed=3)
+
+
+def test_hugging_face_s_layout_is_read_back_with_its_position_ids_left_out(weights, tmp_path):
+    path = tmp_path / "model.safetensors"
+    clip_weights.write_checkpoint(weights, path, model=SMALL)
+    stored = read_tensors(path)
+    assert stored["text_model.embeddings.position_ids"].tolist() == [list(range(77))]
+    assert stored["vision_model.embeddings.position_ids"].dtype == np.int64
+    both = clip_weights.load_weights(path, SMALL, ("vision", "text"))
+    assert sorted(both) == sorted(name for name, _ in clip_layers.parameters(SMALL) if name != "logit_scale")
+    assert all(np.array_equal(both[name], weights[name]) for name in both)
+    vision = clip_weights.load_weights(path, SMALL)
+    assert sorted(vision) == sorted(name for name, _ in clip_layers.vision_parameters(SMALL))
+
+
+def test_open_clip_s_layout_gives_the_same_arrays(weights, tmp_path):
+    path = tmp_path / "open_clip_model.safetensors"
+    clip_weights.write_checkpoint(weights, path, layout="open_clip", model=SMALL)
+    stored = read_tensors(path)
+    assert stored["visual.transformer.resblocks.1.attn.in_proj_weight"].shape == (48, 16)  # q, k, v stacked
+    assert stored["visual.proj"].shape == (16, 4) and stored["text_projection"].shape == (8, 4)  # x @ proj
+    assert "transformer.resblocks.0.mlp.c_fc.weight" in stored and "ln_final.bias" in stored
+    read = clip_weights.load_weights(path, SMALL, ("vision", "text"))
+    assert all(np.array_equal(read[name], weights[name]) for name in read) and len(read) == len(weights) - 1
+    np.testing.assert_array_equal(  # split back in the order q, k, v
+        read["vision_model.encoder.layers.1.self_attn.k_proj.weight"],
+        stored["visual.transformer.resblocks.1.attn.in_proj_weight"][16:32])
+
+
+def test_a_missing_array_a_wrong_shape_or_another_file_is_one_line_naming_it(weights, tmp_path):
+    missing = tmp_path / "missing.safetensors"
+    write_tensors(missing, {name: array for name, array in weights.items() if "vision_model.encoder.layers.1.mlp.fc2" not in name})
+    with pytest.raises(WeightsError, match=r"missing.safetensors has no array vision_model.encoder.layers.1.mlp.fc2"
+                                           r".weight: it has 76 of clip_small's 78 arrays"):
+        clip_weights.load_weights(missing, SMALL)
+    assert len(clip_weights.load_weights(missing, SMALL, ("text",))) == 37  # the text tower needs none of them
+    wrong = tmp_path / "wrong.safetensors"
+    write_tensors(wrong, dict(weights, **{"visual_projection.weight": np.zeros((5, 16), np.float32)}))
+    with pytest.raises(WeightsError, match=r"visual_projection.weight has shape \(5, 16\); clip_small needs \(4, 16\)"):
+        clip_weights.load_weights(wrong, SMALL)
+    integers = tmp_path / "integers.safetensors"
+    write_tensors(integers, dict(weights, **{"logit_scale": np.int32(1), "text_projection.weight": np.zeros(
+        (4, 8), np.int32)}))
+    with pytest.raises(WeightsError, match="text_projection.weight is int32, not floats"):
+        clip_weights.load_weights(integers, SMALL, ("text",))
+    fused = tmp_path / "fused.safetensors"
+    write_tensors(fused, {"visual.conv1.weight": weights["vision_model.embeddings.patch_embedding.weight"],
+                          "visual.transformer.resblocks.0.attn.in_proj_weight": np.zeros((47, 16), np.float32)})
+    with pytest.raises(WeightsError, match=r"in_proj_weight has shape \(47, 16\): not q, k and v stacked"):
+        clip_weights.load_weights(fused, SMALL)
+    text = tmp_path / "not.safetensors"
+    text.write_text("not weights")
+    with pytest.raises(WeightsError, match="not.safetensors"):
+        clip_weights.load_weights(text, SMALL)
+    with pytest.raises(ValueError, match="towers=\\('image',\\)"):
+        clip_weights.load_weights(missing, SMALL, ("image",))
+
+
+def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_path, capsys, monkeypatch):
+    """model.safetensors of ViT-B/32 has the byte size of the published file (605,157,884 bytes, as a public
+    listing of huggingface_hub's cache gives it for openai/clip-vit-base-patch32 at c237dc49): the same
+    names, shapes, dtypes and position_ids buffers, or the header's length would differ. (Zeros instead of
+    random values, which test_clip.py's folder has: the layout is what is checked here, faster.)"""
+    monkeypatch.setattr(clip_weights, "random_weights", lambda model, seed: {
+        name: np.zeros(shape, np.float32) for name, shape in clip_layers.parameters(model)})
+    folder = tmp_path / "clip-random"
+    assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32", "--seed", "1"]) == 0
+    assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
+    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "vocab.json"]
+    assert (folder / "model.safetensors").stat().st_size == 605_157_884
+    tokenizer = Tokenizer.from_folder(folder)
+    ids = tokenizer.encode(["a photo of a dog"])
+    assert ids.shape == (1, 77) and ids[0].argmax() == np.count_nonzero(ids[0]) - 1  # the end token: the largest
+    assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32"]) == 2  # never replaced
+    assert weight_files.main(["random", str(tmp_path / "clip.h5"), "--model", "clip_vit_b16"]) == 2
+    assert "must end in no extension (Hugging Face's folder" in capsys.readouterr().err
+    assert not (tmp_path / "clip.h5").exists()
+
+
+def test_a_random_file_alone_and_a_failed_folder_leaves_nothing(tmp_path, monkeypatch):
+    small = clip_weights.RandomFiles(SMALL)
+    small.write_random(tmp_path / "small.safetensors", seed=0)
+    assert len(read_tensors(tmp_path / "small.safetensors")) == len(clip_layers.parameters(SMALL)) + 2
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("models.clip_tokenizer.write_test_vocabulary", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        small.write_random(tmp_path / "folder")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["small.safetensors"]
