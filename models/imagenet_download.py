@@ -4,7 +4,8 @@
 e.g. `vgg16_weights_tf_dim_ordering_tf_kernels.h5` for VGG16. If it is absent it is downloaded from where
 Keras gets it and checked against Keras's published hash (MD5 or SHA-256, as Keras's `get_file` tells them
 apart: by length); the model's reader then reads it like any other file given with --weights. Every model
-describes its files with a `KerasFile`.
+describes its files with a `KerasFile`. `download` is the checked, durable download itself, which the Hugging
+Face hub's files (`hub_download.py`) share.
 """
 
 import dataclasses
@@ -67,11 +68,8 @@ def keras_cache_dir():
 def keras_file(file, cache_dir=None):
     """Path of one of Keras's weight files, downloading it into Keras's cache if it is absent.
 
-    The download is checked against Keras's published hash; a mismatch keeps nothing. The
-    file appears in the cache only complete and durable (written beside it, synced, renamed,
-    the folder synced). An existing cache file is used as is, like any file given with
-    --weights (its layers and shapes are still checked when it is read). A failed download
-    leaves nothing behind, not even the folders it created.
+    An existing cache file is used as is, like any file given with --weights (its layers and shapes are
+    still checked when it is read); else the file is fetched by `download`.
 
     Args:
       file: the KerasFile.
@@ -83,23 +81,44 @@ def keras_file(file, cache_dir=None):
     Raises:
       WeightsError: offline, an HTTP error, a hash mismatch or a cache that cannot be written.
     """
-    url = file.url
     target = Path(cache_dir or keras_cache_dir()) / "models" / file.name
     if target.is_file():
         return target
+    return download(file.url, target, file.digest, file.what, file.random_command)
+
+
+def download(url, target, digest, what, random_command):
+    """Downloads `url` into the file `target`, checked against `digest`, durably; shared by every model's
+    download (Keras's files here, the Hugging Face hub's in `hub_download.py`).
+
+    The file appears only complete and durable (written beside it, synced, renamed, the folder synced); a
+    hash mismatch keeps nothing, and a failed download leaves nothing behind, not even the folders it
+    created.
+
+    Args:
+      url: where to download from (redirects are followed).
+      target: Path of the file to write.
+      digest: its expected hash: 32 hex digits are an MD5, 64 a SHA-256 (Keras's `get_file` tells them apart
+        by length, too).
+      what: what the file holds, for messages ("VGG16 ImageNet weights (553 MB)").
+      random_command: the command that writes random weights in its layout, offered when offline.
+
+    Returns:
+      target.
+
+    Raises:
+      WeightsError: offline, an HTTP error, a hash mismatch or a folder that cannot be written.
+    """
     try:
         response = urllib.request.urlopen(url, timeout=60)
     except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", None) or error
-        raise WeightsError("cannot download the ImageNet weights from %s (%s): offline? pass weights=PATH (e.g. "
-                           "%s), or write random weights to try the installation: %s"
-                           % (url, reason, file.name, file.random_command)) from None
+        raise offline_error(url, error, what, target.name, random_command) from None
     # Said once the server answers, so that offline the error above is the only line.
-    log.info("downloading %s from %s", file.what, url)
+    log.info("downloading %s from %s", what, url)
     with response:
         created = _missing_folders(target.parent)
         try:
-            _download(response, target, file)
+            _download(response, target, url, digest, what)
         except BaseException:
             for folder in created:  # innermost first; a folder something else wrote into stays
                 try:
@@ -108,6 +127,14 @@ def keras_file(file, cache_dir=None):
                     pass
             raise
     return target
+
+
+def offline_error(url, error, what, name, random_command):
+    """The one-line WeightsError of a download that could not start (`error`: the URLError or OSError), saying
+    what to pass instead: a path (a file called `name`), or the command writing random weights."""
+    reason = getattr(error, "reason", None) or error
+    return WeightsError("cannot download the %s from %s (%s): offline? pass weights=PATH (e.g. %s), or write "
+                        "random weights to try the installation: %s" % (what, url, reason, name, random_command))
 
 
 def _missing_folders(folder):
@@ -120,34 +147,34 @@ def _missing_folders(folder):
     return missing
 
 
-def _download(response, target, file):
+def _download(response, target, url, digest, what):
     """Writes the body of `response` to `target`: temporary file, hash check, fsync, rename, fsync folder."""
-    url, expected = file.url, file.digest.lower()
+    expected = digest.lower()
     algorithm = "md5" if len(expected) == 32 else "sha256"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of its own: two processes may fill the same cache at once.
         renaming = temporary_then_rename(target, unique=True)
     except OSError as error:
-        raise WeightsError("cannot write Keras's cache folder %s: %s; pass weights=PATH"
+        raise WeightsError("cannot write the cache folder %s: %s; pass weights=PATH"
                            % (target.parent, error.strerror or error)) from None
     try:
         with renaming as temporary:  # synced and renamed on success; removed on any exception
-            digest = hashlib.new(algorithm)
+            hasher = hashlib.new(algorithm)
             with open(temporary, "wb") as handle:
                 total = response.headers.get("Content-Length")
                 with Progress(sys.stderr.isatty(), total=int(total) if total else None, unit="B", unit_scale=True,
-                              desc=file.what.split(" (")[0]) as progress:
+                              desc=what.split(" (")[0]) as progress:
                     while True:
                         chunk = response.read(1 << 20)
                         if not chunk:
                             break
                         handle.write(chunk)
-                        digest.update(chunk)
+                        hasher.update(chunk)
                         progress.update(len(chunk))
-            if digest.hexdigest() != expected:
+            if hasher.hexdigest() != expected:
                 raise WeightsError("the file downloaded from %s has %s %s, expected %s; nothing was kept"
-                                   % (url, algorithm.upper().replace("SHA", "SHA-"), digest.hexdigest(), expected))
+                                   % (url, algorithm.upper().replace("SHA", "SHA-"), hasher.hexdigest(), expected))
         fsync(target.parent)  # the rename is durable only once the folder is
     except (OSError, http.client.HTTPException) as error:
         raise WeightsError("downloading %s into %s failed: %s"

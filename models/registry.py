@@ -12,6 +12,9 @@ Each model is three modules:
 - its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
 - its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
   `write_random(path, seed)`.
+Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16), the graph and the weight
+files are named "module:object": the object in that module offers what the module would
+("models.clip:VIT_B32" has `feature_model`).
 """
 
 import dataclasses
@@ -43,10 +46,21 @@ ENTRIES = (
           "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
     Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
+    Entry("clip_vit_b32", "models.clip_layers", "models.clip:VIT_B32", "models.clip_weights:VIT_B32",
+          "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
+    Entry("clip_vit_b16", "models.clip_layers", "models.clip:VIT_B16", "models.clip_weights:VIT_B16",
+          "CLIP ViT-B/16 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
 DEFAULT_MODEL = "vgg16"
+
+
+def _load(target):
+    """The module `target` names, or the object in it for "module:object"."""
+    module, _, name = target.partition(":")
+    module = importlib.import_module(module)
+    return getattr(module, name) if name else module
 
 
 def entry(name):
@@ -92,10 +106,10 @@ def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision=
       ValueError: an unknown model, layer or precision; WeightsError: a weights path that is not a file.
     """
     endpoint = check_layer(name, layer)
-    module = importlib.import_module(entry(name).graph)
-    return module.feature_model(endpoint=endpoint, weights=weights, precision=precision, cache_dir=cache_dir)
+    return _load(entry(name).graph).feature_model(endpoint=endpoint, weights=weights, precision=precision,
+                                                  cache_dir=cache_dir)
 
 
 def weight_files(name):
-    """The module that reads and writes model `name`'s weight files (RANDOM_SUFFIXES, write_random)."""
-    return importlib.import_module(entry(name).weights)
+    """What writes model `name`'s random weight files (a module, or an object): RANDOM_SUFFIXES, write_random."""
+    return _load(entry(name).weights)

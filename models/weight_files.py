@@ -246,7 +246,8 @@ def main(argv=None):
         "random", help="write seeded random weights (for a smoke test only: features are meaningless)")
     random_command.add_argument("output", type=Path,
                                 help="file to write; its extension picks the layout (vgg16: .npy, tensorflow-vgg's, "
-                                     "or .h5, Keras's; the other models: .h5, Keras's)")
+                                     "or .h5, Keras's; CLIP: no extension, a folder in Hugging Face's layout, or "
+                                     ".safetensors; the other models: as --model's weights)")
     random_command.add_argument("--model", default=registry.DEFAULT_MODEL, choices=registry.NAMES,
                                 help="whose weights (default: %(default)s)")
     random_command.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -279,7 +280,8 @@ def _refusal(output, model, suffixes):
     """Why `output` cannot be written, found before the weights are generated; None if it can be."""
     if output.suffix.lower() not in suffixes:
         return "%s: the name must end in %s for %s" % (
-            output, " or ".join("%s (%s layout)" % (suffix, layout) for suffix, layout in suffixes.items()), model)
+            output, " or ".join("%s (%s layout)" % (suffix or "no extension", layout)
+                                for suffix, layout in suffixes.items()), model)
     if os.path.lexists(output):
         return "%s exists; it is not replaced (remove it, or choose another name)" % output
     if not output.parent.is_dir():

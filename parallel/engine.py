@@ -28,7 +28,7 @@ import tensorflow as tf
 from parallel.devices.compute import DeviceRunner, build_graph
 from parallel.devices.selection import Devices, resolve_devices, set_float32_precision
 from parallel.devices.staging import open_runner
-from parallel.inputs.decode import RESIZE_MODES, decode_bytes_row, decode_row
+from parallel.inputs.decode import RESIZE_MODES, Resize, decode_bytes_row, decode_row
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import ImageReader, step_layout, step_lengths
 from parallel.inputs.remote import is_url
@@ -114,8 +114,9 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None, remo
     with run_errors(), contextlib.ExitStack() as stages:
         errors = stages.enter_context(ErrorLog(writer.output))
         reader = stages.enter_context(StreamReader(
-            items, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
-            workers=_workers(config.workers, remote), prefetch_batches=config.prefetch_batches))
+            items, config.host_batch, size=tuple(config.model.image_size),
+            resize=_resize_of(config.model, config.resize), workers=_workers(config.workers, remote),
+            prefetch_batches=config.prefetch_batches))
         sink = stages.enter_context(WriterThread(writer))
         summary = run_loop(reader, runner, sink, errors, images=0, strict=config.strict, stop=stop, progress=progress)
     reached = summary.written + summary.failed
@@ -153,12 +154,19 @@ def _job_reader(config, paths, positions, total, versions, decode=decode_row):
     """The ImageReader of `paths` of a job at their `positions` (`extract_into`, `extract_rows`): its steps
     those of an uninterrupted run of `total` images (None: only the images given), reads pinned to `versions`."""
     root = getattr(config, "image_root", config.images) or os.getcwd()  # tars: member keys, no root
-    return ImageReader(root, paths, config.host_batch, size=tuple(config.model.image_size), resize=config.resize,
+    return ImageReader(root, paths, config.host_batch, size=tuple(config.model.image_size),
+                       resize=_resize_of(config.model, config.resize),
                        workers=_workers(config.workers, is_url(root) or any(map(is_url, paths))),
                        prefetch_batches=config.prefetch_batches, decode=decode,
                        chunks=step_lengths(positions, config.host_batch),
                        steps=None if total is None else step_layout(positions, config.host_batch, total),
                        versions=versions)
+
+
+def _resize_of(model, mode):
+    """How the reader resizes a job's images: `mode` (--resize, "crop" or "stretch") with the filter and
+    short side of `model` (a ModelSpec), its one source. A `parallel.inputs.decode.Resize`."""
+    return Resize(mode, model.resize_filter, model.resize_short_side)
 
 
 def _workers(workers, remote):
@@ -218,7 +226,8 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         "gpu:0,gpu:1").
       per_device_batch: images per device per step; None: by device kind (12 on CPU devices,
         64 on GPUs), as for `run`.
-      resize: "crop" or "stretch" (see `parallel.inputs.decode`).
+      resize: "crop" or "stretch" (see `parallel.inputs.decode`), with the filter and short side of
+        `model`'s spec.
       workers: decode threads; None: one per core.
       prefetch_batches: host batches decoded ahead of the devices.
       index: for tar members in `images` (tar://<member>::<tar>, as a job's rows name them), the
@@ -263,7 +272,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
     host_batch = per_device_batch * len(devices.names)
     set_float32_precision(model.settings.get("precision"))  # process-global: before the Session
     with open_runner(model, devices, per_device_batch) as runner, ImageReader(
-            root, paths, host_batch, size=tuple(model.image_size), resize=resize, workers=workers,
+            root, paths, host_batch, size=tuple(model.image_size), resize=_resize_of(model, resize), workers=workers,
             prefetch_batches=prefetch_batches, decode=decode) as reader:
         run_loop(reader, runner, sink, failures, images=len(paths))
         if failures.rows:

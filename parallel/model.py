@@ -6,9 +6,12 @@ built by the model's own code when the engine calls it.
 """
 
 import dataclasses
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 
 import numpy as np
+
+# The resize filters a model may ask the reader for (Pillow's of those names: parallel.inputs.decode).
+RESIZE_FILTERS = ("bilinear", "bicubic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +34,17 @@ class ModelSpec:
         existing output written with other settings is not appended to.
       files: the local files the model reads (its weights file): a job never writes its
         output over one of them, --overwrite or not.
+      resize_filter: the filter the reader resizes with, one of RESIZE_FILTERS: "bilinear"
+        (VGG16's, the default) or "bicubic" (CLIP's, DINOv2's checkpoints were trained on it).
+      resize_short_side: None (the default): `--resize crop` takes the centre square and resizes it
+        to `image_size`, as tensorflow-vgg does. An int S >= max(image_size): the whole image is
+        resized so that its short side is S (aspect kept), then its centre `image_size` is cut
+        out, as Hugging Face's image processors do (CLIP: 224 for a 224 crop; DINOv2: 256). With
+        `--resize stretch` it is not used. A model that sets either field says so in
+        `settings["preprocessing"]`: they change its features.
+
+    Raises:
+      ValueError: a bad `resize_filter` or `resize_short_side`, named with the value received.
     """
 
     name: str
@@ -40,3 +54,16 @@ class ModelSpec:
     output_name: str
     settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     files: tuple = ()
+    resize_filter: str = "bilinear"
+    resize_short_side: Optional[int] = None
+
+    def __post_init__(self):
+        if self.resize_filter not in RESIZE_FILTERS:
+            raise ValueError("resize_filter must be one of %s; got %r"
+                             % (", ".join(RESIZE_FILTERS), self.resize_filter))
+        short_side = self.resize_short_side
+        if short_side is not None:
+            crop_side = max(self.image_size)
+            if isinstance(short_side, bool) or not isinstance(short_side, (int, np.integer)) or short_side < crop_side:
+                raise ValueError("resize_short_side must be None or an integer of at least max(image_size) = %d "
+                                 "(the crop must fit in the resized image); got %r" % (crop_side, short_side))

@@ -30,7 +30,7 @@ _EXPORTS = {
     "Manifest": "parallel.inputs.manifest", "discover_images": "parallel.inputs.manifest",
     "read_list": "parallel.inputs.sorting",
     "ImageError": "parallel.inputs.decode", "load_image": "parallel.inputs.decode",
-    "RESIZE_MODES": "parallel.inputs.decode",
+    "RESIZE_MODES": "parallel.inputs.decode", "Resize": "parallel.inputs.decode",
     "ImageReader": "parallel.inputs.reader", "step_lengths": "parallel.inputs.reader",
     "Source": "parallel.inputs.sources", "parse_images": "parallel.inputs.sources",
     "read_member": "parallel.inputs.tars", "read_index": "parallel.inputs.tars",

@@ -45,14 +45,30 @@ composited over white (transparent pixels become white, not black). 16-bit rule:
 data ("I;16", "I;16B", and "I", taken to hold 16-bit values and clipped to 0..65535) keeps
 its high byte, `value >> 8`. Floating point ("F") is rounded and clipped to 0..255.
 
-Resize: "crop" takes the centre square of side min(w, h) and resizes it to (H, W)
-(tensorflow-vgg's preprocessing), "stretch" resizes the whole image; both bilinear, in one
-Pillow call. JPEG draft: large JPEGs are decoded at a reduced scale (1/2, 1/4, 1/8) that keeps
-the short side >= max(H, W) (224 for VGG); features of such photos differ slightly from a
-full-size decode, deterministically.
+Resize (a `Resize`: the mode the job asks for, the filter and short side its model's spec gives):
+
+    "crop", no short side   the centre square of side min(w, h), resized to (H, W) in one Pillow
+                            call (tensorflow-vgg's preprocessing; VGG16, ResNet50, EfficientNetB0,
+                            ConvNeXt)
+    "crop", short side S    the whole image resized so that its short side is S, the long side
+                            int(S * long / short), then its centre (H, W) cut out at offsets
+                            ((h' - H) // 2, (w' - W) // 2): Hugging Face's image processors'
+                            rule (get_resize_output_image_size, center_crop), so CLIP's (S = 224)
+                            and DINOv2's (S = 256) pixels are their processors' (slow, PIL ones)
+    "stretch"               the whole image resized to (H, W)
+
+with Pillow's bilinear (the default) or bicubic filter. The short-side path takes two Pillow calls,
+the resize then an exact crop, as the processors do: one call with the crop as a fractional box is
+not the same (Pillow 13, noise images of 140 sizes: most differ, by 1-2 levels, and by up to 26 on
+upscaled ones).
+
+JPEG draft: large JPEGs are decoded at a reduced scale (1/2, 1/4, 1/8) that keeps the short side
+>= max(H, W) (224 for VGG), or >= S with a short side S; features of such photos differ slightly
+from a full-size decode, deterministically.
 """
 
 import contextlib
+import dataclasses
 import io
 import os
 import stat
@@ -60,11 +76,15 @@ import struct
 import threading
 import warnings
 import zlib
+from typing import Optional
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 RESIZE_MODES = ("crop", "stretch")
+# The filters by the names a ModelSpec gives them (parallel.model.RESIZE_FILTERS: the same names).
+_PILLOW_FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
+RESIZE_FILTERS = tuple(_PILLOW_FILTERS)
 MAX_PIXELS = 100_000_000
 # The bytes of one image held in memory to decode it (a tar member): more is too_large, unread. An
 # image within MAX_PIXELS takes at most 8 bytes a pixel uncompressed (16-bit RGBA): 800 MB.
@@ -83,6 +103,49 @@ _MESSAGE_LIMIT = 300
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _ORIENTATION = 0x0112  # EXIF tag
 _WHITE = (255, 255, 255)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resize:
+    """How an image becomes (H, W): the rule of the module docstring.
+
+    A job's comes from its --resize (`mode`) and its model's spec (`filter`, `short_side`:
+    `ModelSpec.resize_filter`, `ModelSpec.resize_short_side`). Wherever a decode takes `resize`,
+    a mode alone ("crop", "stretch") is `Resize(mode)`: VGG16's rule.
+
+    Attributes:
+      mode: one of RESIZE_MODES.
+      filter: one of RESIZE_FILTERS, Pillow's filter of that name.
+      short_side: None, or (mode "crop") the short side S the whole image is resized to before its
+        centre (H, W) is cut out; an int >= max(H, W), checked against the size by
+        `check_image_arguments`.
+
+    Raises:
+      ValueError: a bad attribute, named with the value received.
+    """
+
+    mode: str = "crop"
+    filter: str = "bilinear"
+    short_side: Optional[int] = None
+
+    def __post_init__(self):
+        if self.mode not in RESIZE_MODES:
+            raise ValueError("resize must be one of %s; got %r" % (", ".join(RESIZE_MODES), self.mode))
+        if self.filter not in RESIZE_FILTERS:
+            raise ValueError("resize filter must be one of %s; got %r" % (", ".join(RESIZE_FILTERS), self.filter))
+        short_side = self.short_side
+        if short_side is not None and (isinstance(short_side, bool) or not isinstance(short_side, (int, np.integer))
+                                       or short_side < 1):
+            raise ValueError("resize short side must be None or a positive integer; got %r" % (short_side,))
+
+
+def resize_rule(resize):
+    """`resize` as a Resize: a Resize as is, a mode ("crop", "stretch") as `Resize(mode)`; ValueError else."""
+    if isinstance(resize, Resize):
+        return resize
+    if isinstance(resize, str):
+        return Resize(resize)
+    raise ValueError("resize must be one of %s, or a Resize; got %r" % (", ".join(RESIZE_MODES), resize))
 
 
 class ImageError(Exception):
@@ -111,7 +174,8 @@ def load_image(path, size=(224, 224), resize="crop", max_pixels=MAX_PIXELS):
     Args:
       path: str or Path of the file (absolute, or relative to the working directory).
       size: (H, W) of the result.
-      resize: "crop" (centre square, then resize) or "stretch" (whole image).
+      resize: "crop" (centre square, then resize) or "stretch" (whole image), or a Resize (a
+        model's filter and short side: see the module docstring).
       max_pixels: images of more pixels (after JPEG draft) are refused before decoding.
 
     Returns:
@@ -121,7 +185,7 @@ def load_image(path, size=(224, 224), resize="crop", max_pixels=MAX_PIXELS):
       ImageError: the file cannot be used; its `kind` is one of KINDS.
       ValueError: a bad `size`, `resize` or `max_pixels`.
     """
-    size, max_pixels = check_image_arguments(size, resize, max_pixels)
+    size, resize, max_pixels = check_image_arguments(size, resize, max_pixels)
     return np.array(_decode(os.fspath(path), size, resize, max_pixels), dtype=np.uint8)
 
 
@@ -133,7 +197,7 @@ def decode_row(path, images, row, size, resize, max_pixels):
       images: uint8 [N, H, W, 3], the batch being filled; only `images[row]` is written.
       row: the index of this image in `images`.
       size: (H, W), as returned by check_image_arguments.
-      resize: one of RESIZE_MODES.
+      resize: a Resize, as returned by check_image_arguments (or one of RESIZE_MODES).
       max_pixels: an int >= 1; larger images fail with kind "too_large".
 
     Returns:
@@ -141,7 +205,7 @@ def decode_row(path, images, row, size, resize, max_pixels):
       so that one bad image is a failure of its own and not of the run.
     """
     try:
-        images[row] = np.asarray(_decode(path, size, resize, max_pixels))
+        images[row] = np.asarray(_decode(path, size, resize_rule(resize), max_pixels))
         return None
     except Exception as error:  # unexpected ones too: a failure of this image, not of the run
         return failure_of(error)
@@ -161,7 +225,7 @@ def decode_bytes_row(data, images, row, size, resize, max_pixels):
         if not len(data):
             raise ImageError("empty", "empty file (0 bytes)")
         with io.BytesIO(data) as file:
-            images[row] = np.asarray(_decode_open(file, size, resize, max_pixels))
+            images[row] = np.asarray(_decode_open(file, size, resize_rule(resize), max_pixels))
         return None
     except Exception as error:  # unexpected ones too: a failure of this image, not of the run
         return failure_of(error)
@@ -187,11 +251,11 @@ def check_image_arguments(size, resize, max_pixels):
 
     Args:
       size: (H, W), two integers >= 1.
-      resize: one of RESIZE_MODES.
+      resize: one of RESIZE_MODES, or a Resize whose short side (if any) is >= max(H, W).
       max_pixels: an integer >= 1.
 
     Returns:
-      ((H, W), max_pixels), as Python ints.
+      ((H, W), Resize, max_pixels), H, W and max_pixels as Python ints.
 
     Raises:
       ValueError: a bad argument, named with the value received.
@@ -202,22 +266,24 @@ def check_image_arguments(size, resize, max_pixels):
         raise ValueError("size must be (height, width); got %r" % (size,)) from None
     if not all(isinstance(side, (int, np.integer)) and side >= 1 for side in (height, width)):
         raise ValueError("size must be two positive integers (height, width); got %r" % (size,))
-    if resize not in RESIZE_MODES:
-        raise ValueError("resize must be one of %s; got %r" % (", ".join(RESIZE_MODES), resize))
+    resize = resize_rule(resize)
+    if resize.short_side is not None and resize.short_side < max(height, width):  # the crop must fit in the image
+        raise ValueError("resize short side must be at least the larger side of size %r; got %r"
+                         % ((height, width), resize.short_side))
     if not isinstance(max_pixels, (int, np.integer)) or max_pixels < 1:
         raise ValueError("max_pixels must be at least 1; got %r" % (max_pixels,))
-    return (int(height), int(width)), int(max_pixels)
+    return (int(height), int(width)), resize, int(max_pixels)
 
 
 def _decode(path, size, resize, max_pixels):
-    """The RGB PIL image of `path`, resized to `size` = (H, W); ImageError when it cannot be."""
+    """The RGB PIL image of `path`, resized to `size` = (H, W) by the Resize `resize`; ImageError when it cannot be."""
     with _open_regular_file(path) as file:
         return _decode_open(file, size, resize, max_pixels)
 
 
 def _decode_open(file, size, resize, max_pixels):
-    """The RGB PIL image in the open binary `file`, resized to `size` = (H, W); ImageError when it cannot be."""
-    height, width = size
+    """The RGB PIL image in the open binary `file`, resized to `size` = (H, W) by the Resize `resize`; ImageError
+    when it cannot be."""
     try:
         try:
             with _bomb_warnings_silenced():
@@ -228,8 +294,10 @@ def _decode_open(file, size, resize, max_pixels):
                              % (_FORMAT_NAMES, file.read(16))) from None
         stored_size = image.size
         # Only JPEG implements draft (a no-op for other formats). Asking for a square of
-        # the larger target side keeps the short side >= it, whatever the EXIF rotation.
-        image.draft("RGB", (max(size), max(size)))
+        # the larger target side (or the short side resized to, never less) keeps the short side
+        # >= it, whatever the EXIF rotation.
+        side = max(size) if resize.short_side is None else resize.short_side
+        image.draft("RGB", (side, side))
         pixels = image.size[0] * image.size[1]
         if pixels > max_pixels:
             raise ImageError("too_large", "image of %dx%d pixels%s is more than the limit of %d pixels"
@@ -241,14 +309,7 @@ def _decode_open(file, size, resize, max_pixels):
         with _bomb_warnings_silenced() if may_warn else contextlib.nullcontext():
             image.load()  # the first frame of an animation: the frame open() leaves current
         image = _upright(image)
-        image = _rgb_or_rgba(image)
-        width_now, height_now = image.size
-        box = None
-        if resize == "crop":
-            side = min(width_now, height_now)
-            left, top = (width_now - side) // 2, (height_now - side) // 2
-            box = (left, top, left + side, top + side)
-        image = image.resize((width, height), Image.Resampling.BILINEAR, box=box)
+        image = _resized(_rgb_or_rgba(image), size, resize)
         if image.mode == "RGBA":  # resized first: Pillow resamples RGBA premultiplied
             opaque = Image.new("RGB", image.size, _WHITE)
             opaque.paste(image, mask=image.getchannel("A"))
@@ -263,6 +324,32 @@ def _decode_open(file, size, resize, max_pixels):
         raise ImageError("too_large", "not enough memory to decode it") from error
     except _DECODE_ERRORS as error:
         raise _decode_error(error) from error
+
+
+def _resized(image, size, resize):
+    """`image` resized to `size` = (H, W) by the Resize `resize` (the rules of the module docstring)."""
+    height, width = size
+    resample = _PILLOW_FILTERS[resize.filter]
+    if resize.mode == "stretch":
+        return image.resize((width, height), resample)
+    if resize.short_side is None:  # the centre square, in one call
+        width_now, height_now = image.size
+        side = min(width_now, height_now)
+        left, top = (width_now - side) // 2, (height_now - side) // 2
+        return image.resize((width, height), resample, box=(left, top, left + side, top + side))
+    resized_width, resized_height = short_side_size(image.size, resize.short_side)
+    left, top = (resized_width - width) // 2, (resized_height - height) // 2
+    return image.resize((resized_width, resized_height), resample).crop((left, top, left + width, top + height))
+
+
+def short_side_size(image_size, short_side):
+    """The (width, height) an image of `image_size` (width, height) is resized to so that its short side is
+    `short_side`, the aspect kept: the long side int(short_side * long / short), truncated, as Hugging Face's
+    `get_resize_output_image_size` and torchvision's `Resize` compute it."""
+    width, height = image_size
+    if width <= height:
+        return short_side, int(short_side * height / width)
+    return int(short_side * width / height), short_side
 
 
 def _open_regular_file(path):

@@ -107,13 +107,14 @@ class ImageReader:
             or URLs (fetched through `parallel.inputs.remote`, retried; see `locate`).
           batch_size: input paths per batch (>= 1).
           size: (H, W) of every image.
-          resize: "crop" or "stretch" (see parallel.inputs.decode).
+          resize: "crop" or "stretch", or a `parallel.inputs.decode.Resize` (with the filter and short
+            side of a model's spec; see parallel.inputs.decode).
           workers: decode threads (>= 1); None: os.cpu_count().
           prefetch_batches: batches decoded ahead of the one the caller holds (>= 1).
           max_pixels: larger images fail with kind "too_large".
           decode: what a worker runs for each image, `decode(path, images, row, size, resize,
             max_pixels)`, with `path` joined to `root` (`parallel.inputs.remote.locate`), `images` the chunk's uint8
-            [len(chunk), H, W, 3] and `size`, `max_pixels` as checked here. It writes
+            [len(chunk), H, W, 3] and `size`, `resize` (a Resize), `max_pixels` as checked here. It writes
             `images[row]` and returns None, or returns (kind, message) for an image that cannot
             be used. An exception it raises is a failure of that image only, as
             `parallel.inputs.decode.failure_of` words it. Default: `parallel.inputs.decode.decode_row`.
@@ -152,8 +153,7 @@ class ImageReader:
             raise ValueError("steps must give a slot to each path of each chunk; got %d steps for %d chunks"
                              % (len(steps), len(self.chunks)))
         self.steps = steps
-        self.size, self.max_pixels = check_image_arguments(size, resize, max_pixels)
-        self.resize = resize
+        self.size, self.resize, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.root = root if is_url(root) else os.path.abspath(os.fspath(root))
         self.batch_size = int(batch_size)
         self.workers = int(workers)

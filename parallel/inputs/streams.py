@@ -57,8 +57,7 @@ class StreamReader:
             raise ValueError("prefetch_batches must be at least 1; got %r" % (prefetch_batches,))
         self.items = items
         self.batch_size, self.workers, self.prefetch_batches = int(batch_size), int(workers), int(prefetch_batches)
-        self.size, self.max_pixels = check_image_arguments(size, resize, max_pixels)
-        self.resize = resize
+        self.size, self.resize, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.count = 0  # items read so far
         self._stop = threading.Event()
         self._thread = self._executor = None

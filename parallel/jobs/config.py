@@ -91,14 +91,21 @@ class Config:
 
     @property
     def settings(self):
-        """What the output records and a rerun must match: the model's settings, the images, the resizing."""
+        """What the output records and a rerun must match: the model's settings, the images, the resizing
+        (--resize, the model's image size, and its resize filter and short side unless they are the defaults)."""
         source = {"images": self.source.description}
         if self.source.kind == TARS:  # shards of tars, their members found as they are read (parallel.jobs.shards)
             source["input"] = "tars"
         if self.images_from is not None:
             source["images_from"] = str(Path(self.images_from).resolve())
-        return dict(self.model.settings, **source, resize=self.resize,
-                    image_size="%dx%d" % tuple(self.model.image_size))
+        resizing = dict(resize=self.resize, image_size="%dx%d" % tuple(self.model.image_size))
+        # A model's own filter and short side change its features: recorded when they are not the defaults
+        # (ModelSpec's class attributes), so that the sidecars of the models that keep them stay as they were.
+        if self.model.resize_filter != ModelSpec.resize_filter:
+            resizing["resize_filter"] = self.model.resize_filter
+        if self.model.resize_short_side is not None:
+            resizing["resize_short_side"] = str(self.model.resize_short_side)
+        return dict(self.model.settings, **source, **resizing)
 
     def scan(self):
         """The Manifest of the job's images as they are now (the folder, the prefix, the list file), or of its tars."""

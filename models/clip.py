@@ -1,0 +1,406 @@
+"""CLIP ViT-B/32 and ViT-B/16 (OpenAI, 2021) from raw TensorFlow ops: the image tower as the engine's model,
+and the text tower (its own Graph and Session) for search by text; built from the table in `clip_layers.py`,
+equal to Hugging Face's `CLIPModel` and keras-hub's `CLIPBackbone` on the same weights.
+
+    images uint8 [N, 224, 224, 3] RGB (the reader resized the short side to 224, bicubic, and cropped the centre)
+      -> (x / 255 - OpenAI mean) / std, on the device
+      -> patch embedding, class token, position embeddings, pre-LayerNorm, 12 pre-LN blocks (QuickGELU)
+      -> class token, post-LayerNorm                                          = pooled    [N, 768]
+      -> visual projection, L2-normalised                                     = embedding [N, 512]
+    token ids int32 [N, 77] -> token + position embeddings -> 12 causal pre-LN blocks -> final LayerNorm
+      -> the end token's position -> text projection, L2-normalised                      [N, 512]
+
+How it is computed: the transformer blocks are `models.vit`'s; LayerNorms and the attention's softmax run in
+float32 whatever the precision. The end token is found as the ids' argmax, as OpenAI's `encode_text`, Hugging Face (for these
+checkpoints, whose config has the legacy eos_token_id 2) and keras-hub all do: CLIP's end-of-text id, 49407, is
+the largest id, so the argmax is its first occurrence.
+
+Variables are `<model>/vision/...` and `<model>/text/...` (`models.vit`'s names under them, e.g.
+"clip_vit_b32/vision/block_0/attention/query/kernel"), created with `tf.compat.v1.get_variable` so that the
+engine's placement strategy gives every device its own copy; their values are loaded from host arrays
+(`vision_variable_values`), never embedded in the graph.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from models import clip_layers, vit
+from models.clip_layers import ENDPOINTS, LAYER_NORM_EPSILON
+from models.clip_weights import HF_FILE, OPEN_CLIP_FILE, TOKENIZER_FILES, load_weights
+from models.common import check_endpoint, compute_dtype
+from models.files import WeightsError, fingerprint
+from models.hub_download import HubFile, hub_file
+from parallel.model import ModelSpec
+
+tf1 = tf.compat.v1
+
+# OpenAI's preprocessing (CLIP's `_transform`, Hugging Face's CLIPImageProcessor): on 0..1.
+RGB_MEAN = (0.48145466, 0.4578275, 0.40821073)
+RGB_STD = (0.26862954, 0.26130258, 0.27577711)
+RESIZE_FILTER, RESIZE_SHORT_SIDE = "bicubic", 224
+PREPROCESSING = ("short side to 224 (bicubic), centre 224x224; (RGB / 255 - OpenAI mean 0.48145466, 0.4578275, "
+                 "0.40821073) / std 0.26862954, 0.26130258, 0.27577711")
+
+# The published checkpoints at a pinned commit. openai/clip-vit-base-patch32's model.safetensors came with the
+# commit c237dc49 (the conversion to safetensors; its main branch's pytorch_model.bin is a pickle); no public
+# source names the file's SHA-256, so the download is checked against the hub's X-Linked-Etag (see
+# models/hub_download.py). No pinned commit of openai/clip-vit-base-patch16 holding model.safetensors is known
+# here: ViT-B/16 takes --weights PATH only (docs/models.md).
+_RANDOM_COMMAND = "python -m models.weight_files random clip-random --model %s"
+_REVISIONS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef"}
+
+
+def hub_files(model):
+    """{file name: HubFile} that "imagenet" means for `model` (a clip_layers.Config): the checkpoint and the
+    tokenizer's files, at one pinned commit; {} for a model without a pinned commit."""
+    revision = _REVISIONS.get(model.name)
+    if revision is None:
+        return {}
+    what = {HF_FILE: "CLIP %s weights (605 MB)" % model.name, "vocab.json": "CLIP's BPE vocabulary",
+            "merges.txt": "CLIP's BPE merges"}
+    return {name: HubFile(model.hub_repo, revision, name, None, description, _RANDOM_COMMAND % model.name)
+            for name, description in what.items()}
+
+
+class Checkpoint:
+    """A CLIP model's `weights` argument: "imagenet" (the published checkpoint, from the hub's cache or
+    downloaded into it), a folder in Hugging Face's layout (model.safetensors, or open_clip_model.safetensors,
+    with vocab.json and merges.txt), or a .safetensors file (the tokenizer's files then looked for beside it).
+
+    Attributes:
+      identity: its part of a job's identity (the hub file's repository, commit and hash, or the file's
+        fingerprint).
+      files: the local files it reads, which a job never writes over: () for "imagenet".
+    """
+
+    def __init__(self, weights, model, cache_dir=None):
+        """
+        Args:
+          weights: "imagenet", a folder or a .safetensors file.
+          model: the clip_layers.Config.
+          cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
+
+        Raises:
+          WeightsError: a path that is neither a file nor a folder holding a checkpoint; "imagenet" for a
+            model without a pinned checkpoint.
+        """
+        self.model, self._cache_dir = model, cache_dir
+        self.imagenet = weights == "imagenet"
+        if self.imagenet:
+            self._hub = hub_files(model)
+            if not self._hub:
+                raise WeightsError("weights=imagenet: no pinned commit of %s with model.safetensors is known; pass "
+                                   "weights=PATH (a folder holding model.safetensors, vocab.json and merges.txt), or "
+                                   "write random weights: %s" % (model.hub_repo, _RANDOM_COMMAND % model.name))
+            self.identity, self.files = self._hub[HF_FILE].identity, ()
+            return
+        path = Path(weights)
+        if path.is_dir():
+            found = [path / name for name in (HF_FILE, OPEN_CLIP_FILE) if (path / name).is_file()]
+            if not found:
+                raise WeightsError("weights=%s is a folder without %s or %s" % (weights, HF_FILE, OPEN_CLIP_FILE))
+            path = found[0]
+        elif not path.is_file():
+            raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
+                               "itself, or 'imagenet')" % (weights, HF_FILE))
+        self._path = path
+        self.identity, self.files = fingerprint(path), (str(path),)
+
+    def path(self):
+        """The checkpoint to read: the hub's cache file for "imagenet" (downloaded if absent), else the file."""
+        return hub_file(self._hub[HF_FILE], self._cache_dir) if self.imagenet else self._path
+
+    def tokenizer_folder(self):
+        """The folder of vocab.json and merges.txt that came with the weights (downloaded for "imagenet").
+
+        Raises:
+          WeightsError: they are not beside the checkpoint.
+        """
+        if self.imagenet:
+            folders = {hub_file(self._hub[name], self._cache_dir).parent for name in TOKENIZER_FILES}
+            return folders.pop()  # one commit, one snapshot folder
+        folder = self._path.parent
+        missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
+        if missing:
+            raise WeightsError("weights=%s: no %s beside it (the tokenizer's files that come with the checkpoint)"
+                               % (self._path, " or ".join(missing)))
+        return folder
+
+
+# ----------------------------------------------------------------------------- the graph
+
+def preprocess(images, dtype=tf.float32):
+    """OpenAI's normalisation, in the graph: the host feeds uint8.
+
+    Args:
+      images: uint8 [N, H, W, 3] RGB.
+      dtype: compute dtype of the result.
+
+    Returns:
+      dtype [N, H, W, 3]: (images / 255 - RGB_MEAN) / RGB_STD, computed in float32.
+    """
+    if images.dtype != tf.uint8:
+        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    pixels = tf.cast(images, tf.float32) * (1.0 / 255.0)
+    return tf.cast((pixels - tf.constant(RGB_MEAN, tf.float32)) / tf.constant(RGB_STD, tf.float32), dtype)
+
+
+def causal_mask(length):
+    """The text tower's additive attention mask: 0 where a position may attend (itself and those before it),
+    -1e9 after it (the softmax, in float32, gives those 0). float32 [length, length], made by ops, not stored."""
+    allowed = tf.linalg.band_part(tf.ones([length, length], tf.float32), -1, 0)
+    return (allowed - 1.0) * 1e9
+
+
+def image_tower(images, model=clip_layers.VIT_B32, endpoint="embedding", dtype=tf.float32, scope=None):
+    """Builds the image tower up to `endpoint` under variable scope `scope` (default: the model's name).
+
+    Args:
+      images: uint8 [N, 224, 224, 3] RGB.
+      model: a clip_layers.Config.
+      endpoint: one of ENDPOINTS.
+      dtype: compute dtype (tf.float32, tf.float16 or tf.bfloat16); the variables are created in it (the
+        LayerNorms' in float32).
+      scope: variable scope of the weights.
+
+    Returns:
+      float32 [N, 768] for pooled, [N, 512] (unit length) for embedding.
+    """
+    check_endpoint(endpoint, ENDPOINTS)
+    size = (model.image_size, model.image_size)
+    if images.shape.rank != 4 or tuple(images.shape[1:]) != size + (3,):
+        raise ValueError("images must be [N, %d, %d, 3]; got %s" % (size + (images.shape,)))
+    width = model.vision.width
+    with tf1.variable_scope(scope or model.name), tf1.variable_scope("vision"):
+        net = vit.patch_embedding(preprocess(images, dtype), model.patch_size, width, bias=False)
+        net = vit.class_token_and_positions(net)
+        net = vit.layer_norm(net, *vit.layer_norm_variables("pre_layer_norm", width), LAYER_NORM_EPSILON)
+        net = vit.transformer(net, model.vision)
+        net = vit.layer_norm(net[:, 0], *vit.layer_norm_variables("post_layer_norm", width), LAYER_NORM_EPSILON)
+        if endpoint == "embedding":
+            net = _projected(net, width, model.projection)
+        return tf.cast(net, tf.float32, name="features")
+
+
+def _projected(net, width, projection):
+    """net [N, width] times projection/kernel [width, projection] (no bias), L2-normalised in float32."""
+    kernel = tf1.get_variable("projection/kernel", (width, projection), net.dtype, tf1.zeros_initializer())
+    return tf.math.l2_normalize(tf.cast(tf.matmul(net, kernel), tf.float32), axis=-1)
+
+
+def text_tower(token_ids, model=clip_layers.VIT_B32, dtype=tf.float32, scope=None):
+    """Builds the text tower under variable scope `scope` (default: the model's name).
+
+    Args:
+      token_ids: int32 [N, 77]: the start token, the tokens, the end token, zeros.
+      model: a clip_layers.Config.
+      dtype: compute dtype; the variables are created in it (the LayerNorms' in float32).
+      scope: variable scope of the weights.
+
+    Returns:
+      float32 [N, 512], unit length: the text embedding, in the image tower's space.
+    """
+    if token_ids.shape.rank != 2 or token_ids.shape[1] != model.context_length:
+        raise ValueError("token_ids must be [N, %d]; got %s" % (model.context_length, token_ids.shape))
+    width = model.text.width
+    with tf1.variable_scope(scope or model.name), tf1.variable_scope("text"):
+        tokens = tf1.get_variable("token_embedding", (model.vocabulary_size, width), dtype,
+                                  tf1.zeros_initializer())
+        positions = tf1.get_variable("position_embedding", (model.context_length, width), dtype,
+                                     tf1.zeros_initializer())
+        net = vit.transformer(tf.gather(tokens, token_ids) + positions, model.text,
+                              mask=causal_mask(model.context_length))
+        # Only the end token's position is used, and a LayerNorm is per position: take it first.
+        ends = tf.argmax(token_ids, axis=1, output_type=tf.int32)
+        net = vit.layer_norm(tf.gather(net, ends, batch_dims=1),
+                             *vit.layer_norm_variables("final_layer_norm", width), LAYER_NORM_EPSILON)
+        return tf.identity(_projected(net, width, model.projection), name="embedding")
+
+
+# ----------------------------------------------------------------------------- the weights
+
+def _block_values(weights, source, target):
+    """One block's variables (`models.vit_layers.block_variables`) from Hugging Face's arrays under `source`:
+    kernels transposed from PyTorch's [out, in] to [in, out]."""
+    values = {}
+    for ours, theirs in (("attention/query", "self_attn.q_proj"), ("attention/key", "self_attn.k_proj"),
+                         ("attention/value", "self_attn.v_proj"), ("attention/output", "self_attn.out_proj"),
+                         ("mlp/fc1", "mlp.fc1"), ("mlp/fc2", "mlp.fc2")):
+        values[target + ours + "/kernel"] = weights[source + theirs + ".weight"].T
+        values[target + ours + "/bias"] = weights[source + theirs + ".bias"]
+    for ours, theirs in (("layer_norm_1", "layer_norm1"), ("layer_norm_2", "layer_norm2")):
+        values.update(_layer_norm_values(weights, source + theirs, target + ours))
+    return values
+
+
+def _layer_norm_values(weights, source, target):
+    return {target + "/gamma": weights[source + ".weight"], target + "/beta": weights[source + ".bias"]}
+
+
+def vision_variable_values(weights, model=clip_layers.VIT_B32, endpoint="embedding", scope=None):
+    """The arrays of the variables `image_tower(model=model, endpoint=endpoint, scope=scope)` creates.
+
+    Args:
+      weights: {Hugging Face name: array} as `clip_weights.load_weights(..., towers=("vision",))` returns.
+      model: the clip_layers.Config.
+      endpoint: the endpoint the graph was built for (the projection only for "embedding").
+      scope: the variable scope the graph was built under (default: the model's name).
+
+    Returns:
+      {"clip_vit_b32/vision/patch_embedding/kernel": float32 [32, 32, 3, 768], ...}: `models.vit_layers`'
+      names under <scope>/vision, and pre_layer_norm, post_layer_norm, projection/kernel [768, 512].
+    """
+    prefix, source = "%s/vision/" % (scope or model.name), "vision_model."
+    values = {
+        prefix + "patch_embedding/kernel": weights[source + "embeddings.patch_embedding.weight"].transpose(2, 3, 1, 0),
+        prefix + "class_token": weights[source + "embeddings.class_embedding"],
+        prefix + "position_embedding": weights[source + "embeddings.position_embedding.weight"],
+    }
+    values.update(_layer_norm_values(weights, source + "pre_layrnorm", prefix + "pre_layer_norm"))
+    for index in range(model.vision.depth):
+        values.update(_block_values(weights, "%sencoder.layers.%d." % (source, index), "%sblock_%d/" % (prefix, index)))
+    values.update(_layer_norm_values(weights, source + "post_layernorm", prefix + "post_layer_norm"))
+    if endpoint == "embedding":
+        values[prefix + "projection/kernel"] = weights["visual_projection.weight"].T
+    return {name: np.ascontiguousarray(array, np.float32) for name, array in values.items()}
+
+
+def text_variable_values(weights, model=clip_layers.VIT_B32, scope=None):
+    """The arrays of the variables `text_tower(model=model, scope=scope)` creates, from {Hugging Face name:
+    array} as `clip_weights.load_weights(..., towers=("text",))` returns."""
+    prefix, source = "%s/text/" % (scope or model.name), "text_model."
+    values = {prefix + "token_embedding": weights[source + "embeddings.token_embedding.weight"],
+              prefix + "position_embedding": weights[source + "embeddings.position_embedding.weight"]}
+    for index in range(model.text.depth):
+        values.update(_block_values(weights, "%sencoder.layers.%d." % (source, index), "%sblock_%d/" % (prefix, index)))
+    values.update(_layer_norm_values(weights, source + "final_layer_norm", prefix + "final_layer_norm"))
+    values[prefix + "projection/kernel"] = weights["text_projection.weight"].T
+    return {name: np.ascontiguousarray(array, np.float32) for name, array in values.items()}
+
+
+# ----------------------------------------------------------------------------- the image model
+
+class ImageModel:
+    """One CLIP model's image tower for the registry (`models.clip:VIT_B32`): `feature_model`."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def feature_model(self, endpoint="embedding", weights="imagenet", precision="fp32", cache_dir=None):
+        """The image tower as the engine's `ModelSpec`.
+
+        Args:
+          endpoint: one of ENDPOINTS (default embedding: the projected class token, unit length, 512 floats).
+          weights: "imagenet" (the published checkpoint from the hub, at a pinned commit), a folder holding
+            model.safetensors (or open_clip_model.safetensors), or a .safetensors file; read once, when the
+            engine asks.
+          precision: one of PRECISION_NAMES; outputs are float32 either way.
+          cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
+
+        Returns:
+          parallel.model.ModelSpec, whose reader resizes the short side to 224 (bicubic) and crops the centre.
+
+        Raises:
+          ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a checkpoint.
+        """
+        check_endpoint(endpoint, ENDPOINTS)
+        dtype = compute_dtype(precision)
+        model = self.model
+        source = Checkpoint(weights, model, cache_dir)
+
+        def read_weights():
+            return vision_variable_values(load_weights(source.path(), model, ("vision",)), model, endpoint)
+
+        return ModelSpec(
+            name=model.name,
+            fn=lambda images: image_tower(images, model, endpoint, dtype),
+            image_size=(model.image_size, model.image_size),
+            load_weights=read_weights,
+            output_name=endpoint,
+            settings={"model": model.name, "layer": endpoint, "weights": source.identity, "precision": precision,
+                      "preprocessing": PREPROCESSING},
+            files=source.files,
+            resize_filter=RESIZE_FILTER,
+            resize_short_side=RESIZE_SHORT_SIDE)
+
+
+VIT_B32 = ImageModel(clip_layers.VIT_B32)
+VIT_B16 = ImageModel(clip_layers.VIT_B16)
+
+
+# ----------------------------------------------------------------------------- the text tower
+
+class TextTower:
+    """CLIP's text tower in a Graph and Session of its own, for search by text.
+
+        with TextTower("clip_vit_b32", weights="clip-random") as tower:
+            embeddings = tower.embed(token_ids)        # float32 [N, 512], unit length
+
+    Attributes:
+      context_length: the token ids' length (77).
+      tokenizer_folder: the folder of vocab.json and merges.txt that came with the weights.
+      identity: the weights' identity, as the image tower's settings record it.
+    """
+
+    def __init__(self, model_name, weights="imagenet", precision="fp32", cache_dir=None):
+        """
+        Args:
+          model_name: "clip_vit_b32" or "clip_vit_b16".
+          weights: as `ImageModel.feature_model`'s.
+          precision: one of PRECISION_NAMES.
+          cache_dir: the hub's cache folder for "imagenet".
+
+        Raises:
+          ValueError: an unknown model or precision; WeightsError: weights that cannot be read, or no tokenizer
+            files beside them.
+        """
+        model = clip_layers.config(model_name)
+        dtype = compute_dtype(precision)
+        source = Checkpoint(weights, model, cache_dir)
+        self.model, self.context_length, self.identity = model, model.context_length, source.identity
+        self.tokenizer_folder = source.tokenizer_folder()
+        values = text_variable_values(load_weights(source.path(), model, ("text",)), model)
+        self._graph = tf.Graph()
+        with self._graph.as_default():
+            self._token_ids = tf1.placeholder(tf.int32, (None, model.context_length), "token_ids")
+            self._embedding = text_tower(self._token_ids, model, dtype)
+            variables = {variable.op.name: variable for variable in tf1.global_variables()}
+            feeds = {name: tf1.placeholder(variable.dtype.base_dtype, variable.shape) for name, variable
+                     in variables.items()}
+            assign = tf.group(*[variables[name].assign(feeds[name]) for name in variables])
+        self._graph.finalize()
+        self._session = tf1.Session(graph=self._graph)
+        self._session.run(assign, {feeds[name]: np.asarray(values[name], feeds[name].dtype.as_numpy_dtype)
+                                   for name in variables})
+
+    def embed(self, token_ids):
+        """The sentences' embeddings.
+
+        Args:
+          token_ids: int32 [N, 77] as CLIP's tokenizer makes them (models.clip_tokenizer).
+
+        Returns:
+          float32 [N, 512], unit length.
+
+        Raises:
+          ValueError: ids of another shape, or outside the vocabulary (naming the value received).
+        """
+        token_ids = np.asarray(token_ids)
+        if token_ids.ndim != 2 or token_ids.shape[1] != self.context_length:
+            raise ValueError("token_ids must be [N, %d]; got shape %s" % (self.context_length, token_ids.shape))
+        if token_ids.size and (token_ids.min() < 0 or token_ids.max() >= self.model.vocabulary_size):
+            raise ValueError("token_ids must be in 0 .. %d; got %d .. %d" % (
+                self.model.vocabulary_size - 1, token_ids.min(), token_ids.max()))
+        return self._session.run(self._embedding, {self._token_ids: token_ids.astype(np.int32)})
+
+    def close(self):
+        """Releases the Session."""
+        self._session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()

@@ -1,0 +1,166 @@
+"""CLIP ViT-B/32 and ViT-B/16 (Radford et al., "Learning Transferable Visual Models From Natural Language
+Supervision", 2021): the table the graph (`clip.py`) and the weight files (`clip_weights.py`) are built from.
+
+It has no TensorFlow, so that reading, checking and writing weight files does not need it.
+
+    image tower, uint8 [N, 224, 224, 3] RGB
+      -> (x / 255 - OpenAI mean) / std; patches of P x P (a P-stride convolution, no bias)     [N, G*G, 768]
+      -> class token first, + position embeddings, pre-LayerNorm                              [N, 1+G*G, 768]
+      -> 12 pre-LN transformer blocks (12 heads, MLP 3072, QuickGELU)
+      -> the class token, post-LayerNorm                                         = pooled     [N, 768]
+      -> visual projection (no bias), L2-normalised                              = embedding  [N, 512]
+    text tower, int32 [N, 77] token ids (start, tokens, end, zeros)
+      -> token + position embeddings                                                          [N, 77, 512]
+      -> 12 pre-LN transformer blocks (8 heads, MLP 2048, QuickGELU), causal attention
+      -> final LayerNorm; the end token's position (the ids' argmax)                          [N, 512]
+      -> text projection (no bias), L2-normalised                                             [N, 512]
+
+G = 224 / P (7 for B/32, 14 for B/16). Every LayerNorm has epsilon 1e-5 (PyTorch's default, which OpenAI's
+and Hugging Face's CLIP use). The parameters are named as Hugging Face's `CLIPModel` names them in
+`model.safetensors`; `PARAMETER_COUNT` pins their total, as the published checkpoints have it.
+"""
+
+import dataclasses
+
+from models.vit_layers import TransformerConfig
+
+# What a user may ask for of the image tower (the command line offers these).
+#   pooled:    the class token after the post-LayerNorm, before the projection (768 floats);
+#   embedding: the projected class token, L2-normalised: CLIP's image embedding, in the text tower's space.
+ENDPOINTS = ("pooled", "embedding")
+DEFAULT_LAYER = "embedding"
+
+IMAGE_SIZE = (224, 224)
+LAYER_NORM_EPSILON = 1e-5
+VOCABULARY_SIZE = 49408  # CLIP's BPE vocabulary: 256 bytes, 256 bytes + "</w>", 48,894 merges, 2 specials
+CONTEXT_LENGTH = 77
+START_OF_TEXT, END_OF_TEXT = 49406, 49407  # the last two ids: the end token is the largest id
+
+
+# OpenAI's two transformers (QuickGELU, PyTorch's LayerNorm epsilon), as `models.vit` builds them.
+VISION = TransformerConfig(768, 12, 12, 3072, activation="quick_gelu", epsilon=LAYER_NORM_EPSILON)
+TEXT = TransformerConfig(512, 12, 8, 2048, activation="quick_gelu", epsilon=LAYER_NORM_EPSILON)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One CLIP model.
+
+    Attributes:
+      name: the registry's name ("clip_vit_b32").
+      hub_repo: the Hugging Face repository of its checkpoint ("openai/clip-vit-base-patch32").
+      patch_size: side of the image tower's patches (32 or 16).
+      vision, text: the two transformers (`models.vit_layers.TransformerConfig`: QuickGELU, epsilon 1e-5).
+      projection: width of the shared embedding space (512).
+      image_size: side of the input images (224).
+      vocabulary_size, context_length: the text tower's token ids and positions.
+    """
+
+    name: str
+    hub_repo: str
+    patch_size: int
+    vision: TransformerConfig = VISION
+    text: TransformerConfig = TEXT
+    projection: int = 512
+    image_size: int = IMAGE_SIZE[0]
+    vocabulary_size: int = VOCABULARY_SIZE
+    context_length: int = CONTEXT_LENGTH
+
+    @property
+    def grid(self):
+        """Patches per side: 7 for B/32, 14 for B/16."""
+        return self.image_size // self.patch_size
+
+    @property
+    def positions(self):
+        """Image tower positions: the class token and the G*G patches."""
+        return 1 + self.grid * self.grid
+
+    def feature_size(self, endpoint):
+        """Floats per image at `endpoint` (pooled: the vision width, 768; embedding: the projection, 512)."""
+        if endpoint not in ENDPOINTS:
+            raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(ENDPOINTS)))
+        return self.vision.width if endpoint == "pooled" else self.projection
+
+
+VIT_B32 = Config("clip_vit_b32", "openai/clip-vit-base-patch32", patch_size=32)
+VIT_B16 = Config("clip_vit_b16", "openai/clip-vit-base-patch16", patch_size=16)
+CONFIGS = {config.name: config for config in (VIT_B32, VIT_B16)}
+
+# Pinned by the tests: the total of the published checkpoints' parameters (both towers, both projections and
+# logit_scale), as Hugging Face's CLIPModel counts them.
+PARAMETER_COUNT = {"clip_vit_b32": 151_277_313, "clip_vit_b16": 149_620_737}
+
+
+def config(name):
+    """The Config of model `name`; ValueError naming the CLIP models there are for any other name."""
+    try:
+        return CONFIGS[name]
+    except (KeyError, TypeError):
+        raise ValueError("model=%r; expected one of %s" % (name, ", ".join(CONFIGS))) from None
+
+
+def _block(prefix, width, mlp_width):
+    """One pre-LN transformer block's parameters, Hugging Face's names under `prefix`."""
+    parameters = []
+    for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        parameters += [("%sself_attn.%s.weight" % (prefix, projection), (width, width)),
+                       ("%sself_attn.%s.bias" % (prefix, projection), (width,))]
+    parameters += [(prefix + "layer_norm1.weight", (width,)), (prefix + "layer_norm1.bias", (width,)),
+                   (prefix + "mlp.fc1.weight", (mlp_width, width)), (prefix + "mlp.fc1.bias", (mlp_width,)),
+                   (prefix + "mlp.fc2.weight", (width, mlp_width)), (prefix + "mlp.fc2.bias", (width,)),
+                   (prefix + "layer_norm2.weight", (width,)), (prefix + "layer_norm2.bias", (width,))]
+    return parameters
+
+
+def vision_parameters(model):
+    """The image tower's parameters: ((Hugging Face name, shape), ...), PyTorch's layouts ([out, in] for a
+    linear layer's weight, [out, in, P, P] for the patch convolution), in the order of the checkpoint's model.
+
+    Args:
+      model: a Config.
+    """
+    width = model.vision.width
+    prefix = "vision_model."
+    parameters = [(prefix + "embeddings.class_embedding", (width,)),
+                  (prefix + "embeddings.patch_embedding.weight", (width, 3, model.patch_size, model.patch_size)),
+                  (prefix + "embeddings.position_embedding.weight", (model.positions, width)),
+                  # Hugging Face's spelling: "pre_layrnorm".
+                  (prefix + "pre_layrnorm.weight", (width,)), (prefix + "pre_layrnorm.bias", (width,))]
+    for index in range(model.vision.depth):
+        parameters += _block("%sencoder.layers.%d." % (prefix, index), width, model.vision.mlp_width)
+    parameters += [(prefix + "post_layernorm.weight", (width,)), (prefix + "post_layernorm.bias", (width,)),
+                   ("visual_projection.weight", (model.projection, width))]
+    return tuple(parameters)
+
+
+def text_parameters(model):
+    """The text tower's parameters: ((Hugging Face name, shape), ...), as `vision_parameters`."""
+    width = model.text.width
+    prefix = "text_model."
+    parameters = [(prefix + "embeddings.token_embedding.weight", (model.vocabulary_size, width)),
+                  (prefix + "embeddings.position_embedding.weight", (model.context_length, width))]
+    for index in range(model.text.depth):
+        parameters += _block("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
+    parameters += [(prefix + "final_layer_norm.weight", (width,)), (prefix + "final_layer_norm.bias", (width,)),
+                   ("text_projection.weight", (model.projection, width))]
+    return tuple(parameters)
+
+
+LOGIT_SCALE = ("logit_scale", ())  # the contrastive loss's temperature (log): in the file, used by neither tower
+
+
+def parameters(model):
+    """Every parameter of the checkpoint: the image tower's, the text tower's, then logit_scale."""
+    return vision_parameters(model) + text_parameters(model) + (LOGIT_SCALE,)
+
+
+def count(shapes):
+    """Parameters in ((name, shape), ...)."""
+    total = 0
+    for _, shape in shapes:
+        size = 1
+        for dimension in shape:
+            size *= dimension
+        total += size
+    return total

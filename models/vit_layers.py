@@ -1,0 +1,99 @@
+"""The Vision Transformer's variables, by name and shape, for any size: the table `vit.py` builds its graph from and
+the models' weight files (DINOv2, CLIP) map their checkpoints onto. No TensorFlow.
+
+A transformer of `depth` pre-LayerNorm blocks of `width` channels; the variables of block i, under the model's
+scope (kernels are [inputs, outputs], as `x @ kernel`: a checkpoint's PyTorch [outputs, inputs] is transposed
+when it is read):
+
+    block_<i>/layer_norm_1/gamma, beta              [width]          (float32 whatever the precision)
+    block_<i>/attention/query/kernel, bias          [width, width], [width]
+    block_<i>/attention/key/kernel, bias            (the same)
+    block_<i>/attention/value/kernel, bias          (the same)
+    block_<i>/attention/output/kernel, bias         (the same)
+    block_<i>/layer_scale_1/gamma                   [width]          (only with layer_scale: DINOv2)
+    block_<i>/layer_norm_2/gamma, beta              [width]          (float32)
+    block_<i>/mlp/fc1/kernel, bias                  [width, mlp_width], [mlp_width]
+    block_<i>/mlp/fc2/kernel, bias                  [mlp_width, width], [width]
+    block_<i>/layer_scale_2/gamma                   [width]          (only with layer_scale)
+
+and an image tower's embeddings:
+
+    patch_embedding/kernel                          [patch, patch, 3, width]  (a conv of stride patch)
+    patch_embedding/bias                            [width]          (only with patch_bias: DINOv2, not CLIP)
+    class_token                                     [width]
+    position_embedding                              [1 + patches, width]
+"""
+
+import dataclasses
+
+ACTIVATIONS = ("gelu", "quick_gelu")  # exact GELU (erf); x * sigmoid(1.702 x), OpenAI's CLIP
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """The size of a stack of pre-LayerNorm transformer blocks.
+
+    Attributes:
+      width: channels of the residual stream.
+      depth: blocks.
+      heads: attention heads (width is a multiple of it).
+      mlp_width: the MLP's hidden channels.
+      activation: one of ACTIVATIONS.
+      layer_scale: each branch is scaled by a learnt per-channel gamma before it is added (DINOv2's LayerScale).
+      epsilon: of every LayerNorm.
+    """
+
+    width: int
+    depth: int
+    heads: int
+    mlp_width: int
+    activation: str = "gelu"
+    layer_scale: bool = False
+    epsilon: float = 1e-6
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError("activation=%r; expected one of %s" % (self.activation, ", ".join(ACTIVATIONS)))
+        if min(self.width, self.depth, self.heads, self.mlp_width) < 1 or self.width % self.heads:
+            raise ValueError("width=%d, depth=%d, heads=%d, mlp_width=%d: all must be positive, width a multiple "
+                             "of heads" % (self.width, self.depth, self.heads, self.mlp_width))
+
+
+def block_variables(config, index):
+    """((name, shape), ...) of block `index`, in the order above ("block_0/layer_norm_1/gamma", ...)."""
+    width, hidden = config.width, config.mlp_width
+    names = [("layer_norm_1/gamma", (width,)), ("layer_norm_1/beta", (width,))]
+    for projection in ("query", "key", "value", "output"):
+        names += [("attention/%s/kernel" % projection, (width, width)), ("attention/%s/bias" % projection, (width,))]
+    if config.layer_scale:
+        names.append(("layer_scale_1/gamma", (width,)))
+    names += [("layer_norm_2/gamma", (width,)), ("layer_norm_2/beta", (width,)),
+              ("mlp/fc1/kernel", (width, hidden)), ("mlp/fc1/bias", (hidden,)),
+              ("mlp/fc2/kernel", (hidden, width)), ("mlp/fc2/bias", (width,))]
+    if config.layer_scale:
+        names.append(("layer_scale_2/gamma", (width,)))
+    return tuple(("block_%d/%s" % (index, name), shape) for name, shape in names)
+
+
+def transformer_variables(config):
+    """((name, shape), ...) of every block, in order."""
+    return tuple(variable for index in range(config.depth) for variable in block_variables(config, index))
+
+
+def embedding_variables(width, patch, patches, patch_bias=True):
+    """((name, shape), ...) of an image tower's embeddings: `patches` patches of patch x patch pixels."""
+    names = [("patch_embedding/kernel", (patch, patch, 3, width))]
+    if patch_bias:
+        names.append(("patch_embedding/bias", (width,)))
+    return tuple(names + [("class_token", (width,)), ("position_embedding", (1 + patches, width))])
+
+
+def size(variables):
+    """Parameters of ((name, shape), ...)."""
+    total = 0
+    for _, shape in variables:
+        count = 1
+        for dimension in shape:
+            count *= dimension
+        total += count
+    return total
