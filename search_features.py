@@ -235,9 +235,11 @@ def _index(args, bars):
     bars.close()
     recall = index.meta["recall_at_build"]
     _say_left_out(index.meta["left_out"])
+    centre = index.meta["centre"]
     print("indexed %d rows of %s (%s%s) into %s; recall@%d at build %s" % (
-        len(index), args.output, index.kind, "" if index.meta["centre"]["centred"] else ", raw cosines: too few "
-        "rows or rows all alike to centre on their mean", folder, recall["k"], recall["recall"]), file=sys.stderr)
+        len(index), args.output, index.kind, "" if centre["centred"] else ", raw cosines: %s" % centre.get(
+            "reason", "too few rows or rows all alike to centre on their mean"), folder, recall["k"],
+        recall["recall"]), file=sys.stderr)
     return EXIT_OK
 
 
