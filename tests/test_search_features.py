@@ -478,3 +478,30 @@ def test_a_page_shows_a_text_query_with_its_images(clip_output, capsys):
         ("photo1.jpg", False, 3), ("a <b>dog</b> on a beach", True, 3)]
     outside = text.split('<script type="application/json"')[0] + text.split("</script>", 1)[1]
     assert "dog" not in outside  # the sentence is data only, put on the page as text by its script
+
+
+COLOURS = {"red": (220, 30, 30), "green": (40, 170, 60), "blue": (30, 60, 210), "yellow": (240, 220, 40),
+           "black": (15, 15, 15), "white": (245, 245, 245)}
+
+
+def test_with_clip_s_weights_a_sentence_finds_the_image_it_names(tmp_path, capsys):
+    """Meaningful only with the published weights (random ones rank at random): skipped without them."""
+    from real_clip import MISSING, real_clip
+    found = real_clip()
+    if found is None:
+        pytest.skip(MISSING)
+    weights = found[0]
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for name, colour in COLOURS.items():  # a plain colour, a little grain as a photograph has
+        pixels = np.clip(np.array(colour) + rng.normal(0, 6, (256, 256, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(images / ("%s.png" % name))
+    assert run_inference.main(["--images", str(images), "--output", str(tmp_path / "f.npy"), "--model",
+                               "clip_vit_b32", "--weights", weights, "--devices", "cpu:0", "--quiet"]) == 0
+    assert run("--quiet", "index", tmp_path / "f.npy") == 0
+    capsys.readouterr()
+    flags = [flag for name in COLOURS for flag in ("--text", "a photo of the colour %s" % name)]
+    assert run("neighbours", tmp_path / "f.npy.index", *flags, "-k", "1", "--weights", weights) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["path"] for row in rows] == ["%s.png" % name for name in COLOURS], rows
