@@ -3,9 +3,10 @@
     python search_features.py index results/features.parquet         # -> results/features.parquet.index/
     python search_features.py --help                                 # the subcommands, examples, exit statuses
 
-This file only parses flags and calls the `search` package. One thing it composes itself: a query
+This file only parses flags and calls the `search` package. Two things it composes itself: a query
 given as an image file is computed through the engine's public API (`parallel.extract`) with the
-settings recorded for the indexed output; `search/` never imports the engine. See docs/search.md.
+settings recorded for the indexed output, and a query given as a sentence (--text) by the model's
+text tower (`models.text_queries`); `search/` never imports the engine or TensorFlow. See docs/search.md.
 """
 
 import argparse
@@ -27,7 +28,8 @@ DESCRIPTION = """\
 Search the features an output holds (run_inference.py's CSV, Parquet or npy output, or a kept
 <output>.shards/ folder): build an index, find the nearest neighbours of images, find every pair
 of near-duplicates, and write a page to look at them. Needs faiss: pip install -e '.[search]'.
-Similarity is the cosine of the vectors centred on the indexed output's mean. See docs/search.md."""
+Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's embedding,
+which a sentence can query (--text), the cosine of the vectors themselves. See docs/search.md."""
 
 EPILOG = """\
 examples:
@@ -38,9 +40,10 @@ examples:
   %(prog)s neighbours IDX new.jpg --weights vgg16.npy
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
+  %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's embedding)
   %(prog)s duplicates IDX --calibrate               the histogram of nearest-neighbour scores
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
-  %(prog)s page IDX --threshold 0.9 --query cats/01.jpg
+  %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
                                                     -> IDX/page/index.html (open it, or:)
   %(prog)s serve IDX/page --port 8000               http://127.0.0.1:8000/ (loopback only)
 
@@ -91,9 +94,9 @@ def parse_args(argv=None):
 
     neighbours = commands.add_parser("neighbours", help="the nearest rows of images or vectors (CSV on stdout)")
     neighbours.add_argument("index", metavar="INDEX")
-    neighbours.add_argument("queries", nargs="+", metavar="QUERY",
+    neighbours.add_argument("queries", nargs="*", metavar="QUERY",
                             help="a path of the indexed output, a .npy of a vector [D] or vectors [Q, D], or "
-                                 "an image file")
+                                 "an image file (or none, with --text)")
     _search_flags(neighbours)
     _query_flags(neighbours)
 
@@ -122,7 +125,10 @@ def parse_args(argv=None):
     serve = commands.add_parser("serve", help="serve a page on 127.0.0.1 until Ctrl-C or SIGTERM (exit 0)")
     serve.add_argument("folder", help="the page's folder")
     serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.command == "neighbours" and not args.queries and not args.text:
+        parser.error("neighbours: give a QUERY or --text SENTENCE")
+    return args
 
 
 def _search_flags(parser):
@@ -150,7 +156,10 @@ def _load(args):
 
 def _query_flags(parser):
     parser.add_argument("-k", type=at_least_one, default=10, help="neighbours per query (default: %(default)s)")
-    parser.add_argument("--weights", help="for image queries: the weights file the output was computed with "
+    parser.add_argument("--text", action="append", default=[], metavar="SENTENCE",
+                        help="a sentence, embedded by the model's text tower (an output of CLIP's embedding "
+                             "layer); repeat")
+    parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "
                                           "(default: 'imagenet' if it was)")
     parser.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
 
@@ -226,9 +235,11 @@ def _index(args, bars):
     bars.close()
     recall = index.meta["recall_at_build"]
     _say_left_out(index.meta["left_out"])
+    centre = index.meta["centre"]
     print("indexed %d rows of %s (%s%s) into %s; recall@%d at build %s" % (
-        len(index), args.output, index.kind, "" if index.meta["centre"]["centred"] else ", raw cosines: too few "
-        "rows or rows all alike to centre on their mean", folder, recall["k"], recall["recall"]), file=sys.stderr)
+        len(index), args.output, index.kind, "" if centre["centred"] else ", raw cosines: %s" % centre.get(
+            "reason", "too few rows or rows all alike to centre on their mean"), folder, recall["k"],
+        recall["recall"]), file=sys.stderr)
     return EXIT_OK
 
 
@@ -252,7 +263,7 @@ def _add(args, bars):
 
 
 def _query_vectors(index, queries, args):
-    """[(label, image path or None, float32 [D] normalised)] for every query, in order."""
+    """[(label, image path or None, float32 [D] normalised)] for every query, in order, then every --text."""
     from search.index import SearchError
     resolved, images = [], []
     for query in queries:
@@ -266,10 +277,14 @@ def _query_vectors(index, queries, args):
             images.append(query)
         else:
             raise SearchError("query %r is not a path in the index, a .npy file or an image file" % query)
+    if args.text:
+        _check_text_queries(index)
     if images:
         computed = dict(zip(images, index.prepare(_image_vectors(index, images, args))))
         resolved = [(label, image, computed[label] if vector is None else vector)
                     for label, image, vector in resolved]
+    if args.text:
+        resolved += [(sentence, None, vector) for sentence, vector in zip(args.text, _text_vectors(index, args))]
     return resolved
 
 
@@ -281,30 +296,55 @@ def _in_index(index, query):
         return False
 
 
-def _image_vectors(index, files, args):
-    """float32 [len(files), D]: the images' features through the engine, with the indexed output's settings."""
+def _query_model(index, args):
+    """The indexed output's model as a ModelSpec, with --weights (default "imagenet"), checked to be the
+    weights the output records (by the identity the model gives them; nothing is read yet)."""
     from search.index import SearchError
     settings = index.settings
     from models import registry
     if settings.get("model") not in registry.NAMES or "layer" not in settings:
         raise SearchError("the indexed output records no model settings: pass the query as a vector (.npy)")
-    weights = args.weights
-    if weights is None:
-        if not str(settings.get("weights", "")).startswith("imagenet"):
-            raise SearchError("the output was computed with weights %r: pass that file with --weights"
-                              % settings.get("weights"))
-        weights = "imagenet"
-    elif weights != "imagenet":
-        from models.files import fingerprint
-        if not Path(weights).is_file():
-            raise SearchError("--weights %s is not a file" % weights)
-        if fingerprint(Path(weights)) != settings.get("weights"):
-            raise SearchError("--weights %s is not the weights the output was computed with (%s)"
-                              % (weights, settings.get("weights")))
+    weights = args.weights or "imagenet"
+    if weights != "imagenet" and not Path(weights).exists():
+        raise SearchError("--weights %s is not a file or folder" % weights)
     _silence_native_logs()  # TensorFlow's start-up lines, as run_inference.py hides them (before its import)
-    from parallel import extract
     model = registry.feature_model(settings["model"], layer=settings["layer"], weights=weights,
                                    precision=settings.get("precision", "fp32"))
+    if model.settings.get("weights") != settings.get("weights"):
+        if args.weights is None:
+            raise SearchError("the output was computed with weights %r: pass that file with --weights"
+                              % settings.get("weights"))
+        raise SearchError("--weights %s is not the weights the output was computed with (%s)"
+                          % (weights, settings.get("weights")))
+    return model, weights
+
+
+def _check_text_queries(index):
+    """A one-line usage error unless the index takes text queries: an output in a text tower's space
+    (models.text_queries), indexed uncentred (search/centre.py)."""
+    from search.index import SearchError
+    from models.text_queries import check_text_queries
+    check_text_queries(index.settings)
+    if index.meta["centre"]["centred"]:
+        raise SearchError("index %s is centred on its rows' mean, which a sentence's embedding cannot be compared "
+                          "with: build it again with `index --overwrite`" % index.folder)
+
+
+def _text_vectors(index, args):
+    """float32 [len(args.text), D] normalised: the sentences by the model's text tower, with the output's
+    weights and precision."""
+    from models.text_queries import text_embedding
+    _, weights = _query_model(index, args)
+    return index.prepare(text_embedding(index.settings["model"], args.text, weights=weights,
+                                        precision=index.settings.get("precision", "fp32")))
+
+
+def _image_vectors(index, files, args):
+    """float32 [len(files), D]: the images' features through the engine, with the indexed output's settings."""
+    from search.index import SearchError
+    settings = index.settings
+    model, _ = _query_model(index, args)
+    from parallel import extract
     paths, features = extract(model, [Path(file) for file in files], devices=args.devices,
                               resize=settings.get("resize", "crop"))
     if len(paths) != len(files):
@@ -313,18 +353,23 @@ def _image_vectors(index, files, args):
 
 
 def _neighbour_lists(index, args, queries):
+    """[(label, image path or None, [(path, score)] best first, whether the query is a sentence)]."""
     resolved = _query_vectors(index, queries, args)
     k = min(args.k, len(index))
     ids, scores = index.search_ids(np.stack([vector for _, _, vector in resolved]), k)
-    return [(label, image, [(index.paths[row], float(score)) for row, score in zip(row_ids, row_scores) if row >= 0])
-            for (label, image, _), row_ids, row_scores in zip(resolved, ids, scores)]
+    first_text = len(resolved) - len(args.text)  # the sentences come last
+    lists = []
+    for number, ((label, image, _), row_ids, row_scores) in enumerate(zip(resolved, ids, scores)):
+        found = [(index.paths[row], float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
+        lists.append((label, image, found, number >= first_text))
+    return lists
 
 
 def _neighbours(args, bars):
     from parallel.output.csv_rows import csv_line
     index = _load(args)
     lines = [csv_line(["query", "rank", "score", "path"])]
-    for label, _, found in _neighbour_lists(index, args, args.queries):
+    for label, _, found, _ in _neighbour_lists(index, args, args.queries):
         lines += [csv_line([label, str(rank), "%.6f" % score, path]) for rank, (path, score) in enumerate(found, 1)]
     sys.stdout.buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
     return EXIT_OK
@@ -357,8 +402,9 @@ def _page(args, bars):
     index = _load(args)
     folder = Path(args.out or index.folder / "page")
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
-    queries = [{"label": label, "image": image, "neighbours": found}
-               for label, image, found in _neighbour_lists(index, args, args.query)] if args.query else []
+    queries = [{"label": label, "image": image, "neighbours": found, "text": text}
+               for label, image, found, text in _neighbour_lists(index, args, args.query)] \
+        if args.query or args.text else []
     groups = []
     if args.threshold is not None:
         pairs, _ = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=bars)

@@ -19,9 +19,11 @@ The modules, one job each:
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
-only `parallel.output`'s readers and `parallel.messages`, which import neither. faiss is imported
-on first use (`pip install -e '.[search]'`). Computing the vector of a new image is the command
-line's business (search_features.py), through the engine's public API.
+only `parallel.output`'s readers and `parallel.messages`, which import neither, and the table of
+`models.text_queries` (which layers are in a text tower's space: not centred, centre.py). faiss is
+imported on first use (`pip install -e '.[search]'`). Computing the vector of a new image or of a
+sentence is the command line's business (search_features.py), through the engine's public API and
+`models.text_queries`.
 """
 
 from parallel.lazy import lazy_exports

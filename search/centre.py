@@ -5,6 +5,11 @@
 The centre is the rows' mean, unless the collection cannot give one (`choose_centre`): then it is
 zero, and the scores are raw cosines (docs/search.md, "What a score means at each size"). Rows with a
 value that is not finite take no part (the fill leaves them out).
+
+An output whose vectors share a space with a text tower's (CLIP's `embedding`: `uncentred_reason`) is
+never centred: a sentence's embedding sits in another cluster than the images' (the modality gap), so
+centring both on the images' mean would change which images a sentence finds. Raw, a text query's score
+is the cosine of the two embeddings, CLIP's own zero-shot score.
 """
 
 import numpy as np
@@ -15,9 +20,25 @@ CENTRE_MIN_ROWS = 10       # fewer rows: no centring (centred cosines average -1
 CENTRE_MIN_SPREAD = 0.01   # ... nor when the rows keep less than this share of their energy off the mean
 
 
-def mean_and_sample(source, batch_rows, seed, progress, sample_rows):
+def uncentred_reason(settings):
+    """Why an output of `settings` (its record's) is never centred, or None when `choose_centre` decides.
+
+    Reads `models.text_queries.TEXT_LAYERS`, a table (no TensorFlow): which layer of which model is in a
+    text tower's space.
+    """
+    from models.text_queries import shares_text_space
+    if shares_text_space(settings):
+        return ("%s %s is in its text tower's space: raw cosines, so that a sentence's score is CLIP's cosine"
+                % (settings.get("model"), settings.get("layer")))
+    return None
+
+
+def mean_and_sample(source, batch_rows, seed, progress, sample_rows, centre=True):
     """First pass: the centre (`choose_centre`) and up to `sample_rows` rows chosen at random, shuffled;
     rows with a value that is not finite take no part (the fill leaves them out).
+
+    Args:
+      centre: False, or the reason (str) not to centre: the centre is zero whatever the rows.
 
     Returns:
       (centre float32 [D], sample float32 [S, D], the centre's record for index.json).
@@ -52,24 +73,29 @@ def mean_and_sample(source, batch_rows, seed, progress, sample_rows):
         raise SearchError("output=%s: the %d rows sampled all hold values that are not finite: write it again"
                           % (source.output, take))
     sample = np.concatenate(sample)
-    mean, centre = choose_centre(sums, squares, finite_rows)
-    return mean, sample[rng.permutation(len(sample))], centre
+    mean, record = choose_centre(sums, squares, finite_rows, centre)
+    return mean, sample[rng.permutation(len(sample))], record
 
 
-def choose_centre(sums, squares, rows):
+def choose_centre(sums, squares, rows, centre=True):
     """The centre of the vectors whose sum is `sums` (float64 [D]) and sum of squared norms `squares`.
 
     The mean, unless the collection cannot give a centre: fewer than CENTRE_MIN_ROWS rows (each row
     weighs 1/N in its own centre: two rows centred always score -1), or rows that keep less than
     CENTRE_MIN_SPREAD of their energy off the mean (all alike: an image and its near-copies would be
-    left with rounding noise, or with nothing). Then the centre is zero: scores are raw cosines.
+    left with rounding noise, or with nothing), or `centre` is not True (False, or the reason why not:
+    `uncentred_reason`). Then the centre is zero: scores are raw cosines.
 
     Returns:
-      (float32 [D], {"centred": bool, "rows": N, "spread": the share of the energy off the mean}).
+      (float32 [D], {"centred": bool, "rows": N, "spread": the share of the energy off the mean}, with
+      "reason": `centre` when it is a reason).
     """
     mean = sums / rows
     energy = squares / rows
     spread = max(0.0, energy - float(mean @ mean)) / energy if energy > 0 else 0.0
-    centred = rows >= CENTRE_MIN_ROWS and spread >= CENTRE_MIN_SPREAD
-    centre = mean.astype(np.float32) if centred else np.zeros(len(sums), dtype=np.float32)
-    return centre, {"centred": bool(centred), "rows": int(rows), "spread": round(spread, 6)}
+    centred = centre is True and rows >= CENTRE_MIN_ROWS and spread >= CENTRE_MIN_SPREAD
+    vector = mean.astype(np.float32) if centred else np.zeros(len(sums), dtype=np.float32)
+    record = {"centred": bool(centred), "rows": int(rows), "spread": round(spread, 6)}
+    if isinstance(centre, str):
+        record["reason"] = centre
+    return vector, record

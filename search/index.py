@@ -9,7 +9,8 @@ fc7 after the ReLU is non-negative, and without centring every cosine is high (f
 The mean is a centre only when the collection can give one (search/centre.py): with fewer than
 CENTRE_MIN_ROWS rows, each row weighs too much in it (two rows always score -1 with each other), and
 rows all alike (near-copies of one image) have nothing left once it is taken away; such an index
-keeps the raw cosine (its centre is zero), and index.json says which (`centre`).
+keeps the raw cosine (its centre is zero), and index.json says which (`centre`). So does an output in a
+text tower's space (CLIP's embedding: search/centre.py), whose rows a sentence is compared with.
 
 Rows with a value that is not finite (inf, nan) are left out of the index and named in index.json
 (`left_out`): one would otherwise spoil the mean and every score.
@@ -39,7 +40,7 @@ from parallel.output.durable import replace_atomically
 from search.kinds import (KINDS, SearchError, check_rows_for_kind, choose_kind, import_faiss,  # noqa: F401
                           new_index, normalise, training_rows)
 from search.kinds import EF_SEARCH, RECALL_TARGET, RERANK, search_steps
-from search.centre import mean_and_sample
+from search.centre import mean_and_sample, uncentred_reason
 from search.exact import stored_matrix, top_k
 from search.metadata import VERSION, check_faiss_index, checked_meta
 from search.recall import ExactNeighbours
@@ -88,7 +89,7 @@ class Index:
     # ----------------------------------------------------------------------------------------- building
     @classmethod
     def build(cls, output, folder, kind=None, batch_rows=4096, progress=None, source=None, seed=0,
-              full_vectors=True):
+              full_vectors=True, centre=None):
         """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
 
         Two passes over the rows, a batch at a time: the first takes their mean and a sample (the
@@ -107,6 +108,9 @@ class Index:
           full_vectors: ivfpq: keep every normalised vector in float16 in the folder (2 D bytes a
             row on disk) to re-rank each search's candidates in the full dimensions; False: the
             PCA's scores and order only (less disk, lower recall: docs/benchmarks.md#search).
+          centre: None: as the output's settings say (`search.centre.uncentred_reason`: an output in a
+            text tower's space is not centred), else centred when the rows allow it (`choose_centre`);
+            True: centred when the rows allow it, whatever the model; False: never centred (raw cosines).
 
         Returns:
           Index; `meta["left_out"]` names the rows left out (values not finite).
@@ -124,8 +128,12 @@ class Index:
         kind = kind or choose_kind(source.count, source.feature_size)
         check_rows_for_kind(kind, source.count, source.output)
         started = time.monotonic()
+        if centre not in (None, True, False):
+            raise SearchError("centre=%r; expected None (as the output's model says), True or False" % (centre,))
+        if centre is None:
+            centre = uncentred_reason(source.settings) or True
         mean, sample, centre = mean_and_sample(source, batch_rows, seed, progress,
-                                                max(RECALL_QUERIES, training_rows(kind)))
+                                                max(RECALL_QUERIES, training_rows(kind)), centre=centre)
         check_rows_for_kind(kind, centre["rows"], source.output)
         queries = sample[:RECALL_QUERIES].copy()  # the sample is in random order; a copy, so that it can go
         faiss_index, parameters = new_index(faiss, kind, source.feature_size, centre["rows"],

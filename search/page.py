@@ -10,7 +10,9 @@ fetched through fsspec with the engine's retries), or a tar member (`tar://<memb
 range, found in the output's members index). The page itself fetches nothing from elsewhere: no CDN, font or script,
 and a Content-Security-Policy that lets the page load only its own files. Groups are shown
 GROUPS_PER_PAGE at a time (buttons page through them) and thumbnails load lazily, so a report
-of thousands of groups opens at once. Image paths are shown as text (textContent), never as HTML.
+of thousands of groups opens at once. Image paths and a text query's sentence are shown as text
+(textContent), never as HTML: a sentence is the title of its query, and stands in a tile where an image
+query's thumbnail would.
 """
 
 import concurrent.futures
@@ -139,6 +141,9 @@ figure{margin:0;width:164px;background:#fff;border:1px solid #ddd;padding:2px}
 figure.query{border:2px solid #c03030}
 figure img{display:block;width:160px;height:160px;object-fit:contain;background:#eee}
 figcaption{font-size:11px;overflow-wrap:anywhere}
+figure.sentence{display:flex;align-items:center;justify-content:center;height:160px;font-size:15px;
+text-align:center;overflow-wrap:anywhere;overflow:hidden;background:#fff8e6}
+h3.sentence::before{content:"text: "}
 .pager button{margin-right:.5em}.meta{color:#555}
 """
 
@@ -160,6 +165,12 @@ function showQueries() {
   for (const query of data.queries) {
     const title = document.createElement("h3"); title.textContent = query.label; box.append(title);
     const row = document.createElement("div"); row.className = "row";
+    if (query.text) {
+      title.className = "sentence";
+      const tile = document.createElement("figure"); tile.className = "query sentence";
+      tile.textContent = "\u201c" + query.label + "\u201d";
+      row.append(tile);
+    }
     if (query.thumb) row.append(figure({path: query.label, thumb: query.thumb, query: true}));
     for (const item of query.neighbours) row.append(figure(item));
     box.append(row);
@@ -213,7 +224,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     Args:
       folder: the report's folder (str or Path).
       queries: list of {"label": str, "image": path of the query image or None,
-        "neighbours": [(path, score), ...]}.
+        "neighbours": [(path, score), ...], "text": True for a sentence (its label; optional)}.
       groups: list of lists of paths, largest first.
       histogram: (counts [B], edges [B + 1]) of nearest-neighbour scores, or None.
       threshold: the duplicates threshold, drawn on the histogram; None: not drawn.
@@ -238,6 +249,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     thumbs = _thumbnails(folder, images, images_root, members, progress)
     data = {
         "queries": [{"label": query["label"], "thumb": thumbs.get(query.get("image")),
+                     "text": bool(query.get("text")),
                      "neighbours": [{"path": path, "score": float(score), "thumb": thumbs[path]}
                                     for path, score in query["neighbours"]]} for query in queries],
         "groups": [{"size": len(group), "members": [{"path": path, "thumb": thumbs[path]}

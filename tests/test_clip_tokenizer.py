@@ -2,7 +2,6 @@
 sentences (unicode, emoji, long ones cut); CLIP's own ids; start, end, padding, truncation; bad files."""
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +9,8 @@ import pytest
 
 from models import clip_tokenizer
 from models.clip_tokenizer import CONTEXT_LENGTH, Tokenizer, write_test_vocabulary
+from real_clip import MISSING, real_clip
 from sentences import sentences
-
-# A folder with CLIP's own vocab.json and merges.txt (a checkpoint's), for the parity test on the full
-# vocabulary; without it that test is skipped.
-REAL_FOLDER = os.environ.get("CLIP_TOKENIZER_FOLDER")
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +163,12 @@ def test_bad_files_are_one_line_naming_the_file(folder, tmp_path, vocabulary, me
     assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
 
 
-@pytest.mark.skipif(REAL_FOLDER is None, reason="CLIP's own vocab.json and merges.txt are not here: set "
-                                                "CLIP_TOKENIZER_FOLDER to a checkpoint's folder to run it")
 def test_the_ids_are_hugging_face_fast_tokenizers_on_clips_own_vocabulary():
-    tokenizer = Tokenizer.from_folder(REAL_FOLDER)
+    found = real_clip()
+    if found is None:
+        pytest.skip(MISSING)
+    folder = found[1]
+    tokenizer = Tokenizer.from_folder(folder)
     assert (tokenizer.start_id, tokenizer.end_id) == (49406, 49407)
-    ours = _check_parity(tokenizer, hugging_face(REAL_FOLDER, tokenizer), sentences(300, long=30, special=True))
+    ours = _check_parity(tokenizer, hugging_face(folder, tokenizer), sentences(300, long=30, special=True))
     assert list(ours[0, :3]) == [49406, 320, 1125]

@@ -357,3 +357,151 @@ def test_page_does_not_replace_an_index_html_it_did_not_write(output, tmp_path, 
     assert (site / "index.html").read_text() == "<html>mine</html>" and sorted(site.iterdir()) == [site / "index.html"]
     assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site, "--overwrite") == 0
     assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site) == 0  # now its own page
+
+
+# ----------------------------------------------------------------------------- text queries (CLIP)
+
+SENTENCES = ["a photo of a dog", "a red square", "Ein Hund am Strand 🏖️"]
+
+
+def _colour_images(count, seed=3):
+    """uint8 [count, 224, 224, 3]: smooth colour images (upsampled noise), each its own."""
+    rng = np.random.default_rng(seed)
+    return np.stack([np.asarray(Image.fromarray(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8)).resize(
+        (224, 224), Image.BICUBIC)) for _ in range(count)])
+
+
+@pytest.fixture(scope="module")
+def clip_output(tmp_path_factory, photographs):
+    """An output of CLIP's embedding layer, with the settings its model records: the image tower's embeddings
+    of the five photographs and 15 colour images, by a small CLIP of the real layout under ViT-B/32's name
+    (tests/small_clip.py), whose weights' identity the settings record. Yields (folder, weights, rows)."""
+    from models import clip
+    from parallel import engine
+    from parallel.devices import resolve_devices
+    from parallel.output import open_writer
+    from small_clip import SMALL, small_clip
+    folder = tmp_path_factory.mktemp("clip-output")
+    with small_clip(folder / "clip") as weights:
+        spec = clip.ImageModel(SMALL).feature_model(weights=str(weights))
+        images = np.concatenate([photographs, _colour_images(15)])
+        with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=10) as runner:
+            rows = runner.run(images)
+        paths = ["photo%d.jpg" % row for row in range(5)] + ["colour%02d.png" % row for row in range(15)]
+        writer = open_writer(folder / "f.npy", format="npy", feature_size=rows.shape[1], settings=spec.settings)
+        writer.write(paths, rows)
+        writer.close()
+        yield folder, weights, rows
+
+
+def _text_embeddings(weights, sentences):
+    """The sentences' embeddings by CLIP's text tower and tokenizer themselves (not through search_features)."""
+    from models.clip import TextTower
+    from models.clip_tokenizer import Tokenizer
+    with TextTower("clip_vit_b32", weights=str(weights)) as tower:
+        return tower.embed(Tokenizer.from_folder(tower.tokenizer_folder).encode(sentences))
+
+
+def test_a_text_query_s_scores_are_clip_s_cosines(clip_output, capsys):
+    folder, weights, rows = clip_output
+    index = folder / "f.npy.index"
+    assert run("--quiet", "index", folder / "f.npy") == 0
+    meta = json.loads((index / "index.json").read_text())
+    assert meta["centre"]["centred"] is False and "text tower's space" in meta["centre"]["reason"]
+    assert not any(meta["mean"])
+    capsys.readouterr()
+    assert run("neighbours", index, "photo2.jpg", "--text", SENTENCES[0], "--text", SENTENCES[1], "-k", "20",
+               "--weights", weights) == 0
+    found = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["query"] for row in found[::20]] == ["photo2.jpg"] + SENTENCES[:2]  # paths first, then sentences
+    cosines = _text_embeddings(weights, SENTENCES[:2]) @ rows.T / np.linalg.norm(rows, axis=1)
+    for number, sentence in enumerate(SENTENCES[:2]):
+        ranked = [row for row in found if row["query"] == sentence]
+        scores = np.array([float(row["score"]) for row in ranked])
+        expected = {"photo%d.jpg" % row if row < 5 else "colour%02d.png" % (row - 5): cosines[number, row]
+                    for row in range(20)}
+        np.testing.assert_allclose(scores, [expected[row["path"]] for row in ranked], atol=1e-5)
+        assert list(scores) == sorted(scores, reverse=True) and len(ranked) == 20
+        assert scores.max() - scores.min() >= 100 * 1e-5  # the images score apart: the check can fail
+
+
+def test_text_queries_on_an_output_without_a_text_tower_are_one_line_and_status_2(clip_output, output, tmp_path,
+                                                                                  capsys):
+    folder, weights, _ = clip_output
+    assert run("--quiet", "index", output) == 0  # VGG16's relu7 (search_data.SETTINGS)
+    capsys.readouterr()
+    assert run("neighbours", tmp_path / "f.npy.index", "--text", "a dog") == 2
+    _one_line_error(capsys, "a text query needs an output of a model with a text tower",
+                    "this output's model is 'vgg16'")
+    assert run("neighbours", tmp_path / "f.npy.index") == 2
+    assert "give a QUERY or --text SENTENCE" in capsys.readouterr().err
+    # CLIP's layer pooled is not in the text tower's space.
+    settings = json.loads((folder / "f.npy.run.json").read_text())["settings"]
+    write_npy(tmp_path / "pooled.npy", clustered(20), settings=dict(settings, layer="pooled", feature_size="64"))
+    assert run("--quiet", "index", tmp_path / "pooled.npy") == 0
+    capsys.readouterr()
+    assert run("neighbours", tmp_path / "pooled.npy.index", "--text", "a dog", "--weights", weights) == 2
+    _one_line_error(capsys, "needs clip_vit_b32's layer embedding", "holds layer 'pooled'")
+
+
+def test_a_text_query_needs_the_output_s_weights_and_an_uncentred_index(clip_output, tmp_path, capsys):
+    from search.index import Index
+    from small_clip import write_small_clip
+    folder, weights, _ = clip_output
+    index = tmp_path / "clip.index"
+    assert run("--quiet", "index", folder / "f.npy", "--index", index) == 0
+    capsys.readouterr()
+    assert run("neighbours", index, "--text", "a dog") == 2  # computed with a folder: --weights is needed
+    _one_line_error(capsys, "the output was computed with weights 'model.safetensors (",
+                    "pass that file with --weights")
+    other = write_small_clip(tmp_path / "other", seed=1)
+    assert run("neighbours", index, "--text", "a dog", "--weights", other) == 2
+    _one_line_error(capsys, "--weights %s is not the weights the output was computed with" % other)
+    # Centred on the images' mean (asked for in Python), the index cannot take a sentence.
+    centred = Index.build(folder / "f.npy", tmp_path / "centred.index", centre=True)
+    assert centred.meta["centre"]["centred"] is True  # these rows allow a centre: not centring was CLIP's choice
+    assert run("neighbours", tmp_path / "centred.index", "--text", "a dog", "--weights", weights) == 2
+    _one_line_error(capsys, "is centred on its rows' mean, which a sentence's embedding cannot be "
+                                         "compared with")
+
+
+def test_a_page_shows_a_text_query_with_its_images(clip_output, capsys):
+    folder, weights, _ = clip_output
+    index = folder / "page.index"
+    assert run("--quiet", "index", folder / "f.npy", "--index", index) == 0
+    assert run("--quiet", "page", index, "--text", "a <b>dog</b> on a beach", "--query", "photo1.jpg", "-k", "3",
+               "--weights", weights) == 0
+    text = (index / "page" / "index.html").read_text()
+    data = json.loads(text.split('<script type="application/json" id="data">')[1].split("</script>")[0]
+                      .replace("<\\/", "</"))
+    assert [(query["label"], query["text"], len(query["neighbours"])) for query in data["queries"]] == [
+        ("photo1.jpg", False, 3), ("a <b>dog</b> on a beach", True, 3)]
+    outside = text.split('<script type="application/json"')[0] + text.split("</script>", 1)[1]
+    assert "dog" not in outside  # the sentence is data only, put on the page as text by its script
+
+
+COLOURS = {"red": (220, 30, 30), "green": (40, 170, 60), "blue": (30, 60, 210), "yellow": (240, 220, 40),
+           "black": (15, 15, 15), "white": (245, 245, 245)}
+
+
+def test_with_clip_s_weights_a_sentence_finds_the_image_it_names(tmp_path, capsys):
+    """Meaningful only with the published weights (random ones rank at random): skipped without them."""
+    from real_clip import MISSING, real_clip
+    found = real_clip()
+    if found is None:
+        pytest.skip(MISSING)
+    weights = found[0]
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for name, colour in COLOURS.items():  # a plain colour, a little grain as a photograph has
+        pixels = np.clip(np.array(colour) + rng.normal(0, 6, (256, 256, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(images / ("%s.png" % name))
+    assert run_inference.main(["--images", str(images), "--output", str(tmp_path / "f.npy"), "--model",
+                               "clip_vit_b32", "--weights", weights, "--devices", "cpu:0", "--quiet"]) == 0
+    assert run("--quiet", "index", tmp_path / "f.npy") == 0
+    capsys.readouterr()
+    flags = [flag for name in COLOURS for flag in ("--text", "a photo of the colour %s" % name)]
+    assert run("neighbours", tmp_path / "f.npy.index", *flags, "-k", "1", "--weights", weights) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["path"] for row in rows] == ["%s.png" % name for name in COLOURS], rows

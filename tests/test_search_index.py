@@ -381,3 +381,40 @@ def test_an_exact_build_holds_no_training_sample(tmp_path):
         tracemalloc.stop()
     assert len(index) == 9 * 4096 and index.meta["recall_at_build"]["recall"] == 1.0
     assert peak < 100 << 20, peak / 2 ** 20  # numpy's arrays (faiss's storage is not traced)
+
+
+CLIP_SETTINGS = {"model": "clip_vit_b32", "layer": "embedding", "weights": "model.safetensors (1 bytes)",
+                 "precision": "fp32"}
+
+
+def test_an_output_in_a_text_tower_s_space_is_not_centred_unless_asked(tmp_path):
+    rows = clustered(200)
+    write_npy(tmp_path / "clip.npy", rows, settings=CLIP_SETTINGS)
+    write_npy(tmp_path / "pooled.npy", rows, settings=dict(CLIP_SETTINGS, layer="pooled"))
+    raw = Index.build(tmp_path / "clip.npy", tmp_path / "clip.index")
+    assert raw.meta["centre"]["centred"] is False and "text tower's space" in raw.meta["centre"]["reason"]
+    assert not raw.mean.any()
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    _, scores = raw.search(rows[:3], k=200)
+    np.testing.assert_allclose(np.sort(scores, axis=1), np.sort(unit[:3] @ unit.T, axis=1), atol=1e-5)
+    # The same rows of another layer, or asked for: centred, as the rows allow.
+    for index in (Index.build(tmp_path / "pooled.npy", tmp_path / "pooled.index"),
+                  Index.build(tmp_path / "clip.npy", tmp_path / "centred.index", centre=True)):
+        assert index.meta["centre"]["centred"] is True and "reason" not in index.meta["centre"]
+    never = Index.build(tmp_path / "pooled.npy", tmp_path / "never.index", centre=False)
+    assert never.meta["centre"]["centred"] is False and "reason" not in never.meta["centre"]
+    with pytest.raises(SearchError, match="centre='no'; expected None"):
+        Index.build(tmp_path / "clip.npy", tmp_path / "bad.index", centre="no")
+    loaded = Index.load(tmp_path / "clip.index")
+    assert loaded.meta["centre"] == raw.meta["centre"] and not loaded.mean.any()
+
+
+def test_building_an_index_of_a_clip_output_imports_no_tensorflow(tmp_path):
+    write_npy(tmp_path / "clip.npy", clustered(50), settings=CLIP_SETTINGS)
+    code = ("import sys\nfrom search import Index\nIndex.build(%r, %r)\n"
+            "print(sorted(name for name in sys.modules if name.split('.')[0] in ('tensorflow', 'keras', 'models')))"
+            % (str(tmp_path / "clip.npy"), str(tmp_path / "clip.index")))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['models', 'models.text_queries']"  # the table only

@@ -181,6 +181,49 @@ def test_the_page_in_chromium(report, tmp_path, served):
     assert pixels.std() > 10  # not blank
 
 
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not installed "
+                                                  "(apt-get install chromium; .ci/run does)")
+def test_a_text_query_in_chromium_is_its_sentence_then_its_images(tmp_path):
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+    from playwright.sync_api import sync_playwright
+    images = tmp_path / "images"
+    names = photos(images, 4)
+    sentence = 'a <b>red</b> "square" & <img src=x onerror=alert(1)>'
+    page = write_page(tmp_path / "page", images_root=images, queries=[
+        {"label": sentence, "image": None, "text": True, "neighbours": [(name, 0.3 - 0.01 * rank)
+                                                                         for rank, name in enumerate(names[:3])]},
+        {"label": names[3], "image": str(images / names[3]), "neighbours": [(names[3], 1.0)]}])
+    errors = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS)
+        try:
+            view = browser.new_page(viewport={"width": 1100, "height": 900})
+            view.on("console", lambda message: message.type == "error" and errors.append(message.text))
+            view.on("pageerror", lambda error: errors.append(str(error)))
+            view.goto(page.as_uri())
+            view.wait_for_function("Array.from(document.images).every(img => img.complete)", timeout=15000)
+            titles = view.eval_on_selector_all("#queries h3", "nodes => nodes.map(n => [n.className, n.innerText])")
+            rows = view.eval_on_selector_all("#queries .row", "rows => rows.map(row => Array.from(row.children)"
+                                                              ".map(child => [child.className, child.innerText, "
+                                                              "child.querySelector('img') ? child.querySelector('img')"
+                                                              ".naturalWidth : 0]))")
+            injected = view.evaluate("document.querySelectorAll('#queries b, #queries img:not([src^=\"thumbs/\"])')"
+                                     ".length")
+            view.screenshot(path=str(tmp_path / "shot.png"))
+        finally:
+            browser.close()
+    assert errors == [] and injected == 0
+    # The sentence is the first query's title and its first tile, as text; then its three images, loaded.
+    assert titles == [["sentence", sentence], ["", names[3]]]  # its title says "text: " before it (CSS)
+    assert rows[0][0] == ["query sentence", "\u201c%s\u201d" % sentence, 0]
+    assert [tile[0] for tile in rows[0][1:]] == ["", "", ""] and all(tile[2] > 0 for tile in rows[0][1:])
+    assert [tile[1] for tile in rows[0][1:]] == ["%.3f %s" % (0.3 - 0.01 * rank, name)
+                                                 for rank, name in enumerate(names[:3])]
+    assert rows[1][0][0] == "query" and rows[1][0][2] > 0  # an image query keeps its thumbnail
+    with Image.open(tmp_path / "shot.png") as shot:
+        assert np.asarray(shot.convert("L"), dtype=np.float32).std() > 10
+
+
 def test_a_page_is_not_written_over_an_index_html_it_did_not_write(tmp_path):
     folder = tmp_path / "site"
     folder.mkdir()

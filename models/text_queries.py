@@ -1,0 +1,64 @@
+"""Search by text: which outputs a sentence can query, and a sentence's embedding by the model's text tower.
+
+    from models import text_queries
+    text_queries.check_text_queries(settings)       # an output's settings: ValueError unless CLIP's embedding
+    vectors = text_queries.text_embedding("clip_vit_b32", ["a dog on a beach"], weights="clip-random")
+                                                    # float32 [1, 512], unit length
+
+A sentence is compared with an image through CLIP's two towers: the image tower's `embedding` layer and the
+text tower, which project into one space of 512 dimensions. The other layers (CLIP's `pooled`) and the
+other models have no text tower to compare with.
+
+Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose an index's centring);
+`text_embedding` does, through models.clip.
+"""
+
+# {model: the layer of its image tower in its text tower's space}.
+TEXT_LAYERS = {"clip_vit_b32": "embedding", "clip_vit_b16": "embedding"}
+
+
+def shares_text_space(settings):
+    """Whether an output of `settings` ({"model": ..., "layer": ...}, as its record holds them) is in a text
+    tower's space: a sentence's embedding can be compared with its rows."""
+    model = settings.get("model")
+    return model in TEXT_LAYERS and settings.get("layer") == TEXT_LAYERS[model]
+
+
+def check_text_queries(settings):
+    """Raises ValueError (one line naming the model and layer received) unless an output of `settings`
+    can take a text query (`shares_text_space`)."""
+    model, layer = settings.get("model"), settings.get("layer")
+    if model not in TEXT_LAYERS:
+        raise ValueError("a text query needs an output of a model with a text tower (%s); this output's model "
+                         "is %r" % (", ".join(TEXT_LAYERS), model))
+    if layer != TEXT_LAYERS[model]:
+        raise ValueError("a text query needs %s's layer %s (in its text tower's space); this output holds layer %r"
+                         % (model, TEXT_LAYERS[model], layer))
+
+
+def text_embedding(model, sentences, weights="imagenet", precision="fp32", cache_dir=None):
+    """The sentences' embeddings by `model`'s text tower, tokenized with the tokenizer files of its weights.
+
+    Args:
+      model: one of TEXT_LAYERS ("clip_vit_b32").
+      sentences: a str, or a sequence of N str.
+      weights: "imagenet" (the published checkpoint, with its vocab.json and merges.txt) or a path, as the
+        image tower takes it (the tokenizer's files beside the checkpoint).
+      precision: one of models.registry.PRECISION_NAMES.
+      cache_dir: the hub's cache folder for "imagenet".
+
+    Returns:
+      float32 [N, D] (D = 512 for CLIP), unit length, comparable by cosine with the image tower's `embedding`.
+
+    Raises:
+      ValueError: a model without a text tower, a sentence that is not a str; WeightsError: weights that
+        cannot be read, or no tokenizer files beside them; ValueError naming the file: a damaged vocab.json
+        or merges.txt.
+    """
+    if model not in TEXT_LAYERS:
+        raise ValueError("model=%r has no text tower; expected one of %s" % (model, ", ".join(TEXT_LAYERS)))
+    from models.clip import TextTower
+    from models.clip_tokenizer import Tokenizer
+    with TextTower(model, weights=weights, precision=precision, cache_dir=cache_dir) as tower:
+        tokens = Tokenizer.from_folder(tower.tokenizer_folder).encode(sentences, tower.context_length)
+        return tower.embed(tokens)
