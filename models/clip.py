@@ -46,8 +46,8 @@ PREPROCESSING = ("short side to 224 (bicubic), centre 224x224; (RGB / 255 - Open
 
 # The published checkpoints at a pinned commit. openai/clip-vit-base-patch32's model.safetensors came with the
 # commit c237dc49 (the conversion to safetensors; its main branch's pytorch_model.bin is a pickle); no public
-# source names the file's SHA-256, so the download is checked against the hub's X-Linked-Etag (see
-# models/hub_download.py). No pinned commit of openai/clip-vit-base-patch16 holding model.safetensors is known
+# source names the file's SHA-256, so the download is checked against the hub's X-Linked-Etag, and the
+# tokenizer's files (kept in git, not LFS) against their git blob SHA-1, the hub's ETag (models/hub_download.py). No pinned commit of openai/clip-vit-base-patch16 holding model.safetensors is known
 # here: ViT-B/16 takes --weights PATH only (docs/models.md).
 _RANDOM_COMMAND = "python -m models.weight_files random clip-random --model %s"
 _REVISIONS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef"}

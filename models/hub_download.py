@@ -11,9 +11,10 @@ downloaded here is a plain file where huggingface_hub keeps a link to its blob, 
 
 The revision is a commit id (40 hex digits), never a branch: a branch moves, and the features with it. The
 SHA-256 is the file's, from public sources (docs/models.md names them); a file whose SHA-256 could not be found
-(`sha256=None`) is checked against the hub's own answer instead: for a file stored in LFS the hub sends its
-SHA-256 as the `X-Linked-Etag` header of the `resolve` URL's first (redirecting) answer, which is what
-huggingface_hub checks a download against. The download itself is Keras's files' (`imagenet_download.download`):
+(`sha256=None`) is checked against the hub's own answer instead, as huggingface_hub checks a download: for a
+file stored in LFS the hub sends its SHA-256 as the `X-Linked-Etag` header of the `resolve` URL's first
+(redirecting) answer; for a small file kept in git (a tokenizer's vocab.json) its `ETag` is the file's git blob
+SHA-1. The download itself is Keras's files' (`imagenet_download.download`):
 written beside the target, checked, synced, renamed.
 """
 
@@ -40,7 +41,8 @@ class HubFile:
       repo: "owner/name" ("facebook/dinov2-small").
       revision: the commit id, 40 hex digits.
       filename: the file's path in the repository ("model.safetensors").
-      sha256: the file's SHA-256 (64 hex digits), or None to check it against the hub's X-Linked-Etag.
+      sha256: the file's SHA-256 (64 hex digits), or None to check it against the hash the hub publishes
+        (`hub_digest`).
       what: what the file holds, for messages ("DINOv2 ViT-S/14 weights (88 MB)").
       random_command: the command that writes random weights in its layout, offered when offline.
       endpoint: the hub's address (tests point it at a loopback server).
@@ -113,7 +115,7 @@ def hub_file(file, cache_dir=None):
     target = cache_path(file, cache_dir)
     if target.is_file():
         return target
-    digest = file.sha256 or linked_etag(file)
+    digest = file.sha256 or hub_digest(file)
     return download(file.url, target, digest, file.what, file.random_command)
 
 
@@ -124,11 +126,12 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def linked_etag(file):
-    """The SHA-256 the hub publishes for `file` (an LFS file): its X-Linked-Etag header, without quotes.
+def hub_digest(file):
+    """The hash the hub publishes for `file`: the SHA-256 of a file in LFS (its X-Linked-Etag header), else the
+    git blob SHA-1 of a file kept in git (its ETag), without quotes.
 
     Raises:
-      WeightsError: offline, an HTTP error, or no SHA-256 in the answer (a file not stored in LFS).
+      WeightsError: offline, an HTTP error, or neither in the answer.
     """
     request = urllib.request.Request(file.url, method="HEAD", headers={"Accept-Encoding": "identity"})
     try:
@@ -141,8 +144,15 @@ def linked_etag(file):
         headers = error.headers
     except (urllib.error.URLError, OSError) as error:
         raise offline_error(file.url, error, file.what, file.filename, file.random_command) from None
-    etag = (headers.get("X-Linked-Etag") or "").strip().removeprefix("W/").strip('"').lower()
-    if not _SHA256.fullmatch(etag):
-        raise WeightsError("the hub gave no SHA-256 for %s (X-Linked-Etag %r), and none is pinned: nothing was "
-                           "downloaded; pass weights=PATH" % (file.url, headers.get("X-Linked-Etag")))
-    return etag
+    linked = _unquoted(headers.get("X-Linked-Etag"))
+    if _SHA256.fullmatch(linked):
+        return linked
+    etag = _unquoted(headers.get("ETag"))
+    if not linked and _COMMIT.fullmatch(etag):  # 40 hex digits: a git blob's SHA-1
+        return etag
+    raise WeightsError("the hub gave no hash for %s (X-Linked-Etag %r, ETag %r), and none is pinned: nothing was "
+                       "downloaded; pass weights=PATH" % (file.url, headers.get("X-Linked-Etag"), headers.get("ETag")))
+
+
+def _unquoted(etag):
+    return (etag or "").strip().removeprefix("W/").strip('"').lower()

@@ -99,7 +99,8 @@ def download(url, target, digest, what, random_command):
       url: where to download from (redirects are followed).
       target: Path of the file to write.
       digest: its expected hash: 32 hex digits are an MD5, 64 a SHA-256 (Keras's `get_file` tells them apart
-        by length, too).
+        by length, too), 40 the SHA-1 of the file as a git blob ("blob <size>\0" then its bytes: the hub's
+        ETag of a file it keeps in git, not in LFS).
       what: what the file holds, for messages ("VGG16 ImageNet weights (553 MB)").
       random_command: the command that writes random weights in its layout, offered when offline.
 
@@ -150,7 +151,7 @@ def _missing_folders(folder):
 def _download(response, target, url, digest, what):
     """Writes the body of `response` to `target`: temporary file, hash check, fsync, rename, fsync folder."""
     expected = digest.lower()
-    algorithm = "md5" if len(expected) == 32 else "sha256"
+    algorithm = {32: "md5", 40: "sha1"}.get(len(expected), "sha256")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of its own: two processes may fill the same cache at once.
@@ -161,8 +162,13 @@ def _download(response, target, url, digest, what):
     try:
         with renaming as temporary:  # synced and renamed on success; removed on any exception
             hasher = hashlib.new(algorithm)
+            total = response.headers.get("Content-Length")
+            if algorithm == "sha1":  # a git blob's: its size first, which a small file in git always announces
+                if total is None:
+                    raise WeightsError("%s answered without a Content-Length: its git blob SHA-1 cannot be checked; "
+                                       "nothing was kept" % url)
+                hasher.update(b"blob %d\0" % int(total))
             with open(temporary, "wb") as handle:
-                total = response.headers.get("Content-Length")
                 with Progress(sys.stderr.isatty(), total=int(total) if total else None, unit="B", unit_scale=True,
                               desc=what.split(" (")[0]) as progress:
                     while True:
@@ -173,8 +179,9 @@ def _download(response, target, url, digest, what):
                         hasher.update(chunk)
                         progress.update(len(chunk))
             if hasher.hexdigest() != expected:
+                name = {"md5": "MD5", "sha1": "git blob SHA-1", "sha256": "SHA-256"}[algorithm]
                 raise WeightsError("the file downloaded from %s has %s %s, expected %s; nothing was kept"
-                                   % (url, algorithm.upper().replace("SHA", "SHA-"), hasher.hexdigest(), expected))
+                                   % (url, name, hasher.hexdigest(), expected))
         fsync(target.parent)  # the rename is durable only once the folder is
     except (OSError, http.client.HTTPException) as error:
         raise WeightsError("downloading %s into %s failed: %s"

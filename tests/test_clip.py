@@ -15,6 +15,7 @@ from parallel import engine
 from parallel.devices import resolve_devices
 from keras_hub_clip import keras_hub_clip
 from partition_graphs import CrossingRecorder
+import small_clip
 
 tf1 = tf.compat.v1
 TOLERANCE = 1e-5  # of the largest reference value
@@ -28,14 +29,16 @@ SMALL = clip_layers.Config(
     projection=16)
 
 
-def token_ids(lengths, seed=1):
-    """int32 [len(lengths), 77]: the start token, `length` random ids below it, the end token, zeros."""
+def token_ids(lengths, seed=1, vocabulary=clip_layers.END_OF_TEXT + 1):
+    """int32 [len(lengths), 77]: the start token, `length` random ids below it, the end token, zeros; the start
+    and end tokens are the vocabulary's last two ids, as in CLIP's."""
+    start, end = vocabulary - 2, vocabulary - 1
     rng = np.random.default_rng(seed)
     ids = np.zeros((len(lengths), clip_layers.CONTEXT_LENGTH), np.int32)
     for row, length in enumerate(lengths):
-        ids[row, 0] = clip_layers.START_OF_TEXT
-        ids[row, 1:length + 1] = rng.integers(1, clip_layers.START_OF_TEXT, length)
-        ids[row, length + 1] = clip_layers.END_OF_TEXT
+        ids[row, 0] = start
+        ids[row, 1:length + 1] = rng.integers(1, start, length)
+        ids[row, length + 1] = end
     return ids
 
 
@@ -131,18 +134,25 @@ def test_preprocessing_is_openai_s_mean_and_std(graph):
     np.testing.assert_allclose(ours.ravel(), expected, rtol=1e-6)
 
 
-# ----------------------------------------------------------------------------- the real sizes
+# ----------------------------------------------------------------------------- through the engine
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    """Seeded random ViT-B/32 weights (seed 0) in Hugging Face's layout, with the tests' tokenizer files."""
-    path = tmp_path_factory.mktemp("clip") / "clip-random"
-    clip_weights.VIT_B32.write_random(path, seed=0)
-    return path
+    """Seeded random weights in Hugging Face's layout, with the tests' tokenizer files, of a small CLIP that is
+    ViT-B/32 for this module: the engine, the command line and the text tower run the code of the real sizes
+    with other numbers (whose graph test_the_graph_... builds; test_clip_weights.py pins their file) in a
+    fraction of the time that writing and loading 605 MB take."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(clip_layers.CONFIGS, "clip_vit_b32", small_clip.SMALL)
+        patch.setattr(clip.VIT_B32, "model", small_clip.SMALL)
+        yield small_clip.write_small_clip(tmp_path_factory.mktemp("clip") / "clip-random")
+
+
+EMBEDDING = small_clip.SMALL.projection  # the small CLIP's embedding size (ViT-B/32's: 512)
 
 
 def run_model(weights, images, endpoint="embedding", precision="fp32", devices="cpu:0"):
-    """Features of ViT-B/32 through the engine's DeviceRunner, 2 images per device."""
+    """Features of the module's ViT-B/32 through the engine's DeviceRunner, 2 images per device."""
     spec = clip.VIT_B32.feature_model(endpoint, str(weights), precision)
     with engine.DeviceRunner(spec, resolve_devices(devices=devices, gpu_count=0), per_device_batch=2) as runner:
         return runner.run(images)
@@ -165,7 +175,7 @@ def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(
     with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0), 2) as runner:
         recorder = runner.session.run = CrossingRecorder(runner.session)
         three = runner.run(photographs)
-    assert one.shape == (5, 512) and np.abs(three - one).max() <= TOLERANCE
+    assert one.shape == (5, EMBEDDING) and np.abs(three - one).max() <= TOLERANCE
     np.testing.assert_allclose(np.linalg.norm(one, axis=1), 1, rtol=1e-5)
     allowed = {placeholder.op.name for placeholder in runner.placeholders} | {out.op.name for out in runner.outputs}
     assert recorder.sources, "three devices must at least exchange their inputs and outputs"
@@ -200,7 +210,7 @@ def test_cli_one_and_three_static_ranks_give_the_same_bytes_and_bf16_stays_close
     reduced = tmp_path / "bf16" / "features.npy"
     cli(images, reduced, folder, "--precision", "bf16")
     reference, bf16 = np.load(single), np.load(reduced)
-    assert reference.shape == bf16.shape == (5, 512)
+    assert reference.shape == bf16.shape == (5, EMBEDDING)
     cosine = (reference * bf16).sum(1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(bf16, axis=1)
     assert cosine.min() >= 0.999, cosine  # VGG16's documented bound (docs/gpus.md)
     assert not np.array_equal(reference, bf16)  # it really computed in bf16
@@ -208,18 +218,19 @@ def test_cli_one_and_three_static_ranks_give_the_same_bytes_and_bf16_stays_close
 
 def test_the_text_tower_reads_the_folder_and_its_tokenizer_files(folder):
     """Its graph is the one the parity test checks; here: its weights, the folder, the checks of the ids, bf16."""
-    ids = token_ids((4, 12, 75), seed=2)
+    ids = token_ids((4, 12, 75), seed=2, vocabulary=small_clip.SMALL.vocabulary_size)
     with clip.TextTower("clip_vit_b32", weights=str(folder)) as tower:
         assert (tower.context_length, tower.tokenizer_folder) == (77, folder)
-        assert tower.identity.startswith("model.safetensors (605157884 bytes")
+        assert tower.identity.startswith("model.safetensors (%d bytes" % (folder / "model.safetensors").stat().st_size)
         embeddings = tower.embed(ids)  # rows on the first 8, 16 and all 77 positions
         one_by_one = np.concatenate([tower.embed(ids[row:row + 1]) for row in range(3)])
-        assert tower.embed(np.zeros((0, 77), np.int32)).shape == (0, 512)
+        assert tower.embed(np.zeros((0, 77), np.int32)).shape == (0, EMBEDDING)
         with pytest.raises(ValueError, match=r"token_ids must be \[N, 77\]; got shape \(2, 76\)"):
             tower.embed(np.zeros((2, 76), np.int32))
-        with pytest.raises(ValueError, match="got 49408 .. 49408"):
-            tower.embed(np.full((1, 77), 49408))
-    assert embeddings.shape == (3, 512) and embeddings.dtype == np.float32
+        vocabulary = small_clip.SMALL.vocabulary_size
+        with pytest.raises(ValueError, match="got %d .. %d" % (vocabulary, vocabulary)):
+            tower.embed(np.full((1, 77), vocabulary))
+    assert embeddings.shape == (3, EMBEDDING) and embeddings.dtype == np.float32
     np.testing.assert_allclose(one_by_one, embeddings, atol=1e-6)  # each row back in its place
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1, rtol=1e-5)
     assert min(np.abs(embeddings[i] - embeddings[j]).max() for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-2
@@ -236,7 +247,8 @@ def test_settings_name_the_model_its_weights_and_preprocessing(folder):
     assert (spec.name, spec.output_name, spec.image_size, spec.resize_filter, spec.resize_short_side) == (
         "clip_vit_b32", "pooled", (224, 224), "bicubic", 224)
     assert spec.files == (str(folder / "model.safetensors"),)
-    assert spec.settings["weights"].startswith("model.safetensors (605157884 bytes, sha256 of ends ")
+    assert spec.settings["weights"].startswith("model.safetensors (%d bytes, sha256 of ends "
+                                               % (folder / "model.safetensors").stat().st_size)
     assert spec.settings["model"] == "clip_vit_b32" and spec.settings["precision"] == "bf16"
     assert "bicubic" in spec.settings["preprocessing"] and "0.26862954" in spec.settings["preprocessing"]
     file = clip.VIT_B32.feature_model(weights=str(folder / "model.safetensors"))
@@ -254,8 +266,8 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
         clip.VIT_B32.feature_model(weights=str(tmp_path))
     with pytest.raises(WeightsError, match="no pinned commit of openai/clip-vit-base-patch16"):
         clip.VIT_B16.feature_model()
-    with pytest.raises(WeightsError, match=r"patch_embedding.weight has shape \(768, 3, 32, 32\); clip_vit_b16 "
-                                           r"needs \(768, 3, 16, 16\)"):
+    with pytest.raises(WeightsError, match=r"class_embedding has shape \(64,\); clip_vit_b16 needs \(768,\) \(a "
+                                           r"checkpoint of another CLIP model\?\)"):
         clip.VIT_B16.feature_model(weights=str(folder)).load_weights()
     with pytest.raises(ValueError, match="layer='fc7'"):
         clip.VIT_B32.feature_model("fc7", str(folder))

@@ -23,12 +23,21 @@ class _Hub:
     """A hub on loopback: `resolve` URLs redirect (302) to the blob, with `etag` as X-Linked-Etag; the blob is
     `content`. Records the requests."""
 
-    def __init__(self, content=CONTENT, etag=SHA256):
+    def __init__(self, content=CONTENT, etag=SHA256, git_etag=None):
+        """`git_etag`: a file the hub keeps in git, not LFS: `resolve` answers the file itself, with this ETag."""
         requests = self.requests = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self, body):
                 requests.append((self.command, self.path))
+                if "/resolve/" in self.path and git_etag is not None:
+                    self.send_response(200)
+                    self.send_header("ETag", '"%s"' % git_etag)
+                    self.send_header("Content-Length", str(len(content)))
+                    self.end_headers()
+                    if body:
+                        self.wfile.write(content)
+                    return
                 if "/resolve/" in self.path:
                     self.send_response(302)
                     self.send_header("Location", "/blob")
@@ -123,7 +132,7 @@ def test_without_a_pin_the_download_is_checked_against_the_hub_s_x_linked_etag(t
     with pytest.raises(WeightsError, match="expected f+; nothing was kept"):
         hub_download.hub_file(dataclasses.replace(unpinned, endpoint=lying.endpoint), tmp_path / "lying")
     silent = hub(etag=None)
-    with pytest.raises(WeightsError, match="the hub gave no SHA-256 .* none is pinned: nothing was downloaded"):
+    with pytest.raises(WeightsError, match="the hub gave no hash .* none is pinned: nothing was downloaded"):
         hub_download.hub_file(dataclasses.replace(unpinned, endpoint=silent.endpoint), tmp_path / "silent")
     assert [command for command, _ in silent.requests] == ["HEAD"]
     assert not (tmp_path / "lying").exists() and not (tmp_path / "silent").exists()
@@ -139,3 +148,17 @@ def test_offline_is_one_line_offering_a_path_and_the_random_command(tmp_path, sh
         hub_download.hub_file(dataclasses.replace(FILE, endpoint=endpoint, sha256=sha256), tmp_path / "cache")
     assert "\n" not in str(error.value) and str(error.value).endswith(FILE.random_command)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_the_hub_keeps_in_git_is_checked_against_its_git_blob_sha1(tmp_path, hub):
+    """vocab.json and merges.txt are not in LFS: the hub's ETag is their git blob SHA-1 (`git hash-object`)."""
+    vocabulary = b'{"a</w>": 0}\n' * 100
+    blob = hashlib.sha1(b"blob %d\0" % len(vocabulary) + vocabulary).hexdigest()
+    unpinned = dataclasses.replace(FILE, filename="vocab.json", sha256=None)
+    server = hub(content=vocabulary, git_etag=blob)
+    path = hub_download.hub_file(dataclasses.replace(unpinned, endpoint=server.endpoint), tmp_path)
+    assert path.read_bytes() == vocabulary and [command for command, _ in server.requests] == ["HEAD", "GET"]
+    changed = hub(content=vocabulary + b" ", git_etag=blob)
+    with pytest.raises(WeightsError, match="has git blob SHA-1 [0-9a-f]{40}, expected %s; nothing was kept" % blob):
+        hub_download.hub_file(dataclasses.replace(unpinned, endpoint=changed.endpoint), tmp_path / "changed")
+    assert not (tmp_path / "changed").exists()
