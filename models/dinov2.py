@@ -19,7 +19,7 @@ copy; their values come from host arrays (`load_weights`), never graph constants
 
 import tensorflow as tf
 
-from models import vit
+from models import dinov2_layers, vit
 from models.common import HubWeights, check_endpoint, compute_dtype
 from models.dinov2_layers import ENDPOINTS, IMAGE_SIZE, PATCH, RESIZE_SHORT_SIDE, feature_size
 from models.dinov2_weights import load_weights
@@ -124,6 +124,21 @@ def feature_model(variant, endpoint="class_token", weights="imagenet", precision
         files=source.files,
         resize_filter="bicubic",
         resize_short_side=RESIZE_SHORT_SIDE)
+
+
+class SizedModel:
+    """One DINOv2 size for the registry (`models.dinov2:VITS14`): `feature_model` of that variant."""
+
+    def __init__(self, variant):
+        self.variant = variant
+
+    def feature_model(self, endpoint="class_token", weights="imagenet", precision="fp32", cache_dir=None):
+        """`feature_model` of this size (see there)."""
+        return feature_model(self.variant, endpoint, weights, precision, cache_dir)
+
+
+VITS14 = SizedModel(dinov2_layers.VITS14)
+VITB14 = SizedModel(dinov2_layers.VITB14)
 
 
 def feature_sizes(variant):

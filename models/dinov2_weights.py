@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.dinov2_layers import GRID, SOURCE_GRID, variables
+from models.dinov2_layers import GRID, SOURCE_GRID, VITB14, VITS14, variables
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
 
@@ -248,3 +248,24 @@ def random_tensors(variant, seed=0):
 def write_random(path, variant, seed=0):
     """Writes seeded random weights of `variant` to `path` in the layout of Hugging Face's model.safetensors."""
     write_tensors(path, random_tensors(variant, seed), {"format": "pt"})
+
+
+class RandomFiles:
+    """The `random` command's writer for one DINOv2 size (the registry's `models.dinov2_weights:VITS14`).
+
+    Attributes:
+      RANDOM_SUFFIXES: the layout each suffix is written in.
+    """
+
+    RANDOM_SUFFIXES = {".safetensors": "Hugging Face's model.safetensors"}
+
+    def __init__(self, variant):
+        self.variant = variant
+
+    def write_random(self, path, seed=0):
+        """Writes seeded random weights of this size to `path` in Hugging Face's model.safetensors layout."""
+        write_random(path, self.variant, seed)
+
+
+VITS14_FILES = RandomFiles(VITS14)
+VITB14_FILES = RandomFiles(VITB14)

@@ -12,9 +12,9 @@ Each model is three modules:
 - its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
 - its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
   `write_random(path, seed)`.
-Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16), the graph and the weight
-files are named "module:object": the object in that module offers what the module would
-("models.clip:VIT_B32" has `feature_model`).
+Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes), the
+graph and the weight files are named "module:object": the object in that module offers what the module
+would ("models.clip:VIT_B32" has `feature_model`).
 """
 
 import dataclasses
@@ -46,9 +46,9 @@ ENTRIES = (
           "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
     Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
-    Entry("dinov2_vits14", "models.dinov2_layers", "models.dinov2_vits14", "models.dinov2_vits14",
+    Entry("dinov2_vits14", "models.dinov2_layers", "models.dinov2:VITS14", "models.dinov2_weights:VITS14_FILES",
           "DINOv2 ViT-S/14 (2023), short side 256 bicubic, centre 224, class_token: 384 floats"),
-    Entry("dinov2_vitb14", "models.dinov2_layers", "models.dinov2_vitb14", "models.dinov2_vitb14",
+    Entry("dinov2_vitb14", "models.dinov2_layers", "models.dinov2:VITB14", "models.dinov2_weights:VITB14_FILES",
           "DINOv2 ViT-B/14 (2023), short side 256 bicubic, centre 224, class_token: 768 floats"),
     Entry("clip_vit_b32", "models.clip_layers", "models.clip:VIT_B32", "models.clip_weights:VIT_B32",
           "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
