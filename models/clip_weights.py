@@ -1,5 +1,6 @@
 """CLIP's weight files: Hugging Face's `model.safetensors` (and open_clip's `open_clip_model.safetensors`),
-read into NumPy, checked against the table in `clip_layers.py`, and written with random weights.
+read into NumPy, checked against the table in `clip_layers.py`, and written with random weights; and what a
+`weights` argument means (`Checkpoint`: the published checkpoint at a pinned commit, a folder or a file).
 
 The two layouts hold the same arrays under other names:
 - Hugging Face (`CLIPModel`): `vision_model.embeddings.patch_embedding.weight`, `...encoder.layers.<i>.
@@ -29,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from models import clip_layers
-from models.files import WeightsError
+from models.files import WeightsError, fingerprint
+from models.hub_download import HubFile, hub_file
 from models.safetensors_files import read_tensors, write_tensors
 
 HF_FILE = "model.safetensors"                   # Hugging Face's name of the checkpoint in its repository
@@ -271,3 +273,90 @@ class RandomFiles:
 
 VIT_B32 = RandomFiles(clip_layers.VIT_B32)
 VIT_B16 = RandomFiles(clip_layers.VIT_B16)
+
+
+# ----------------------------------------------------------------------------- the weights argument
+
+# The published checkpoints at a pinned commit. openai/clip-vit-base-patch32's model.safetensors came with the
+# commit c237dc49 (the conversion to safetensors; its main branch's pytorch_model.bin is a pickle); no public
+# source names the file's SHA-256, so the download is checked against the hub's X-Linked-Etag, and the
+# tokenizer's files (kept in git, not LFS) against their git blob SHA-1, the hub's ETag (models/hub_download.py). No pinned commit of openai/clip-vit-base-patch16 holding model.safetensors is known
+# here: ViT-B/16 takes --weights PATH only (docs/models.md).
+_RANDOM_COMMAND = "python -m models.weight_files random clip-random --model %s"
+_REVISIONS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef"}
+
+def hub_files(model):
+    """{file name: HubFile} that "imagenet" means for `model` (a clip_layers.Config): the checkpoint and the
+    tokenizer's files, at one pinned commit; {} for a model without a pinned commit."""
+    revision = _REVISIONS.get(model.name)
+    if revision is None:
+        return {}
+    what = {HF_FILE: "CLIP %s weights (605 MB)" % model.name, "vocab.json": "CLIP's BPE vocabulary",
+            "merges.txt": "CLIP's BPE merges"}
+    return {name: HubFile(model.hub_repo, revision, name, None, description, _RANDOM_COMMAND % model.name)
+            for name, description in what.items()}
+
+
+class Checkpoint:
+    """A CLIP model's `weights` argument: "imagenet" (the published checkpoint, from the hub's cache or
+    downloaded into it), a folder in Hugging Face's layout (model.safetensors, or open_clip_model.safetensors,
+    with vocab.json and merges.txt), or a .safetensors file (the tokenizer's files then looked for beside it).
+
+    Attributes:
+      identity: its part of a job's identity (the hub file's repository, commit and hash, or the file's
+        fingerprint).
+      files: the local files it reads, which a job never writes over: () for "imagenet".
+    """
+
+    def __init__(self, weights, model, cache_dir=None):
+        """
+        Args:
+          weights: "imagenet", a folder or a .safetensors file.
+          model: the clip_layers.Config.
+          cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
+
+        Raises:
+          WeightsError: a path that is neither a file nor a folder holding a checkpoint; "imagenet" for a
+            model without a pinned checkpoint.
+        """
+        self.model, self._cache_dir = model, cache_dir
+        self.imagenet = weights == "imagenet"
+        if self.imagenet:
+            self._hub = hub_files(model)
+            if not self._hub:
+                raise WeightsError("weights=imagenet: no pinned commit of %s with model.safetensors is known; pass "
+                                   "weights=PATH (a folder holding model.safetensors, vocab.json and merges.txt), or "
+                                   "write random weights: %s" % (model.hub_repo, _RANDOM_COMMAND % model.name))
+            self.identity, self.files = self._hub[HF_FILE].identity, ()
+            return
+        path = Path(weights)
+        if path.is_dir():
+            found = [path / name for name in (HF_FILE, OPEN_CLIP_FILE) if (path / name).is_file()]
+            if not found:
+                raise WeightsError("weights=%s is a folder without %s or %s" % (weights, HF_FILE, OPEN_CLIP_FILE))
+            path = found[0]
+        elif not path.is_file():
+            raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
+                               "itself, or 'imagenet')" % (weights, HF_FILE))
+        self._path = path
+        self.identity, self.files = fingerprint(path), (str(path),)
+
+    def path(self):
+        """The checkpoint to read: the hub's cache file for "imagenet" (downloaded if absent), else the file."""
+        return hub_file(self._hub[HF_FILE], self._cache_dir) if self.imagenet else self._path
+
+    def tokenizer_folder(self):
+        """The folder of vocab.json and merges.txt that came with the weights (downloaded for "imagenet").
+
+        Raises:
+          WeightsError: they are not beside the checkpoint.
+        """
+        if self.imagenet:
+            folders = {hub_file(self._hub[name], self._cache_dir).parent for name in TOKENIZER_FILES}
+            return folders.pop()  # one commit, one snapshot folder
+        folder = self._path.parent
+        missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
+        if missing:
+            raise WeightsError("weights=%s: no %s beside it (the tokenizer's files that come with the checkpoint)"
+                               % (self._path, " or ".join(missing)))
+        return folder
