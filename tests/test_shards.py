@@ -204,3 +204,18 @@ def test_an_attempt_killed_while_it_was_being_committed_is_not_resumed(job):
     (folder / COMMITTING).mkdir()
     with job.attempt(0, resume=True) as fresh:
         assert not (fresh / "rows").exists() and not folder.exists()
+
+
+def test_a_committed_shard_whose_failed_image_was_repaired_is_renewed_not_set_aside(job):
+    assert commit(job, 1, failed=["e.png"])
+    before = job.shard_digest(1)
+    repaired = Manifest(PATHS, [1, 1, 1, 1, 2, 1, 1], [10] * 7)  # e.png changed: size 1 -> 2
+    job.save_manifest(job.load_manifest().updated(repaired, ["e.png"]))
+    assert job.shard_digest(1) != before
+    assert not job.renew_record(1, "0" * 64)  # not the images it was committed for: left to be set aside
+    assert job.renew_record(1, before) and not job.renew_record(0, before)  # shard 0 is not committed
+    record = json.loads((job.shard_folder(1) / SHARD_RECORD).read_text())
+    assert record["images"] == job.shard_digest(1) and (record["rows"], record["failed"]) == (2, 1)
+    assert job.is_committed(1) and job.retriable() == [1]  # its failed image is retried, its rows kept
+    assert sorted(path.name for path in job.shard_folder(1).iterdir()) == ["_errors.csv", "_shard.json",
+                                                                         "features.parquet"]

@@ -278,8 +278,10 @@ def _check_folder(config, job):
 
     Images (or tars) changed that have no row (they failed, or their shard is not committed) are
     taken as they are now, as one process takes them: the manifest records their new size, time
-    and version, so that their reads are pinned to it and a later run finds nothing changed; a
-    committed shard of them, whose record names the manifest's old images, is computed again whole.
+    and version, so that their reads are pinned to it and a later run finds nothing changed. A
+    committed shard of them names the manifest's images anew (`ShardedJob.renew_record`): its rows
+    are kept and its failed images computed again (`ShardWorker.retry`); where that cannot be done
+    (a store's markers are written once) the shard is computed again whole.
     """
     manifest = job.load_manifest()
     current = _scan(config)
@@ -294,7 +296,12 @@ def _check_folder(config, job):
                     "computed as they are now", len(changes.removed) + len(changes.changed))
         if changes.changed:
             job.reopen()  # a finished output is written afresh once the shards are computed again
+            places = {path: position for position, path in enumerate(manifest.paths)}
+            shards = sorted({places[path] // job.shard_size for path in changes.changed})
+            before = {index: job.shard_digest(index) for index in shards}
             job.save_manifest(manifest.updated(current, changes.changed))
+            for index in shards:  # a committed shard of them keeps its rows: its failed images alone are retried
+                job.renew_record(index, before[index])
 
 
 def _scan(config, spilled=False):

@@ -168,6 +168,28 @@ class ShardedJob:
             manifest.save(self.manifest, recorded["shard_size"], job=recorded["job"])
             self._take(read_job(self.manifest))
 
+    def renew_record(self, index, previous):
+        """Committed shard `index`, recorded for the images `previous` (a digest), is recorded for the manifest's
+        images now: some of its failed images were repaired and taken anew (none of them has a row).
+
+        Its rows stay valid, so the shard is kept, and a run retries its failed images (`ShardWorker.retry`)
+        instead of computing it again whole. The record is replaced in one rename.
+
+        Returns:
+          bool: whether the record was renewed (False: no such committed shard, or it does not check out).
+        """
+        folder = self.shard_folder(index)
+        if not folder.is_dir() or quick_problem(folder, self.identity, index, previous) is not None:
+            return False
+        path = folder / SHARD_RECORD
+        record = dict(json.loads(path.read_text(encoding="utf-8")), images=self.shard_digest(index))
+        renewed = folder / (SHARD_RECORD + ".tmp")  # "_": never read as a part of the shards' dataset
+        renewed.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+        fsync(renewed)
+        os.replace(renewed, path)
+        fsync(folder)
+        return True
+
     def shard_images(self, index):
         """Manifest of shard `index` alone (a worker never holds the job's whole list), checked."""
         with self._manifest_errors():

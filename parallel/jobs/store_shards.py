@@ -202,6 +202,10 @@ class StoreShardedJob(ShardedJob):
         self._chosen.clear()  # chosen anew against the manifest's digests now
         self._fetched.clear()
 
+    def renew_record(self, index, previous):
+        """A marker is written once (a store has no rename): the shard is computed again whole instead."""
+        return False
+
     # -- shards -----------------------------------------------------------------------------------
 
     def _prefix(self, index):
