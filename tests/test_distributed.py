@@ -60,9 +60,9 @@ def test_ranks_one_after_another_give_the_single_host_output(job_images, single_
     assert last.pending_shards == () and (last.discovered, last.written, last.failed) == (5, 4, 1)
     assert outputs(output) == single_outputs[output_format]
     assert not ShardedJob(output).attempts.exists()
-    assert ShardedJob(output).retriable() == [2]  # a/bad.png's shard is kept: every rerun retries it
-    again = run_rank(job_images, output, output_format, 1, 3)  # a rerun of a finished job computes nothing
-    assert (again.written, again.already_done, again.failed) == (0, 9, 0)  # shards 1 and 4: 5 + 4 images
+    assert not ShardedJob(output).shards.exists()  # a/bad.png is retried in the output itself: no shard stays
+    again = run_rank(job_images, output, output_format, 1, 3)  # any rank's rerun retries the failed image
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
     assert outputs(output) == single_outputs[output_format]
 
 

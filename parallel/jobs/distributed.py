@@ -27,7 +27,9 @@ from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
 from parallel.jobs.identity import freeze_sharded, geometry_change
 from parallel.jobs.ranks import resolve_rank
-from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
+from parallel.jobs import locks
+from parallel.jobs.shard_record import (SHARD_ERRORS, error_paths, error_rows, insert_rows, keep_last_copies,
+                                        shard_keys)
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
@@ -240,7 +242,8 @@ def finish(config, job, summary, worker=None):
     if not missing:
         def assemble():
             return job.assemble(config.output_format, config.model.output_name, config.settings,
-                                keep_shards=config.distribution.keep_shards)
+                                keep_shards=config.distribution.keep_shards,
+                                keep_failed=config.distribution.kind == "ray")  # its actors retry in shards
 
         with run_errors():
             try:
@@ -367,11 +370,60 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
     images = sum(_shard_length(job, index) for index in mine)
     with ShardWorker(config, job, weights=weights) as worker, run_errors(), StopRequest() as stop, \
             Progress(config.progress, total=None if job.tars else images, initial=0) as progress:
+        if job.retried_in_output():
+            return retry_in_output(config, job, worker, started)
         for index in mine:
             summary = add(summary, worker.process(index, stop=stop, progress=progress))
             if summary.interrupted:
                 break
         return conclude(config, job, summary, images, started, worker)
+
+
+def retry_in_output(config, job, worker, started):
+    """The failed images of a finished output whose shards are gone, computed again into it (every run retries).
+
+    As one process retries: each image at its place in its step (`extract_rows`), its row appended to the
+    output and merged into path order when it is closed, the errors file then the images that still fail.
+    One process does it, holding the output's lock; another that comes meanwhile leaves it to that one.
+
+    Args:
+      config, job: the Config and its frozen ShardedJob (`job.retried_in_output()`).
+      worker: this process's ShardWorker (its runner computes).
+      started: `time.perf_counter()` when the run began.
+
+    Returns:
+      Summary of the job: already_done its rows, written the rows new, failed the images still failing.
+    """
+    try:
+        with locks.exclusive(job.lock):
+            errors = job.output_errors()
+            failed = set(error_paths(errors)) if errors.exists() else set()
+            manifest = job.load_manifest() if failed else None
+            with run_errors():
+                writer = open_writer(job.output, format=config.output_format,
+                                     column_prefix=config.model.output_name, feature_size=worker.runner.feature_size,
+                                     settings=config.settings, sort_paths=True)
+            with writer:
+                todo = [(position, path) for position, path in enumerate(manifest.paths if failed else ())
+                        if path in failed and path not in writer.completed]
+                etags = manifest.etags if failed else None
+                paths, features, still = extract_rows(config, worker.runner, [path for _, path in todo],
+                                                      [position for position, _ in todo], job.images,
+                                                      versions=etags and [etags[position] for position, _ in todo])
+                for start in range(0, len(paths), 1024):
+                    writer.write(paths[start:start + 1024], features[start:start + 1024])
+            if todo:
+                with ErrorLog(job.output) as log_file:  # the images that still have no row
+                    for row in still:
+                        log_file.add(*row)
+    except locks.Busy:
+        log.info("another process is writing %s: it retries the failed images", config.output)
+        todo, paths, still = [], [], []
+    if todo:
+        log.info("%d of the %d failed images computed now", len(paths), len(todo))
+    summary = Summary(discovered=job.images, written=len(paths), failed=len(still),
+                      already_done=job.images - len(todo), seconds=time.perf_counter() - started)
+    return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config))
 
 
 def _check_output(output):

@@ -295,7 +295,8 @@ def _check_folder(config, job):
         log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
                     "computed as they are now", len(changes.removed) + len(changes.changed))
         if changes.changed:
-            job.reopen()  # a finished output is written afresh once the shards are computed again
+            if not job.retried_in_output():  # else its rows are appended to it, and its shards are gone
+                job.reopen()  # a finished output is written afresh once the shards are computed again
             places = {path: position for position, path in enumerate(manifest.paths)}
             shards = sorted({places[path] // job.shard_size for path in changes.changed})
             before = {index: job.shard_digest(index) for index in shards}

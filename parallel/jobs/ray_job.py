@@ -161,6 +161,10 @@ def run(config):
                 pool = _checked_pool(cluster, config)
             job = freeze_sharded(config, check_folder=True, job=job)
             todo = sorted(set(job.missing()) | set(job.retriable()))  # failed images are retried by every run
+            if job.retried_in_output() and job.output_errors().exists():
+                log.warning("%s was written by static ranks and some images failed: they are retried in the output "
+                            "by a run with --distributed static (any rank) or without --distributed, not by Ray's "
+                            "actors", config.output)
             summary = Summary()
             for index in sorted(set(range(job.shard_count)) - set(todo)):
                 summary = add(summary, committed_summary(job, index))

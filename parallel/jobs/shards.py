@@ -168,6 +168,17 @@ class ShardedJob:
             manifest.save(self.manifest, recorded["shard_size"], job=recorded["job"])
             self._take(read_job(self.manifest))
 
+    def retries_in_output(self):
+        """Whether the failed images of the finished output are retried into it (`distributed.retry_in_output`),
+        so that its shards go once it is written: a local output of listed images. A tar's failures may be a
+        whole tar whose members are unknown, and an output in a store is not appended to: their shards with
+        failed images stay, and are retried there."""
+        return not self.tars
+
+    def retried_in_output(self):
+        """Whether this run retries the failed images in the finished output itself: its shards are gone."""
+        return self.retries_in_output() and self.is_finished() and not self.shards.exists()
+
     def renew_record(self, index, previous):
         """Committed shard `index`, recorded for the images `previous` (a digest), is recorded for the manifest's
         images now: some of its failed images were repaired and taken anew (none of them has a row).
@@ -449,7 +460,7 @@ class ShardedJob:
 
     # -- the final output ----------------------------------------------------------------------
 
-    def assemble(self, output_format, column_prefix, settings, keep_shards=False):
+    def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False):
         """Writes the output from the committed shards, in order, unless another process is doing it.
 
         The rows go through the output's ordinary writer, so the output is the one a single-host
@@ -458,6 +469,8 @@ class ShardedJob:
         Args:
           output_format, column_prefix, settings: as for `open_writer`.
           keep_shards: leave O.shards in place (a Parquet dataset) after the output is written.
+          keep_failed: leave it in place if an image failed, so that the failures are retried in the
+            shards (a Ray job's actors do), not in the output (`retries_in_output`).
 
         Returns:
           bool: True if this process wrote (or found written) the output, False if another holds it.
@@ -473,8 +486,9 @@ class ShardedJob:
                 if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
                     merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)], self.members)
                 self._assemble(output_format, column_prefix, settings, afresh=self.is_reopened())
-                if not keep_shards and self.shards.exists() and not self.retriable():
-                    shutil.rmtree(self.shards)  # shards with failed images stay: a rerun retries them
+                if not keep_shards and self.shards.exists() and (
+                        (self.retries_in_output() and not keep_failed) or not self.retriable()):
+                    shutil.rmtree(self.shards)  # shards with failed images stay where a rerun retries them there
                 self.remove_dead_attempts()
         except locks.Busy:
             log.info("another process is writing %s from the shards", self.output)

@@ -202,6 +202,10 @@ class StoreShardedJob(ShardedJob):
         self._chosen.clear()  # chosen anew against the manifest's digests now
         self._fetched.clear()
 
+    def retries_in_output(self):
+        """An object in a store is written whole: its shards with failed images stay, and are retried there."""
+        return False
+
     def renew_record(self, index, previous):
         """A marker is written once (a store has no rename): the shard is computed again whole instead."""
         return False
@@ -380,7 +384,7 @@ class StoreShardedJob(ShardedJob):
 
     # -- the final output ---------------------------------------------------------------------------
 
-    def assemble(self, output_format, column_prefix, settings, keep_shards=False):
+    def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=True):
         """Writes the output from the committed shards (see `ShardedJob.assemble`), without a lock.
 
         Two processes doing it at once write the same bytes; the record goes last.
