@@ -1,6 +1,7 @@
 """search.page: the report in a real browser (Debian's chromium through Playwright), thumbnails, the server."""
 
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -121,6 +122,16 @@ def test_the_server_serves_the_page_on_loopback_only(report):
         make_server(page.parent / "thumbs")
 
 
+def wait_for_images(page, seconds=15):
+    """Returns once every image of `page` is complete. Polled from here: Playwright's wait_for_function
+    evaluates its predicate again with eval, which the page's Content-Security-Policy (no 'unsafe-eval')
+    refuses whenever the first check comes before the images."""
+    deadline = time.monotonic() + seconds
+    while not page.evaluate("Array.from(document.images).every(img => img.complete)"):
+        assert time.monotonic() < deadline, "the page's images did not load in %d s" % seconds
+        page.wait_for_timeout(50)
+
+
 def _browse(url, screenshot):
     """Opens `url` in chromium; returns (console errors, requested URLs, [naturalWidth of each img], page text)."""
     from playwright.sync_api import sync_playwright
@@ -139,7 +150,7 @@ def _browse(url, screenshot):
             for offset in range(0, height + 900, 600):
                 page.evaluate("window.scrollTo(0, %d)" % offset)
                 page.wait_for_timeout(30)
-            page.wait_for_function("Array.from(document.images).every(img => img.complete)", timeout=15000)
+            wait_for_images(page)
             widths = page.evaluate("Array.from(document.images).map(img => img.naturalWidth)")
             first_page = page.inner_text("#groups")
             page.click("#next")
@@ -201,7 +212,7 @@ def test_a_text_query_in_chromium_is_its_sentence_then_its_images(tmp_path):
             view.on("console", lambda message: message.type == "error" and errors.append(message.text))
             view.on("pageerror", lambda error: errors.append(str(error)))
             view.goto(page.as_uri())
-            view.wait_for_function("Array.from(document.images).every(img => img.complete)", timeout=15000)
+            wait_for_images(view)
             titles = view.eval_on_selector_all("#queries h3", "nodes => nodes.map(n => [n.className, n.innerText])")
             rows = view.eval_on_selector_all("#queries .row", "rows => rows.map(row => Array.from(row.children)"
                                                               ".map(child => [child.className, child.innerText, "
