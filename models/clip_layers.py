@@ -154,13 +154,3 @@ def parameters(model):
     """Every parameter of the checkpoint: the image tower's, the text tower's, then logit_scale."""
     return vision_parameters(model) + text_parameters(model) + (LOGIT_SCALE,)
 
-
-def count(shapes):
-    """Parameters in ((name, shape), ...)."""
-    total = 0
-    for _, shape in shapes:
-        size = 1
-        for dimension in shape:
-            size *= dimension
-        total += size
-    return total

@@ -2,7 +2,7 @@
 
 import pytest
 
-from models import clip_layers
+from models import clip_layers, vit_layers
 
 
 @pytest.mark.parametrize("name, parameters, positions", [("clip_vit_b32", 151_277_313, 50),
@@ -10,9 +10,9 @@ from models import clip_layers
 def test_the_table_has_the_published_checkpoints_parameters(name, parameters, positions):
     """Hugging Face's CLIPModel counts 151,277,313 (openai/clip-vit-base-patch32) and 149,620,737 (-patch16)."""
     model = clip_layers.config(name)
-    assert clip_layers.count(clip_layers.parameters(model)) == clip_layers.PARAMETER_COUNT[name] == parameters
+    assert vit_layers.size(clip_layers.parameters(model)) == clip_layers.PARAMETER_COUNT[name] == parameters
     assert model.positions == positions
-    text = clip_layers.count(clip_layers.text_parameters(model))
+    text = vit_layers.size(clip_layers.text_parameters(model))
     assert text == 63_165_952 + 512 * 512  # the same text tower in both, and its projection
     names = [name for name, _ in clip_layers.parameters(model)]
     # vision: 3 embeddings, pre-LayerNorm (2), 12 blocks of 16 arrays, post-LayerNorm (2), projection; text: 2

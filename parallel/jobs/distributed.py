@@ -77,8 +77,7 @@ class ShardWorker:
             if self.job.failed_count(index):  # every run retries failed images, in every mode
                 return self.retry(index, images, stop=stop, progress=progress)
             return committed_summary(self.job, index, images)
-        resume = self.job.resumes_attempts and not self.job.tars
-        with self.job.attempt(index, resume=resume) as attempt:
+        with self.job.attempt(index, resume=self.job.resumes_attempts()) as attempt:
             with run_errors():
                 writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
                                      column_prefix=self.config.model.output_name,
@@ -396,26 +395,7 @@ def retry_in_output(config, job, worker, started):
     """
     try:
         with locks.exclusive(job.lock):
-            errors = job.output_errors()
-            failed = set(error_paths(errors)) if errors.exists() else set()
-            manifest = job.load_manifest() if failed else None
-            with run_errors():
-                writer = open_writer(job.output, format=config.output_format,
-                                     column_prefix=config.model.output_name, feature_size=worker.runner.feature_size,
-                                     settings=config.settings, sort_paths=True)
-            with writer:
-                todo = [(position, path) for position, path in enumerate(manifest.paths if failed else ())
-                        if path in failed and path not in writer.completed]
-                etags = manifest.etags if failed else None
-                paths, features, still = extract_rows(config, worker.runner, [path for _, path in todo],
-                                                      [position for position, _ in todo], job.images,
-                                                      versions=etags and [etags[position] for position, _ in todo])
-                for start in range(0, len(paths), 1024):
-                    writer.write(paths[start:start + 1024], features[start:start + 1024])
-            if todo:
-                with ErrorLog(job.output) as log_file:  # the images that still have no row
-                    for row in still:
-                        log_file.add(*row)
+            todo, paths, still = _retry_failed(config, job, worker)
     except locks.Busy:
         log.info("another process is writing %s: it retries the failed images", config.output)
         todo, paths, still = [], [], []
@@ -424,6 +404,31 @@ def retry_in_output(config, job, worker, started):
     summary = Summary(discovered=job.images, written=len(paths), failed=len(still),
                       already_done=job.images - len(todo), seconds=time.perf_counter() - started)
     return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config))
+
+
+def _retry_failed(config, job, worker):
+    """`retry_in_output`'s work, under the output's lock: (the failed images without a row [(position, path)],
+    the paths computed now, the failures [(path, kind, message)] of those that still fail)."""
+    errors = job.output_errors()
+    failed = set(error_paths(errors)) if errors.exists() else set()
+    if not failed:  # nothing to retry: the output is not opened (its writer reads every committed path)
+        return [], [], []
+    manifest = job.load_manifest()
+    with run_errors():
+        writer = open_writer(job.output, format=config.output_format, column_prefix=config.model.output_name,
+                             feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=True)
+    with writer:
+        todo = [(position, path) for position, path in enumerate(manifest.paths)
+                if path in failed and path not in writer.completed]  # a row of a run killed before its errors
+        versions = manifest.etags and [manifest.etags[position] for position, _ in todo]
+        paths, features, still = extract_rows(config, worker.runner, [path for _, path in todo],
+                                              [position for position, _ in todo], job.images, versions=versions)
+        for start in range(0, len(paths), 1024):
+            writer.write(paths[start:start + 1024], features[start:start + 1024])
+    with ErrorLog(job.output) as log_file:  # the images that still have no row
+        for row in still:
+            log_file.add(*row)
+    return todo, paths, still
 
 
 def _check_output(output):

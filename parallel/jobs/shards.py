@@ -285,10 +285,11 @@ class ShardedJob:
                         problem)
         return target
 
-    # A local attempt at a shard of listed images is resumed by the next run when its process dies: its
-    # writer commits batch by batch, so a kill costs at most a batch. (A tar's members are known only as
-    # it is read, and a store's job computes in a staging folder of its process: theirs start afresh.)
-    resumes_attempts = True
+    def resumes_attempts(self):
+        """Whether an attempt is resumed by the next run when its process dies (`attempt(resume=True)`): a local
+        attempt at a shard of listed images, whose writer commits batch by batch, so that a kill costs at most
+        a batch. A tar's members are known only as it is read: its attempts start afresh."""
+        return not self.tars
 
     def _attempt_folder(self, index):
         return self.attempts / ("shard-%06d.%s.%d" % (index, socket.gethostname(), os.getpid()))

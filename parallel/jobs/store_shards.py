@@ -105,7 +105,10 @@ class StoreShardedJob(ShardedJob):
     """
 
     verify_files = False  # each part is verified against its marker as it is fetched (`_fetch`)
-    resumes_attempts = False  # its attempts are in the staging folder of their process, removed with it
+
+    def resumes_attempts(self):
+        """Its attempts are in the staging folder of their process, removed with it: they start afresh."""
+        return False
 
     def __init__(self, url):
         self.store, self.name = open_store(url)
