@@ -5,6 +5,7 @@ No pytest and no TensorFlow here: the kill child of tests/test_output_writers.py
 """
 
 import csv
+import json
 import os
 import stat
 from pathlib import Path
@@ -102,3 +103,30 @@ def job_outputs(output):
         if path.exists():
             files[suffix] = path.read_bytes()
     return files
+
+
+def committed_rows(output):
+    """The rows a job writing `output` has committed so far, wherever they are: in the output (as its record
+    counts them), in committed shards not yet in it, and in attempts (their writers commit batch by batch);
+    -1 before any of these exists. For tests that wait for a run to commit rows, or count what a stopped run
+    kept."""
+    from parallel.jobs.shard_record import SHARD_FEATURES, SHARD_RECORD
+    from parallel.output import read_record
+    output = Path(output)
+    counts = []
+    record = read_record(output)
+    if record is not None:
+        counts.append(record["rows"])
+    for folder in sorted(Path(str(output) + ".shards").glob("shard-*")):
+        try:
+            counts.append(int(json.loads((folder / SHARD_RECORD).read_text(encoding="utf-8"))["rows"]))
+        except (OSError, ValueError, KeyError):
+            pass  # being committed: counted in its attempt, or next time
+    for folder in sorted(Path(str(output) + ".attempts").glob("shard-*")):
+        try:
+            record = read_record(folder / SHARD_FEATURES)
+        except ValueError:
+            record = None
+        if record is not None:
+            counts.append(record["rows"])
+    return sum(counts) if counts else -1

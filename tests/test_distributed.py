@@ -185,14 +185,15 @@ def test_ranks_never_disagree_about_the_job(job_images, tmp_path):
     run_rank(job_images, output, "csv", 0, 2)
     # --distributed refuses --overwrite: the refusals name what works instead.
     remove = "remove %s and every out.csv.* beside it" % output
-    with pytest.raises(ValueError, match="belongs to another job \\(format='csv', not 'parquet'") as refused:
+    with pytest.raises(ValueError, match="was written with other settings \\(format='csv', not 'parquet'") as refused:
         run_rank(job_images, output, "parquet", 1, 2)
-    assert str(refused.value).endswith(": %s to start afresh, or choose another --output" % remove)
+    assert str(refused.value).endswith(": %s to start afresh or choose another --output" % remove)
     with pytest.raises(ValueError, match="cut into shards of 5 images, not 7") as refused:
         run_rank(job_images, output, "csv", 1, 2, shard_size=7)
     assert str(refused.value).endswith(": leave --shard-size out, or %s" % remove)
-    with pytest.raises(ValueError, match="being written by a job spread over several processes"):
-        jobs.run(job_child.config(job_images, output, "csv"))  # a single-host run on a sharded job
+    summary = jobs.run(job_child.config(job_images, output, "csv"))  # one process finishes it: the same job
+    assert (summary.discovered, summary.written, summary.already_done + summary.failed) == (24, 10, 14)
+    assert summary.pending_shards == () and not ShardedJob(output).shards.exists()
     summary = jobs.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
     assert summary.written == 23 and not ShardedJob(output).shards.exists()  # --overwrite: a job of its own
 

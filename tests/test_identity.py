@@ -9,7 +9,7 @@ from PIL import Image
 
 from colour_jobs import SIZE, WEIGHTS, StopAfter, colour_model, config_for, make_images, read_rows
 from parallel import engine, jobs
-from parallel.jobs import single_host
+from parallel.jobs import distributed
 
 tf1 = tf.compat.v1
 
@@ -175,7 +175,7 @@ def test_an_output_is_never_an_image_of_a_list_however_the_list_names_it(tmp_pat
 def test_a_job_resumed_with_another_step_geometry_is_warned_about(job_images, tmp_path, caplog, monkeypatch):
     import job_child
     output = tmp_path / "out.csv"
-    monkeypatch.setattr(single_host, "StopRequest", lambda: StopAfter(2))
+    monkeypatch.setattr(distributed, "StopRequest", lambda: StopAfter(2))
     jobs.run(job_child.config(job_images, output, "csv", per_device_batch=2))
     monkeypatch.undo()
     with caplog.at_level("WARNING", logger="parallel"):

@@ -300,7 +300,9 @@ def write_manifest(path, first_pass, second_pass, images, shard_size, job, etags
     fields = [("path", pa.string()), ("path_bytes", pa.binary()), ("size", pa.int64()), ("mtime_ns", pa.int64())]
     schema = pa.schema(fields + ([("etag", pa.string())] if etags else []),
                        metadata={_JOB_KEY: json.dumps(record, sort_keys=True).encode()})
-    with temporary_then_rename(Path(path)) as temporary, pq.ParquetWriter(temporary, schema) as writer:
+    # An OSFile of our own: given a path, pyarrow leaves the file open after a failed write (a full disk).
+    with temporary_then_rename(Path(path)) as temporary, pa.OSFile(str(temporary), "wb") as sink, \
+            pq.ParquetWriter(sink, schema) as writer:
         for chunk in second_pass:
             try:  # every name valid UTF-8 (the rule): the bytes column shares the text column's buffers
                 readable = pa.array(chunk.paths, pa.string())

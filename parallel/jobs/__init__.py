@@ -1,47 +1,46 @@
 """The job layer, above the engine: what a job is, and how it runs on one process or many.
 
-A job is one set of settings and one list of images, into one output. Its protocol, the same on
-one host and on many, for every source and every output:
+A job is one set of settings and one list of images, into one output. It has one protocol, for
+every source (a folder, a list, a prefix, tars), every output (a local file, an object in a
+store), on one process or many; the number of processes only decides who computes which shard:
 
     0. checks     before anything is written or removed (--overwrite too): the output is none of
                   the files or objects the job reads, the store can be reached, the weights load
-                  (protocol.before_writing)
-    1. identity   check what the output (and its manifest) records against this run: other
-                  settings, another folder, images added since it started are refused before
-                  anything is loaded or written (identity.check_job, identity.job_record).
-    2. freeze     the job's images, in path order, are frozen in O.manifest.parquet with their
-                  sizes and times (identity.freeze_job, or freeze_sharded for the variation below;
-                  parallel.inputs.manifest); a rerun resumes that list, whatever the
-                  folder holds now, and refuses images changed after their row was written.
-    3. compute    the engine (parallel.engine.extract_into) computes the images without a
-                  committed row, at their places in the frozen list, so the rows are the bits
-                  of one uninterrupted run however the job was resumed.
-    4. commit     rows are committed batch by batch (parallel.output); the output is whole
-                  once every image has a row or an error.
-    5. retry      every run computes again the images that failed (one repaired is taken as it is
+                  (protocol.before_writing; distributed._check_output: a file this program did not
+                  write is replaced only with --overwrite, never when it is an input)
+    1. identity   what the output's manifest records against this run: other settings, another
+                  folder, images added since it started, images changed after their row was written
+                  are refused before anything is loaded or written (identity.freeze_sharded)
+    2. freeze     the job's images, in path order, frozen in O.manifest.parquet with their sizes,
+                  times and versions, and cut into fixed shards (parallel.inputs.manifest); a rerun
+                  resumes that list, whatever the folder holds now
+    3. compute    each shard in an attempt folder of its process (shards.ShardedJob.attempt): the
+                  engine computes its images without a committed row at their places in the job, so
+                  the rows are the bits of one uninterrupted run however the job was resumed; the
+                  attempt's writer commits batch by batch, and the next process given the shard
+                  resumes the attempt of one that died (a kill costs at most a batch)
+    4. commit     the finished attempt renamed the shard's folder, with its record (shard_record)
+    5. output     the shards written into O in order, each checked first (assembly): by the job's
+                  only process as it goes, each shard removed once its rows are in O; by the
+                  process that commits a job's last shard otherwise
+    6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
-                  it, so its row, and its step-mates', are the bytes of a clean run.
+                  it, into O itself (distributed.retry_in_output), or into its shard where O cannot
+                  be appended to (tars, a store output, Ray's actors)
 
-The one variation, a job spread over processes: the frozen list is cut into fixed shards, each
-computed as a single-host job (steps 3 and 4) in its own attempt folder, which the next process
-given the shard resumes if this one dies (ShardedJob.attempt), and committed by rename;
-whoever commits the last shard writes the output (shards, shard_record). An output in an object
-store (s3://) is always this variation, on one process too, with a commit that needs no rename
-(store_shards). Static ranks
-(distributed, ranks) and Ray actors (ray_job) only decide which process computes which shard.
-A job of tars is always this variation, on one host a single rank: the manifest freezes the tars,
-a shard is a fixed group of consecutive tars (identity.tars_per_shard), and the process computing it
-reads each front to back once (engine.extract_stream, parallel.inputs.tars); their members, known
-only then, are its images, recorded with the shard.
+An output in an object store (s3://) commits without a rename (store_shards); a job of tars
+freezes the tars, a shard being a fixed group of consecutive tars (identity.tars_per_shard) read
+front to back once (engine.extract_stream, parallel.inputs.tars), whose members are its images.
 
-    runner.run(config)    one process (single_host) or many (distributed, ray_job)
+    runner.run(config)    this process alone (rank 0 of 1, holding O.lock), or one of many
     protocol              the checks before anything is written or removed, for every mode
     config                Config (one run, what the CLI parses), Distribution (how it is spread)
-    identity              job identity and freezing: one process, and sharded (one module, both ways)
-    single_host           a job on one process into one output it resumes
-    shards, shard_record  the sharded job: its files, the commit by rename, the shard's record
+    identity              job identity and freezing, the same for every number of processes
+    shards, shard_record  the sharded job: its files, attempts, the commit by rename, the shard's record
+    assembly              the output written from the shards, in order
     store_shards          the sharded job in an object store: attempts, a marker last, no rename
-    distributed, ranks    static ranks (Slurm, torchrun, Kubernetes, TF_CONFIG); ShardWorker
+    distributed, ranks    the shard runner (ShardWorker), this process alone or a static rank (Slurm,
+                          torchrun, Kubernetes, TF_CONFIG), and the retry in the output
     ray_job               a Ray cluster's actors pull shards
     locks                 flock locks: one writer per output, one manifest writer
 

@@ -25,10 +25,11 @@ from parallel.engine import RunError, extract_into, extract_rows, extract_stream
 from parallel.inputs.manifest import manifest_path, read_job
 from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
-from parallel.jobs.identity import freeze_sharded, geometry_change
+from parallel.inputs.sources import TARS
+from parallel.jobs.identity import is_inside, freeze_sharded, geometry_change, refuse_output_among_images
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs import locks
-from parallel.jobs.shard_record import (SHARD_ERRORS, error_paths, error_rows, insert_rows, keep_last_copies,
+from parallel.jobs.shard_record import (SHARD_ERRORS, error_rows, insert_rows, keep_last_copies,
                                         shard_keys)
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
@@ -48,9 +49,10 @@ class ShardWorker:
     A context manager; `close()` releases the Session.
     """
 
-    def __init__(self, config, job, devices=None, weights=None):
+    def __init__(self, config, job, devices=None, weights=None, alone=False):
         """Args: config (Config), job (a frozen ShardedJob), devices (Devices; None: config.devices),
-        weights (the model's, loaded already; None: loaded here)."""
+        weights (the model's, loaded already; None: loaded here), alone (the job's only process, whose
+        other step geometry was warned about: `identity.freeze_sharded`)."""
         self.config = config
         self.job = job
         self.devices = devices or config.devices
@@ -58,7 +60,7 @@ class ShardWorker:
         self.runner = open_runner(config.model, self.devices, config.per_device_batch, weights=weights)
         change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
                                                                  "devices": str(len(self.devices.names))})
-        if change:  # a Ray actor that sees other devices than the job's
+        if change and not alone:  # a Ray actor that sees other devices than the job's
             self.runner.close()
             raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
                              "differ in float rounding" % (config.output, change))
@@ -231,18 +233,20 @@ def add(total, part):
                                **{name: getattr(total, name) + getattr(part, name) for name in fields})
 
 
-def finish(config, job, summary, worker=None):
+def finish(config, job, summary, worker=None, one_host=False, assembly=None):
     """Writes the output if every shard is committed; the summary says what is missing if not.
 
     A shard found changed before the output is written from it is set aside; with a `worker`
-    (ShardWorker), this process computes it again at once and writes the output.
+    (ShardWorker), this process computes it again at once and writes the output. `assembly`: the
+    Assembly this process has been writing the output with, shard by shard (its only process).
     """
     missing = job.missing()
     if not missing:
         def assemble():
             return job.assemble(config.output_format, config.model.output_name, config.settings,
                                 keep_shards=config.distribution.keep_shards,
-                                keep_failed=config.distribution.kind == "ray")  # its actors retry in shards
+                                keep_failed=config.distribution.kind == "ray",  # its actors retry in shards
+                                assembly=assembly)
 
         with run_errors():
             try:
@@ -255,9 +259,10 @@ def finish(config, job, summary, worker=None):
                 for index in error.rejected_shards:
                     worker.process(index)
                 written = assemble()
-        log.info("%s committed: %s %s", "the only shard is" if job.shard_count == 1
-                 else "all %d shards are" % job.shard_count, config.output,
-                 "is written" if written else "is being written by another process")
+        if not one_host:
+            log.info("%s committed: %s %s", "the only shard is" if job.shard_count == 1
+                     else "all %d shards are" % job.shard_count, config.output,
+                     "is written" if written else "is being written by another process")
     else:
         log.info("%d of %s %s not committed yet (%s): the output is written by the process that commits the "
                  "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
@@ -286,14 +291,16 @@ def _some(indexes, shown=10):
     return ", ".join(str(index) for index in indexes[:shown]) + (", ..." if len(indexes) > shown else "")
 
 
-def run(config, weights=None, one_host=False):
+def run(config, weights=None, one_host=False, overwrite=False):
     """This process's part of a job over static ranks (see the module docstring).
 
     Args:
       config: Config with a static distribution.
       weights: the model's weights, loaded by the caller's checks (None: loaded here).
-      one_host: the job runs on this process alone (a tar job, an output in a store): the log
-        speaks of the job, not of ranks.
+      one_host: the job runs on this process alone: it holds the output's lock for the whole run
+        (one run per output), and the log speaks of the job, not of ranks (`_run_static`).
+      overwrite: (one_host only) the job's files are removed once every check has passed and the
+        lock is held, and the job starts afresh.
 
     Raises:
       ValueError: a usage error (the rank, the weights, another job's manifest, ...), found
@@ -302,7 +309,7 @@ def run(config, weights=None, one_host=False):
         command resumes it.
     """
     if one_host:  # --overwrite is this process's way out: its advice stands
-        return _run_static(config, weights, one_host)
+        return _run_static(config, weights, one_host, overwrite)
     with advised(config.output):
         return _run_static(config, weights, one_host)
 
@@ -332,8 +339,8 @@ def distributed_advice(message, output):
     return re.sub(r"--overwrite|overwrite=True", "removing %s" % files, message)
 
 
-def _run_static(config, weights=None, one_host=False):
-    """--distributed static: this process is one rank (see `run`).
+def _run_static(config, weights=None, one_host=False, overwrite=False):
+    """--distributed static: this process is one rank, or the job's only process (see `run`).
 
     What can be wrong with the flags or the inputs (the rank, the output, the weights, another
     job's manifest) is found before this process writes anything: a refused run leaves nothing
@@ -341,7 +348,11 @@ def _run_static(config, weights=None, one_host=False):
     RunError: something was written, and the same command resumes.
     """
     rank = resolve_rank(config.distribution.rank, config.distribution.world_size)
-    with _check_output(config.output) as job:
+    with _check_output(config, overwrite, one_host) as job:
+        if one_host:
+            job.hold_lock()
+        if overwrite:
+            job.remove_everything()
         return _run_ranks_shards(config, job, rank, weights, one_host)
 
 
@@ -350,7 +361,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
     if weights is None and not job.manifest.exists():  # checks first: freezing writes the manifest
         weights = config.model.load_weights()  # a bad weights= fails here, before anything is written
     try:
-        job = freeze_sharded(config, check_folder=rank.rank == 0, job=job)
+        job = freeze_sharded(config, check_folder=rank.rank == 0, job=job, alone=one_host)
     except PermissionError as error:  # nothing written: the output's folder is the wrong one
         raise ValueError("cannot write the manifest %s: %s: choose another output"
                          % (manifest_path(config.output), error.strerror or first_line(error))) from None
@@ -358,24 +369,61 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
         raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"
                        % (manifest_path(config.output), error.strerror or first_line(error))) from error
     mine = list(rank.shards(job.shard_count))
-    if one_host:
-        log.info("%s in %s; devices: %s", "%d tars" % job.images if job.tars else counted(job.images, "image"),
-                 counted(job.shard_count, "shard"), config.devices.describe(config.per_device_batch))
+    if one_host and job.tars:
+        log.info("%d tars in %s; devices: %s", job.images, counted(job.shard_count, "shard"),
+                 config.devices.describe(config.per_device_batch))
+    elif one_host:
+        log.info("%s under %s; devices: %s", counted(job.images, "image"), config.image_root,
+                 config.devices.describe(config.per_device_batch))
     else:
         log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
                  _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
     summary = Summary()
     started = time.perf_counter()
     images = sum(_shard_length(job, index) for index in mine)
-    with ShardWorker(config, job, weights=weights) as worker, run_errors(), StopRequest() as stop, \
-            Progress(config.progress, total=None if job.tars else images, initial=0) as progress:
+    with ShardWorker(config, job, weights=weights, alone=one_host) as worker, run_errors(), \
+            Progress(config.progress, total=None if job.tars else images, initial=0) as progress, \
+            contextlib.ExitStack() as stack:
+        if one_host:
+            log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
         if job.retried_in_output():
             return retry_in_output(config, job, worker, started)
-        for index in mine:
-            summary = add(summary, worker.process(index, stop=stop, progress=progress))
-            if summary.interrupted:
-                break
-        return conclude(config, job, summary, images, started, worker)
+        assembly, earlier = None, set()
+        if one_host and job.assembles_as_it_goes(config.distribution.keep_shards) and not job.is_finished() \
+                and not job.is_reopened():  # O grows shard by shard
+            assembly = stack.enter_context(job.assembly(config.output_format, config.model.output_name,
+                                                        config.settings, config.distribution.keep_shards))
+            earlier = job.assembled_failures()  # failures of an earlier run whose shards are in O: retried in O
+        # The stop request covers the shards only: a signal during start-up or the output's final merge stops at once.
+        with StopRequest() as stop:
+            for index in mine:
+                summary = add(summary, worker.process(index, stop=stop, progress=progress))
+                if summary.interrupted:
+                    break
+                if assembly is not None:
+                    _catch_up(assembly, worker)
+        summary = conclude(config, job, summary, images, started, worker, one_host, assembly)
+        if earlier and job.is_finished():
+            with job.output_lock():
+                _, paths, _ = _retry_failed(config, job, worker, only=earlier)
+            summary = dataclasses.replace(summary, written=summary.written + len(paths),
+                                          failed=summary.failed - len(paths))
+        return summary
+
+
+def _catch_up(assembly, worker):
+    """The committed shards that come next appended to the output in the background, once the catch-up
+    before has ended; a shard that did not check out then is computed again at once (`Assembly`)."""
+    try:
+        assembly.wait()
+    except RunError as error:
+        if not getattr(error, "rejected_shards", ()):
+            raise
+        log.warning("%s; computing %s again now", first_line(error).split(": ", 1)[0],
+                    _which_shards(list(error.rejected_shards)))
+        for index in error.rejected_shards:
+            worker.process(index)
+    assembly.in_background()
 
 
 def retry_in_output(config, job, worker, started):
@@ -394,7 +442,7 @@ def retry_in_output(config, job, worker, started):
       Summary of the job: already_done its rows, written the rows new, failed the images still failing.
     """
     try:
-        with locks.exclusive(job.lock):
+        with job.output_lock():
             todo, paths, still = _retry_failed(config, job, worker)
     except locks.Busy:
         log.info("another process is writing %s: it retries the failed images", config.output)
@@ -406,11 +454,16 @@ def retry_in_output(config, job, worker, started):
     return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config))
 
 
-def _retry_failed(config, job, worker):
+def _retry_failed(config, job, worker, only=None):
     """`retry_in_output`'s work, under the output's lock: (the failed images without a row [(position, path)],
-    the paths computed now, the failures [(path, kind, message)] of those that still fail)."""
+    the paths computed now, the failures [(path, kind, message)] of those that still fail).
+
+    `only`: a set of paths, the failed images to retry (None: every one the errors file lists); the errors
+    file is rewritten without the images computed now, the others' lines as they were.
+    """
     errors = job.output_errors()
-    failed = set(error_paths(errors)) if errors.exists() else set()
+    listed = error_rows(errors) if errors.exists() else []
+    failed = {path for path, _, _ in listed if only is None or path in only}
     if not failed:  # nothing to retry: the output is not opened (its writer reads every committed path)
         return [], [], []
     manifest = job.load_manifest()
@@ -425,23 +478,30 @@ def _retry_failed(config, job, worker):
                                               [position for position, _ in todo], job.images, versions=versions)
         for start in range(0, len(paths), 1024):
             writer.write(paths[start:start + 1024], features[start:start + 1024])
+    computed, again = set(paths), {row[0]: row for row in still}
     with ErrorLog(job.output) as log_file:  # the images that still have no row
-        for row in still:
-            log_file.add(*row)
+        for row in listed:
+            if row[0] not in computed:
+                log_file.add(*again.get(row[0], row))
     return todo, paths, still
 
 
-def _check_output(output):
+def _check_output(config, overwrite=False, one_host=False):
     """Refuses, before anything is written, an output the job's last process could never write.
+
+    A file that this program did not write is replaced only with `overwrite` (the job's only
+    process), and never when it is one of the job's images, or any file under its folder of images.
 
     Returns:
       the job's ShardedJob (not frozen yet); for a store, reached and checked (bucket, credentials).
     """
+    output = config.output
     job = open_job(output)
     if is_url(output):
         # An output with the job's manifest beside it and no record yet is this program's, cut short
         # between its upload and its record's (killed, or the record's upload failed): the job finishes it.
-        if job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None and not job.manifest.exists():
+        if not overwrite and job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None \
+                and not job.manifest.exists():
             job.close()
             raise OutputError("%s exists and was not written by this program (no %s.run.json): choose another "
                               "output" % (output, job.name))
@@ -450,12 +510,20 @@ def _check_output(output):
     if output.is_dir():
         raise OutputError("output=%s is a folder; give a file name" % output)
     if os.path.lexists(output) and read_record(output) is None:
-        raise OutputError("%s exists and was not written by this program (no %s): choose another output"
-                          % (output, sidecar_path(output).name))
+        listed = config.source.kind != TARS and not is_url(config.image_root)  # a tar is never it: protocol
+        if listed and is_inside(output, config.image_root):
+            raise OutputError("--output %s is a file under --images %s, not an output of this program: choose "
+                              "another --output" % (output, config.image_root))
+        if listed:
+            refuse_output_among_images(output, config.image_root, config.scan())
+        if not overwrite:
+            raise OutputError("%s exists and was not written by this program (no %s): %schoose another output"
+                              % (output, sidecar_path(output).name, "pass --overwrite to replace it or "
+                                 if one_host else ""))
     return job
 
 
-def conclude(config, job, summary, images, started, worker=None):
+def conclude(config, job, summary, images, started, worker=None, one_host=False, assembly=None):
     """The Summary of this process's part of the job, and the output written if it is the last part.
 
     Args:
@@ -464,6 +532,8 @@ def conclude(config, job, summary, images, started, worker=None):
       images: how many images the part holds (those not reached are skipped).
       started: `time.perf_counter()` when the part began.
       worker: this process's ShardWorker, if it may compute shards found changed (`finish`).
+      one_host: the job's only process (its log speaks of the job, not of shards).
+      assembly: the Assembly it has been writing the output with (`finish`).
     """
     if job.tars:  # a tar's members are known once it is read: the job's images are those of its shards
         images = summary.discovered
@@ -472,7 +542,7 @@ def conclude(config, job, summary, images, started, worker=None):
     log_stage_times(summary)
     if summary.interrupted:
         return dataclasses.replace(summary, output=_output(config))
-    return finish(config, job, summary, worker)
+    return finish(config, job, summary, worker, one_host, assembly)
 
 
 def _shard_length(job, index):

@@ -1,21 +1,16 @@
-"""What a job is, and how its images are frozen: on one process, and sharded over many.
+"""What a job is, and how its images are frozen, whatever the number of its processes.
 
-A job is one set of settings and one list of images, into one output. Both ways of running it
-check the job against what its files record, then freeze its images in the manifest
-(parallel.inputs.manifest), with the same record (`job_record`) and the same change rules
-(`describe_changes`); they differ only in where committed rows live (the output itself, or
-committed shards) and so in what a change may touch.
+A job is one set of settings and one list of images, into one output. Its first process freezes
+the images in the manifest (parallel.inputs.manifest) with the job's record (`job_record`); every
+later process, and every rerun, checks that record and the images now against it, with the same
+change rules (`describe_changes`), before anything is loaded or written.
 
-    job_record(config)                       what every process of a job must agree on
-    check_job(images, output, settings)      one process, before anything is loaded or written:
-        -> (record, current, frozen)          refuses an output of other settings or of another
-                                              folder, and images added since the job started
-    freeze_job(frozen, current, writer, ...)  one process, once the writer is open: refuses images
-        -> Manifest                           changed or removed after their row was written,
-                                              records the folder for a new job
-    freeze_sharded(config, check_folder)     many processes: the first writes the manifest, the
-        -> ShardedJob                         others wait and check it records their job; a change
-                                              is refused naming the shards to recompute
+    job_record(config)                         what every process of a job must agree on
+    freeze_sharded(config, check_folder, ...)  the first process writes the manifest, the others
+        -> ShardedJob                          wait and check it records their job; a change is
+                                               refused saying what to do about it
+    refuse_output_among_images(output, ...)    the output is none of the job's images, however
+                                               the job names them
 """
 
 import logging
@@ -23,11 +18,11 @@ import os
 from pathlib import Path
 
 from parallel.inputs.manifest import (DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path,
-                                      other_source_message, read_job)
+                                      read_job)
 from parallel.inputs.sources import TARS
 from parallel.jobs.shard_record import error_paths
 from parallel.locations import is_url
-from parallel.output import PARTS_SUFFIX, OutputError, check_settings, read_record, sidecar_path
+from parallel.output import PARTS_SUFFIX, OutputError
 
 log = logging.getLogger("parallel")
 
@@ -50,103 +45,7 @@ def job_record(config):
                 **config.step_geometry)
 
 
-def check_job(images_root, output, settings, scan, overwrite=False, geometry=None):
-    """Refuses, before anything is loaded or written, an output that this job must not touch.
-
-    Args:
-      images_root: Path of the images folder.
-      output: Path of the output.
-      settings: {str: str}, the settings the output records, with "images" (the resolved
-        folder), "format" and "column_prefix"; "feature_size" may be missing (not known yet).
-      scan: callable returning the Manifest of the job's images now.
-      overwrite: the run starts afresh (the output of another job may be replaced).
-      geometry: this run's step geometry (`Config.step_geometry`); a resumed job recorded with
-        another is warned about: its rows from now on may differ in float rounding.
-
-    Returns:
-      (record, current, frozen): the output's commit record or None (a new output, or
-      overwrite); the Manifest of the folder now; the job's frozen Manifest, or None when
-      the job has no committed row yet (then it is frozen anew).
-
-    Raises:
-      ValueError: the folder has no image, or an image was added since the job started.
-      OutputError (a ValueError): the output is an input image, a folder, a file this program
-        did not write, or an output of other settings or another folder.
-    """
-    if output.is_dir():
-        raise OutputError("--output %s is a folder; give a file name" % output)
-    if os.path.lexists(output) and _is_inside(output, images_root) and read_record(output) is None:
-        raise OutputError("--output %s is a file under --images %s, not an output of this program: choose "
-                          "another --output" % (output, images_root))
-    current = scan()
-    if not len(current):
-        raise ValueError("--images %s contains no images (looked for %s, recursively)"
-                         % (images_root, " ".join(sorted(IMAGE_EXTENSIONS))))
-    refuse_output_among_images(output, images_root, current)
-    record = None if overwrite else read_record(output)
-    if record is None and not overwrite and os.path.lexists(output):
-        raise OutputError("%s exists and was not written by this program (no %s): pass --overwrite to "
-                          "replace it or choose another --output" % (output, sidecar_path(output).name))
-    if record is not None:
-        recorded = record["settings"]
-        if "images" in recorded and recorded["images"] != settings["images"]:
-            raise OutputError(other_source_message(output, recorded["images"], settings["images"]))
-        check_settings(output, recorded, settings, ignore=("feature_size",))
-    sharded = Path(str(output) + ".shards")
-    finished = record is not None and record["state"] == "complete"
-    if not overwrite and not finished and (sharded.exists() or Path(str(output) + ".attempts").exists()):
-        raise OutputError("%s is being written by a job spread over several processes (%s exists): rerun it with "
-                          "the same --distributed, or pass --overwrite" % (output, sharded.name))
-    frozen = None
-    if record is not None and record["rows"]:  # the job's input is frozen once a row is committed
-        frozen = Manifest.load(manifest_path(output))
-        if frozen is not None:  # stale rows are judged by freeze_job, once the rows are known
-            refusal = describe_changes(frozen.changes(current), images_root, output)
-            if refusal:
-                raise ValueError(refusal)
-            change = geometry and geometry_change(read_job(manifest_path(output))["job"], geometry)
-            if change:
-                log.warning("%s was started with another step geometry (%s): the rows computed from now on may "
-                            "differ in float rounding from those of one uninterrupted run", output, change)
-    return record, current, frozen
-
-
-def freeze_job(frozen, current, writer, images_root, output, job=None):
-    """The job's manifest: frozen by its first run, and checked against the rows committed since.
-
-    Args:
-      frozen: the saved Manifest from `check_job`, or None.
-      current: Manifest of the folder now.
-      writer: the open FeatureWriter (its `completed` rows decide what is stale).
-      images_root, output: for the messages.
-      job: {str: str}, what a new job's manifest records (`job_record`).
-
-    Returns:
-      Manifest: the job's images (the frozen list; repaired images with their new size and time).
-
-    Raises:
-      ValueError: an image was changed or removed after its row was written.
-      OutputError: rows are committed but the manifest is missing.
-    """
-    path = manifest_path(output)
-    if frozen is None:
-        if writer.rows_committed:
-            raise OutputError("%s is missing, so the images of %s cannot be checked: pass --overwrite to "
-                              "start afresh" % (path, output))
-        current.save(path, job=job)
-        return current
-    changes = frozen.changes(current)
-    refusal = describe_changes(changes, images_root, output, committed=writer.completed)
-    if refusal:
-        raise ValueError(refusal)
-    if changes.changed:  # images without a row that were repaired: record their new size and time
-        frozen = frozen.updated(current, changes.changed)
-        recorded = read_job(path)  # kept as they are: the shard size and the job of a sharded job too
-        frozen.save(path, recorded["shard_size"], job=recorded["job"])
-    return frozen
-
-
-def _is_inside(path, folder):
+def is_inside(path, folder):
     """Whether `path` (resolved) lies in `folder` (resolved), at any depth."""
     try:
         Path(path).resolve().relative_to(Path(folder).resolve())
@@ -157,7 +56,7 @@ def _is_inside(path, folder):
 
 def own_files(images_root, output):
     """Paths relative to `images_root` of this output's files that lie inside it: never images."""
-    if not _is_inside(output, images_root):
+    if not is_inside(output, images_root):
         return ()
     relative = Path(output).resolve().relative_to(images_root.resolve()).as_posix()
     # The sidecars end in .json, .csv, .parquet or .tmp, never an image extension: only the
@@ -218,7 +117,7 @@ def refuse_output_among_images(output, images_root, manifest):
                               % (output, path))
 
 
-def freeze_sharded(config, check_folder, job=None):
+def freeze_sharded(config, check_folder, job=None, alone=False):
     """The job's manifest, written by the first process to come (the others wait for it).
 
     Args:
@@ -227,6 +126,10 @@ def freeze_sharded(config, check_folder, job=None):
         holds the whole list while it does).
       job: the job's ShardedJob, not frozen yet (None: `store_shards.open_job(config.output)`,
         a local job or one in an object store).
+      alone: this process is the job's only one, holding the output's lock (`ShardedJob.output_lock`):
+        a job of which no row is committed is frozen anew, as the images are now; a step geometry
+        other than the recorded one is warned about, not refused (the job's recorded one stays);
+        a refusal advises --overwrite.
 
     Returns:
       ShardedJob, with its shard size and count known.
@@ -234,24 +137,34 @@ def freeze_sharded(config, check_folder, job=None):
     Raises:
       ValueError: another job, another shard size, a folder that changed in a way that would
         make rows stale or out of order (an image added, or one with a committed row changed or
-        removed: the message names the shards to recompute), a damaged manifest, or no manifest
-        in time.
+        removed), committed rows without their manifest, a damaged manifest, or no manifest in time.
     """
     if job is None:
         from parallel.jobs.store_shards import open_job  # the store's modules only when a job needs them
         job = open_job(config.output)
+    if alone and job.manifest.exists() and not is_url(config.output) and not job.holds_rows():
+        job.remove_everything()  # nothing committed can be stale or out of order: the job starts as the images are now
     existed = job.manifest.exists()
+    if not existed and job.output_rows():  # its rows could not be checked: shards are, against a new manifest
+        raise OutputError("%s is missing, so the images of %s cannot be checked: pass --overwrite to start afresh"
+                          % (manifest_path(config.output), config.output))
     tars = config.source.kind == TARS
+    record = job_record(config)
     if existed:  # before the generic comparison: a rank started with other flags is told which
-        change = geometry_change(read_job(job.manifest)["job"], config.step_geometry)
-        if change:
+        recorded = read_job(job.manifest)["job"]
+        change = geometry_change(recorded, config.step_geometry)
+        if change and alone:
+            log.warning("%s was started with another step geometry (%s): the rows computed from now on may differ "
+                        "in float rounding from those of one uninterrupted run", config.output, change)
+            record.update((key, recorded[key]) for key in config.step_geometry if key in recorded)
+        elif change:
             raise ValueError("%s is computed with another step geometry than this process's (%s): its rows would "
                              "differ in float rounding; start every process with the same flags"
                              % (config.output, change))
     # Shards that start where a single process's steps start give the rows a single process computes,
     # bit for bit: a model's arithmetic may depend on how many images share a step (oneDNN, cuDNN).
     host_batch = int(config.step_geometry["per_device_batch"]) * int(config.step_geometry["devices"])
-    job.freeze(job_record(config), lambda: _scan(config, spilled=True), config.distribution.shard_size,
+    job.freeze(record, lambda: _scan(config, spilled=True), config.distribution.shard_size,
                config.distribution.wait_seconds, default_shard_size=tars_per_shard if tars else
                max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
     if job.shard_size % host_batch and not tars:
@@ -260,7 +173,7 @@ def freeze_sharded(config, check_folder, job=None):
                     "choose a --shard-size that is)", job.shard_size, host_batch)
     if existed and check_folder:
         with job.named():
-            _check_folder(config, job)
+            _check_folder(config, job, alone)
     return job
 
 
@@ -273,15 +186,15 @@ def tars_per_shard(manifest):
     return max(1, min(len(manifest), TAR_SHARD_BYTES // sizes[len(sizes) // 2])) if sizes else 1
 
 
-def _check_folder(config, job):
+def _check_folder(config, job, alone=False):
     """Refuses a folder changed in a way that would make committed rows stale (see `freeze_sharded`).
 
     Images (or tars) changed that have no row (they failed, or their shard is not committed) are
-    taken as they are now, as one process takes them: the manifest records their new size, time
-    and version, so that their reads are pinned to it and a later run finds nothing changed. A
-    committed shard of them names the manifest's images anew (`ShardedJob.renew_record`): its rows
-    are kept and its failed images computed again (`ShardWorker.retry`); where that cannot be done
-    (a store's markers are written once) the shard is computed again whole.
+    taken as they are now: the manifest records their new size, time and version, so that their
+    reads are pinned to it and a later run finds nothing changed. A committed shard of them names
+    the manifest's images anew (`ShardedJob.renew_record`): its rows are kept and its failed images
+    computed again (`ShardWorker.retry`); where that cannot be done (a store's markers are written
+    once) the shard is computed again whole.
     """
     manifest = job.load_manifest()
     current = _scan(config)
@@ -289,7 +202,7 @@ def _check_folder(config, job):
     if changes:
         rows = committed_rows(job)  # the rows only: a failed image of a committed shard has none
         refusal = describe_changes(changes, config.source.description, config.output, committed=rows,
-                                   way_out=_way_out(job, changes, rows))
+                                   **({} if alone else {"way_out": _way_out(job, changes, rows)}))
         if refusal:
             raise ValueError(refusal)
         log.warning("%d images changed or were removed since the job started; none has a row yet: they are "
@@ -307,8 +220,15 @@ def _check_folder(config, job):
 
 def _scan(config, spilled=False):
     """The job's images now (`Config.scan`; `spilled`: sorted on disk, `Config.entries`), of which the
-    output is never one."""
+    output is never one.
+
+    Raises:
+      ValueError: the job has no image.
+    """
     current = config.entries() if spilled else config.scan()
+    if not len(current):
+        raise ValueError("--images %s contains no images (looked for %s, recursively)"
+                         % (config.source.description, " ".join(sorted(IMAGE_EXTENSIONS))))
     if not is_url(config.output):  # an object in a store is never one of the local images
         refuse_output_among_images(Path(config.output), config.image_root, current)
     return current
@@ -325,9 +245,14 @@ def committed_rows(job):
         failed = set(error_paths(errors)) if errors.exists() else set()
         return {path: None for path in job.load_manifest().paths if path not in failed}
     rows = {}
+    assembled, in_output = job.assembled(), None
     for index in range(job.shard_count):
         if job.is_committed(index):
             errors = job.shard_errors(index)
+            if errors is None and index < assembled:  # its rows are in the output, its failures recorded there
+                in_output = job.assembled_failures() if in_output is None else in_output
+                rows.update((path, None) for path in job.shard_images(index).paths if path not in in_output)
+                continue
             if errors is None:  # the output was written meanwhile: its rows are all there is
                 if job.is_finished():
                     return committed_rows(job)

@@ -71,7 +71,7 @@ def _same(first, second):
         return False
 
 
-def before_writing(config):
+def before_writing(config, load_weights=True):
     """Every check of a run before it writes or removes anything; returns the model's weights.
 
     The output is none of the job's inputs (`refuse_output_among_inputs`), a store output's bucket
@@ -80,9 +80,10 @@ def before_writing(config):
 
     Args:
       config: the job's Config.
+      load_weights: load them (else the caller does, before it writes anything).
 
     Returns:
-      {variable name: array}, the model's weights (`ModelSpec.load_weights()`).
+      {variable name: array}, the model's weights (`ModelSpec.load_weights()`), or None.
 
     Raises:
       ValueError (OutputError among them): the run must not start; nothing was written or removed.
@@ -95,4 +96,4 @@ def before_writing(config):
         from parallel.output.stores import open_store
         store, name = open_store(config.output)
         store.check(name)
-    return config.model.load_weights()
+    return config.model.load_weights() if load_weights else None

@@ -1,6 +1,9 @@
 """The job runner: `run(config)` runs a job on this process alone, or as its part of one spread over several.
 
-    config.distribution None       parallel.jobs.single_host: one process, one output it resumes
+Every job is the sharded job (parallel.jobs.shards); the distribution says only which process
+computes which shard:
+
+    config.distribution None       this process alone: rank 0 of 1, holding the output's lock
     Distribution(kind="static")    parallel.jobs.distributed: this process is one rank of a scheduler's
     Distribution(kind="ray")       parallel.jobs.ray_job: a Ray cluster's actors pull the shards
 
@@ -8,15 +11,10 @@
 """
 
 import dataclasses
-import shutil
-from pathlib import Path
 
-from parallel.inputs.sources import TARS
-from parallel.inputs.tars import MEMBERS_SUFFIX
-from parallel.jobs import distributed, single_host
+from parallel.jobs import distributed
 from parallel.jobs.config import Config, Distribution
 from parallel.jobs.protocol import before_writing, refuse_output_among_inputs
-from parallel.locations import is_url
 
 __all__ = ["Config", "Distribution", "run"]
 
@@ -44,10 +42,8 @@ def run(config):
         rows are kept.
     """
     refuse_output_among_inputs(config)  # every mode: an input is never written over, nor removed
-    if config.distribution is None and (config.source.kind == TARS or is_url(config.output)):
-        return _as_one_rank(config)  # shards of tars; a store has no rename for the single-host commit
     if config.distribution is None:
-        return single_host.run(config)
+        return _alone(config)
     if config.distribution.kind == "ray":
         from parallel.jobs import ray_job  # Ray itself is imported only when a job runs
         with distributed.advised(config.output):
@@ -55,40 +51,16 @@ def run(config):
     return distributed.run(config)
 
 
-def _as_one_rank(config):
-    """A job on one process run as the sharded job with one static rank, resumed shard by shard.
+def _alone(config):
+    """A job on this process alone: the sharded job with one static rank, which holds the output's lock.
 
-    So run a tar job (shards of tars), and a job whose output is in an object store: stores
-    have no rename or append, so the single-host writer's commit (a part per batch, the record
-    replaced) cannot run there; the sharded job's (an attempt per shard, a marker last,
-    parallel.jobs.store_shards) can, and with one rank its output is the single-host one, byte
-    for byte. --overwrite removes the job's files, once every check has passed (one process: no
-    other's to erase).
+    Its shards are computed in order, each in an attempt that commits batch by batch and that the
+    next run resumes (a kill costs at most a batch); its output is a many-rank job's, byte for byte.
+    --overwrite removes the job's files once every check has passed and the lock is held: the
+    weights are loaded first then (a bad weights file removes nothing); without it they are loaded
+    once the output and the images are checked, so that a refused rerun says so at once.
     """
-    weights = before_writing(config)  # before --overwrite removes anything
-    if config.overwrite and is_url(config.output):
-        from parallel.jobs.store_shards import open_job
-        with open_job(config.output) as job:
-            job.remove_everything()
-    elif config.overwrite:
-        _remove_job(Path(config.output))
+    weights = before_writing(config, load_weights=config.overwrite)
     one = Distribution(kind="static", rank=0, world_size=1)
     return distributed.run(dataclasses.replace(config, overwrite=False, distribution=one), weights=weights,
-                           one_host=True)
-
-
-# What a job writes beside its output O (files, and the folders of a sharded job and of parts).
-_JOB_FILES = (".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX)
-_JOB_FOLDERS = (".shards", ".attempts", ".parts")
-
-
-def _remove_job(output):
-    """--overwrite of a tar job: O and what the job wrote beside it (regular files and real folders only)."""
-    for suffix in ("",) + _JOB_FILES:
-        path = Path(str(output) + suffix)
-        if path.is_file() and not path.is_symlink():
-            path.unlink()
-    for suffix in _JOB_FOLDERS:
-        path = Path(str(output) + suffix)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
+                           one_host=True, overwrite=config.overwrite)

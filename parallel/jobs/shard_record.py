@@ -289,19 +289,21 @@ def set_aside(folder, prefix=REJECTED_PREFIX):
         return target
 
 
-def rejection(output, rejected):
+def rejection(output, rejected, written=False):
     """The RunError of shards set aside before the output was written.
 
     Args:
       output: the output, for the message.
       rejected: list of str, "shard 3 (what was wrong), now <where it was set aside>".
+      written: the rows of earlier shards are in the output already (they stay).
     """
     from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
     one = len(rejected) == 1
-    error = RunError("nothing was written to %s: %d shard%s did not match the manifest and %s set aside: %s. "
+    error = RunError("%s %s: %d shard%s did not match the manifest and %s set aside: %s. "
                      "Rerun to recompute %s (static ranks: the rank of each shard, or any rank with "
                      "--world-size 1); the output is then written"
-                     % (output, len(rejected), "" if one else "s", "was" if one else "were",
+                     % ("the earlier shards' rows are in" if written else "nothing was written to", output,
+                        len(rejected), "" if one else "s", "was" if one else "were",
                         "; ".join(rejected), "it" if one else "them"))
     error.rejected_shards = tuple(int(re.match(r"shard (\d+)", text).group(1)) for text in rejected)
     return error

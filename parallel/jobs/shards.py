@@ -40,16 +40,14 @@ import shutil
 import socket
 from pathlib import Path
 
-import numpy as np
-
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, SUPERSEDED_PREFIX, content_problem,
-                                        error_paths, files_problem,
-                                        error_rows, job_identity, quick_problem, rejection, set_aside, shard_keys,
+                                        error_paths, files_problem, job_identity, quick_problem, rejection, set_aside, shard_keys,
                                         write_record)
-from parallel.output import ErrorLog, OutputError, open_writer, read_record
+from parallel.inputs.changes import other_source_message
+from parallel.output import ErrorLog, OutputError, check_settings, read_record
 from parallel.output.record import save_record
 from parallel.output.durable import fsync
 
@@ -62,6 +60,9 @@ ATTEMPT_LOCK = ".lock"
 ATTEMPT_JOB = "_attempt.json"  # a resumable attempt's job, shard and images (ShardedJob.attempt)
 COMMITTING = "commit"  # where an attempt's files are gathered, to be renamed the shard's folder
 _ERRORS_HEADER = "path,kind,message\n"
+# What a job writes beside its output O (files, and folders: its shards, attempts, and the writer's parts).
+_JOB_FILES = ("", ".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX)
+_JOB_FOLDERS = (SHARDS_SUFFIX, ATTEMPTS_SUFFIX, ".parts")
 
 
 class ShardedJob:
@@ -83,9 +84,35 @@ class ShardedJob:
         self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
         self.tars = False  # shards of tars, whose images are their members (known once they are read)
         self.members = self.output.with_name(self.output.name + MEMBERS_SUFFIX)
+        self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
+        self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
 
     def close(self):
-        """Releases what this process holds for the job (a store's job: its staging folder)."""
+        """Releases what this process holds for the job: the output's lock (`hold_lock`); a store's job: its
+        staging folder too."""
+        held, self._held = self._held, None
+        if held not in (None, True):
+            held.close()
+
+    def hold_lock(self):
+        """Holds the output's lock until `close()`: this process is the job's only one (one run per output).
+
+        An output whose folder does not exist yet has nothing to protect: the lock is taken by `freeze`
+        once it has made the folder, before it writes anything there.
+
+        Raises:
+          OutputError: another run holds it.
+        """
+        if not self.output.parent.is_dir():
+            self._held = True
+            return
+        held = contextlib.ExitStack()
+        try:
+            held.enter_context(self.output_lock())
+        except locks.Busy:
+            raise OutputError("another run is writing %s now (it holds %s): wait for it to end, or choose another "
+                              "output" % (self.location, self.lock.name)) from None
+        self._held = held
 
     def __enter__(self):
         return self
@@ -122,6 +149,8 @@ class ShardedJob:
             if not len(scanned):
                 raise ValueError("the job has no images")
         self.output.parent.mkdir(parents=True, exist_ok=True)
+        if self._held is True:
+            self.hold_lock()
         try:
             with self._manifest_errors(), \
                     locks.exclusive(self.manifest.with_name(self.manifest.name + LOCK_SUFFIX), wait_seconds):
@@ -137,11 +166,9 @@ class ShardedJob:
         except locks.Busy:
             raise ValueError("another process has been writing %s for %.0f s; if none is running, remove %s.lock"
                              % (self.manifest, wait_seconds, self.manifest)) from None
-        differences = ["%s=%r, not %r" % (key, recorded["job"].get(key), job.get(key))
-                       for key in sorted(set(recorded["job"]) | set(job)) if recorded["job"].get(key) != job.get(key)]
-        if differences:
-            raise OutputError("%s belongs to another job (%s): pass --overwrite to start afresh, or choose another "
-                              "--output" % (self.output, "; ".join(differences)))
+        if recorded["job"].get("images", job.get("images")) != job.get("images"):
+            raise OutputError(other_source_message(self.location, recorded["job"]["images"], job.get("images")))
+        check_settings(self.location, recorded["job"], job)
         if shard_size is not None and shard_size != recorded["shard_size"]:
             raise OutputError("%s was cut into shards of %d images, not %d: leave --shard-size out, or pass "
                               "--overwrite" % (self.output, recorded["shard_size"], shard_size))
@@ -262,11 +289,11 @@ class ShardedJob:
         self._known()
         folder = self.shard_folder(index)
         if not os.path.lexists(folder):
-            return self.is_finished()
+            return self.is_finished() or index < self.assembled()
         problem = quick_problem(folder, self.identity, index, self.shard_digest(index))
         if problem is None:
             return True
-        if self.is_finished():  # the output was written meanwhile, and the shards removed
+        if self.is_finished() or index < self.assembled():  # its rows are in the output, and it went meanwhile
             return True
         self.set_aside(index, problem)
         return False
@@ -323,7 +350,11 @@ class ShardedJob:
                 folder = self.new_attempt(index)
                 held.enter_context(locks.exclusive(folder / ATTEMPT_LOCK))
                 if resume:
-                    (folder / ATTEMPT_JOB).write_text(self._attempt_job(index), encoding="utf-8")
+                    try:
+                        (folder / ATTEMPT_JOB).write_text(self._attempt_job(index), encoding="utf-8")
+                    except OSError as error:  # a full disk: named
+                        shutil.rmtree(folder, ignore_errors=True)
+                        raise OSError(error.errno, error.strerror, str(folder / ATTEMPT_JOB)) from None
             try:
                 yield folder
             except BaseException:
@@ -453,15 +484,79 @@ class ShardedJob:
         record = read_record(self.output)
         return bool(record and record.get("reopened"))
 
-    def remove_parts(self):
-        """Removes the shards and the attempts (for --overwrite on one host: another job starts)."""
-        for folder in (self.shards, self.attempts):
-            if folder.is_dir() and not folder.is_symlink():
-                shutil.rmtree(folder)
+    def remove_everything(self):
+        """Removes the output and every file and folder of its job (--overwrite, or a job of one process with no
+        row committed, which starts afresh): regular files and real folders only; the lock stays."""
+        for suffix in _JOB_FILES:
+            path = Path(str(self.output) + suffix)
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+        for suffix in _JOB_FOLDERS:
+            path = Path(str(self.output) + suffix)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+
+    def output_rows(self):
+        """How many rows the output holds (finished or not): 0 for a new one."""
+        record = read_record(self.output)
+        return record["rows"] if record is not None else 0
+
+    def holds_rows(self):
+        """Whether a row of the job is committed anywhere: in the output, a committed shard or an attempt."""
+        record = read_record(self.output)
+        if record is not None and record["rows"]:
+            return True
+        for folder in sorted(self.shards.glob("shard-*")) if self.shards.is_dir() else ():
+            try:
+                if int(json.loads((folder / SHARD_RECORD).read_text(encoding="utf-8"))["rows"]):
+                    return True
+            except (OSError, ValueError, KeyError, TypeError):
+                return True  # a shard that does not read may hold rows: never thrown away unseen
+        for folder in sorted(self.attempts.glob("shard-*")) if self.attempts.is_dir() else ():
+            try:
+                recorded = read_record(folder / SHARD_FEATURES)
+            except OutputError:
+                return True
+            if recorded is not None and recorded["rows"]:
+                return True
+        return False
+
+    @contextlib.contextmanager
+    def output_lock(self):
+        """`with job.output_lock():` this process is the only one writing the output (re-entrant in it).
+
+        Raises:
+          locks.Busy: another process holds it.
+        """
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        with locks.exclusive(self.lock):
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
 
     # -- the final output ----------------------------------------------------------------------
 
-    def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False):
+    def assembles_as_it_goes(self, keep_shards=False, keep_failed=False):
+        """Whether each shard goes once its rows are in the output (see `parallel.jobs.assembly`): where the
+        failures are retried in the output (`retries_in_output`), unless the shards are kept or a Ray job's
+        actors retry in them (`keep_failed`)."""
+        return self.retries_in_output() and not keep_shards and not keep_failed
+
+    def assembly(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False):
+        """The output's Assembly from this job's shards (the caller holds the output's lock)."""
+        from parallel.jobs.assembly import Assembly
+        return Assembly(self, output_format, column_prefix, settings,
+                        remove_shards=self.assembles_as_it_goes(keep_shards, keep_failed), afresh=self.is_reopened())
+
+    def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False, assembly=None):
         """Writes the output from the committed shards, in order, unless another process is doing it.
 
         The rows go through the output's ordinary writer, so the output is the one a single-host
@@ -472,21 +567,30 @@ class ShardedJob:
           keep_shards: leave O.shards in place (a Parquet dataset) after the output is written.
           keep_failed: leave it in place if an image failed, so that the failures are retried in the
             shards (a Ray job's actors do), not in the output (`retries_in_output`).
+          assembly: the Assembly of this process's, which has written some shards already (None: one
+            made here).
 
         Returns:
           bool: True if this process wrote (or found written) the output, False if another holds it.
         """
         try:
-            with locks.exclusive(self.lock):
+            with self.output_lock():
                 if self.is_finished():
                     self.remove_dead_attempts()
                     return True
                 if self.missing():
                     return False  # checked under the lock: a process that finished first did the rest
-                self._check_shards()
-                if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
-                    merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)], self.members)
-                self._assemble(output_format, column_prefix, settings, afresh=self.is_reopened())
+                if assembly is None:
+                    self._check_shards()  # every shard, before a byte of the output is written
+                with contextlib.ExitStack() as stack:
+                    if assembly is None:
+                        assembly = stack.enter_context(self.assembly(output_format, column_prefix, settings,
+                                                                     keep_shards, keep_failed))
+                    assembly.catch_up()  # after the one in the background, if any (its error raised here)
+                    if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
+                        merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)],
+                                      self.members)
+                    assembly.finish()
                 if not keep_shards and self.shards.exists() and (
                         (self.retries_in_output() and not keep_failed) or not self.retriable()):
                     shutil.rmtree(self.shards)  # shards with failed images stay where a rerun retries them there
@@ -496,63 +600,58 @@ class ShardedJob:
             return False
         return True
 
+    def shard_problem(self, index):
+        """What is wrong with committed shard `index` against the manifest now (None: it checks out).
+
+        Its record (of this job, shard and images), every byte of its files (against the SHA-256
+        its record lists, where `verify_files`), and its rows and errors: exactly its images.
+
+        Raises:
+          RunError: the manifest is damaged.
+        """
+        from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
+        folder = self.shard_folder(index)
+        try:
+            images = self.shard_images(index)
+        except DamagedManifest as error:  # after this process wrote its shards: not a usage error
+            raise RunError(str(error)) from None
+        return (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
+                or files_problem(folder, verify=self.verify_files)  # every byte, once, before it is used
+                or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS,
+                                   shard_keys(self, index) if self.tars else images.paths))
+
     def _check_shards(self):
-        """Sets aside every shard whose rows and errors are not exactly its images in the manifest.
+        """Sets aside every shard left whose rows and errors are not exactly its images in the manifest.
 
         Raises:
           RunError: a shard was set aside (named, with what was wrong), or the manifest is
-            damaged; nothing is written.
+            damaged; nothing more is written.
         """
-        from parallel.engine import RunError  # imports TensorFlow: not when shards are only read
+        from parallel.jobs.assembly import assembled
         rejected = []
-        for index in range(self.shard_count):
-            folder = self.shard_folder(index)
-            try:
-                images = self.shard_images(index)
-            except DamagedManifest as error:  # after this process wrote its shards: not a usage error
-                raise RunError(str(error)) from None
-            problem = (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
-                       or files_problem(folder, verify=self.verify_files)  # every byte, once, before it is used
-                       or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS,
-                                          shard_keys(self, index) if self.tars else images.paths))
+        done, _ = assembled(self)
+        for index in range(done, self.shard_count):
+            problem = self.shard_problem(index)
             if problem:
                 target = self.set_aside(index, problem)
                 rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))
         if rejected:
-            raise rejection(self.location, rejected)
+            raise rejection(self.location, rejected, written=done > 0)
 
-    def _assemble(self, output_format, column_prefix, settings, afresh=False):
-        import pyarrow.parquet as pq
-        feature_size = pq.read_schema(self.shard_folder(0) / SHARD_FEATURES).field(column_prefix).type.list_size
-        writer = open_writer(self.output, format=output_format, column_prefix=column_prefix,
-                             feature_size=feature_size, settings=settings, overwrite=afresh)
-        with writer:
-            for index in range(self.shard_count):
-                with pq.ParquetFile(self.shard_folder(index) / SHARD_FEATURES) as part:
-                    for batch in part.iter_batches(batch_size=1024):
-                        paths = [raw.decode("utf-8", "surrogateescape")
-                                 for raw in batch.column("path_bytes").to_pylist()]
-                        keep = [row for row, path in enumerate(paths) if path not in writer.completed]
-                        if keep:
-                            features = batch.column(column_prefix).flatten().to_numpy(zero_copy_only=False)
-                            features = features.reshape(-1, feature_size)[keep]
-                            writer.write([paths[row] for row in keep], np.ascontiguousarray(features))
-            self._write_errors()
-
-    def _write_errors(self):
-        """O.errors.csv: every shard's failed images, in order (no file when none failed)."""
-        errors = ErrorLog(self.output)  # removes the file of an earlier try
-        try:
-            for index in range(self.shard_count):
-                for row in error_rows(self.shard_folder(index) / SHARD_ERRORS):
-                    errors.add(*row)
-        finally:
-            errors.close()
+    def assembled(self):
+        """How many shards are in the output and removed (`parallel.jobs.assembly`): 0 where they stay."""
+        from parallel.jobs.assembly import assembled
+        return assembled(self)[0]
 
     def shard_errors(self, index):
         """Path of committed shard `index`'s errors file (None once the shards are gone)."""
         errors = self.shard_folder(index) / SHARD_ERRORS
         return errors if errors.exists() else None
+
+    def assembled_failures(self):
+        """The images of the shards in the output and removed that failed: set of paths."""
+        from parallel.jobs.assembly import assembled_errors
+        return {path for path, _, _ in assembled_errors(self)}
 
     def output_errors(self):
         """Path of the output's errors file (absent when no image failed)."""
@@ -561,6 +660,8 @@ class ShardedJob:
     def failed_in(self, index, paths):
         """How many of committed shard `index`'s images (`paths`) failed: from its errors file, or the output's."""
         errors = self.shard_errors(index)
+        if errors is None and not self.is_finished() and index < self.assembled():
+            return len(self.assembled_failures().intersection(paths))
         if errors is None:
             errors, paths = self.output_errors(), set(paths)
             if not errors.exists():

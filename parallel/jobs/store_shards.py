@@ -51,6 +51,7 @@ from pathlib import Path
 
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, content_problem, error_paths,
                                         file_digest, rejection, shard_keys)
+from parallel.jobs.assembly import Assembly
 from parallel.jobs.shards import SHARDS_SUFFIX, ShardedJob, _ERRORS_HEADER
 from parallel.inputs.manifest import MANIFEST_SUFFIX, read_job
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
@@ -147,6 +148,7 @@ class StoreShardedJob(ShardedJob):
         """Removes this process's staging folder (a copy of what it computed and read): the job is done
         with here. A process that could not (killed, or stopped at once by a second signal) leaves it to
         the next job's `remove_dead_staging`."""
+        super().close()
         self._cleanup()
 
     @contextlib.contextmanager
@@ -183,6 +185,14 @@ class StoreShardedJob(ShardedJob):
         names = [self.name + suffix for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX, MANIFEST_SUFFIX)]
         self.store.remove(names + list(self.store.list(self.name + SHARDS_SUFFIX + "/")))
         self.store.remove([self.name + SIDECAR_SUFFIX])
+
+    def output_rows(self):
+        """Its record is read when the output is written (a store's job is checked by `_check_output`): 0."""
+        return 0
+
+    def holds_rows(self):
+        """Whether the output or a shard of it is in the store (its rows are never thrown away unseen)."""
+        return self.output_exists() or bool(self.store.list(self.name + SHARDS_SUFFIX + "/"))
 
     # -- the manifest: created once, with a conditional PUT instead of a lock ---------------------
 
@@ -387,7 +397,7 @@ class StoreShardedJob(ShardedJob):
 
     # -- the final output ---------------------------------------------------------------------------
 
-    def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=True):
+    def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=True, assembly=None):
         """Writes the output from the committed shards (see `ShardedJob.assemble`), without a lock.
 
         Two processes doing it at once write the same bytes; the record goes last.
@@ -414,7 +424,9 @@ class StoreShardedJob(ShardedJob):
         if self.tars:  # before O, as on a file system
             merge_indexes([self.shard_folder(index) / MEMBERS_FILE for index in range(self.shard_count)], self.members)
             self.store.upload(self.name + MEMBERS_SUFFIX, self.members)
-        self._assemble(output_format, column_prefix, settings, afresh=afresh)
+        with Assembly(self, output_format, column_prefix, settings, afresh=afresh) as assembly:  # the shards stay
+            assembly.catch_up()
+            assembly.finish()
         for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX):
             local = Path(str(self.output) + suffix)
             if local.exists():
