@@ -123,10 +123,10 @@ class Assembly:
         _copy_rows(folder / SHARD_FEATURES, writer, self.column_prefix)
         if not self.remove_shards:
             return
-        _, errors_bytes = assembled(self.job)
-        errors_bytes = _append_errors(self.job.shards / ASSEMBLED_ERRORS, errors_bytes, error_rows(folder / SHARD_ERRORS))
+        _, length = assembled(self.job)
+        length = _append_errors(self.job.shards / ASSEMBLED_ERRORS, length, error_rows(folder / SHARD_ERRORS))
         replace_atomically(self.job.shards / ASSEMBLED,
-                           (json.dumps({"shards": index + 1, "errors_bytes": errors_bytes}) + "\n").encode("ascii"))
+                           (json.dumps({"shards": index + 1, "errors_bytes": length}) + "\n").encode("ascii"))
         shutil.rmtree(folder)
 
     def _open(self, features):

@@ -44,8 +44,8 @@ from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, r
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, SUPERSEDED_PREFIX, content_problem,
-                                        error_paths, files_problem, job_identity, quick_problem, rejection, set_aside, shard_keys,
-                                        write_record)
+                                        error_paths, files_problem, job_identity, quick_problem, rejection, set_aside,
+                                        shard_keys, write_record)
 from parallel.inputs.changes import other_source_message
 from parallel.output import ErrorLog, OutputError, check_settings, read_record
 from parallel.output.record import save_record
