@@ -73,7 +73,7 @@ def ray_runs(job_images, tmp_path_factory):
     ray_files = tempfile.mkdtemp(prefix="ray-test-")
     command = "%s && exec %s" % (LOOPBACK_UP, shlex.join([sys.executable, CHILD, str(job_images), str(folder), *JOBS]))
     try:
-        child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=420,
+        child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=900,
                                cwd=REPOSITORY, env=dict(os.environ, RAY_TMPDIR=ray_files, TF_CPP_MIN_LOG_LEVEL="3"))
     finally:
         shutil.rmtree(ray_files, ignore_errors=True)
