@@ -239,6 +239,20 @@ def test_a_second_single_host_run_on_the_same_output_is_refused(job_images, tmp_
             jobs.run(job_child.config(job_images, output, "csv"))
 
 
+def test_overwrite_removes_nothing_while_another_run_writes_the_output(job_images, tmp_path):
+    """The lock comes first: --overwrite removes a job's files only once no other run can be writing them."""
+    output = tmp_path / "out.csv"
+    jobs.run(job_child.config(job_images, output, "csv"))
+    def files():
+        return {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.suffix != ".lock"}
+
+    before = files()
+    with locks.exclusive(Path(str(output) + ".lock")):
+        with pytest.raises(ValueError, match="another run is writing .*out.csv now"):
+            jobs.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
+        assert files() == before and len(before) == 4  # the output, its errors, record and manifest
+
+
 def test_an_image_list_file_gives_the_folder_s_output(job_images, single_outputs, tmp_path):
     listing = tmp_path / "list.txt"
     names = sorted(str(path.relative_to(job_images)) for path in job_images.rglob("*.png"))
