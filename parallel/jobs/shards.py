@@ -43,6 +43,7 @@ from pathlib import Path
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
+from parallel.jobs.assembly import Assembly, assembled, assembled_errors
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, SUPERSEDED_PREFIX, content_problem,
                                         error_paths, files_problem, job_identity, quick_problem, rejection, set_aside,
                                         shard_keys, write_record)
@@ -86,6 +87,7 @@ class ShardedJob:
         self.members = self.output.with_name(self.output.name + MEMBERS_SUFFIX)
         self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
         self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
+        self._failures = None  # (the length of the assembled errors file, its paths): `assembled_failures`
 
     def close(self):
         """Releases what this process holds for the job: the output's lock (`hold_lock`); a store's job: its
@@ -503,8 +505,7 @@ class ShardedJob:
 
     def holds_rows(self):
         """Whether a row of the job is committed anywhere: in the output, a committed shard or an attempt."""
-        record = read_record(self.output)
-        if record is not None and record["rows"]:
+        if self.output_rows():
             return True
         for folder in sorted(self.shards.glob("shard-*")) if self.shards.is_dir() else ():
             try:
@@ -552,7 +553,6 @@ class ShardedJob:
 
     def assembly(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False):
         """The output's Assembly from this job's shards (the caller holds the output's lock)."""
-        from parallel.jobs.assembly import Assembly
         return Assembly(self, output_format, column_prefix, settings,
                         remove_shards=self.assembles_as_it_goes(keep_shards, keep_failed), afresh=self.is_reopened())
 
@@ -627,7 +627,6 @@ class ShardedJob:
           RunError: a shard was set aside (named, with what was wrong), or the manifest is
             damaged; nothing more is written.
         """
-        from parallel.jobs.assembly import assembled
         rejected = []
         done, _ = assembled(self)
         for index in range(done, self.shard_count):
@@ -640,7 +639,6 @@ class ShardedJob:
 
     def assembled(self):
         """How many shards are in the output and removed (`parallel.jobs.assembly`): 0 where they stay."""
-        from parallel.jobs.assembly import assembled
         return assembled(self)[0]
 
     def shard_errors(self, index):
@@ -649,9 +647,12 @@ class ShardedJob:
         return errors if errors.exists() else None
 
     def assembled_failures(self):
-        """The images of the shards in the output and removed that failed: set of paths."""
-        from parallel.jobs.assembly import assembled_errors
-        return {path for path, _, _ in assembled_errors(self)}
+        """The images of the shards in the output and removed that failed: set of paths (read again only
+        when more shards are in: a rerun asks once per shard)."""
+        length = assembled(self)[1]
+        if self._failures is None or self._failures[0] != length:
+            self._failures = (length, frozenset(path for path, _, _ in assembled_errors(self)))
+        return self._failures[1]
 
     def output_errors(self):
         """Path of the output's errors file (absent when no image failed)."""
