@@ -252,12 +252,9 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
             try:
                 written = assemble()
             except RunError as error:
-                if worker is None or not getattr(error, "rejected_shards", ()):
+                if worker is None:
                     raise
-                log.warning("%s; computing %s again now", first_line(error).split(": ", 1)[0],
-                            _which_shards(list(error.rejected_shards)))
-                for index in error.rejected_shards:
-                    worker.process(index)
+                _compute_rejected_again(error, worker)
                 written = assemble()
         if not one_host:
             log.info("%s committed: %s %s", "the only shard is" if job.shard_count == 1
@@ -417,13 +414,19 @@ def _catch_up(assembly, worker):
     try:
         assembly.wait()
     except RunError as error:
-        if not getattr(error, "rejected_shards", ()):
-            raise
-        log.warning("%s; computing %s again now", first_line(error).split(": ", 1)[0],
-                    _which_shards(list(error.rejected_shards)))
-        for index in error.rejected_shards:
-            worker.process(index)
+        _compute_rejected_again(error, worker)
     assembly.in_background()
+
+
+def _compute_rejected_again(error, worker):
+    """The shards that `error` (a RunError) set aside before the output was written from them, computed again
+    now by `worker`; any other error is raised again."""
+    if not getattr(error, "rejected_shards", ()):
+        raise error
+    log.warning("%s; computing %s again now", first_line(error).split(": ", 1)[0],
+                _which_shards(list(error.rejected_shards)))
+    for index in error.rejected_shards:
+        worker.process(index)
 
 
 def retry_in_output(config, job, worker, started):
