@@ -1,6 +1,7 @@
 """The output written from the shards in order: one process writes it as it goes, a shard at a time, and
 removes each shard once its rows are in it; a kill at any step leaves a state the rerun completes."""
 
+import random
 import shutil
 import threading
 import types
@@ -12,7 +13,7 @@ import job_child
 from colour_jobs import StopAfter
 from outputs import job_outputs
 from parallel import jobs
-from parallel.jobs import assembly, distributed, identity
+from parallel.jobs import assembly, distributed, identity, ledger
 from parallel.jobs.shard_record import SHARD_FEATURES
 from parallel.jobs.shards import ShardedJob
 
@@ -67,17 +68,15 @@ def _kill_at(monkeypatch, moment):
     if moment == "rows appended":
         monkeypatch.setattr(assembly, "_copy_rows", on_shard_three(assembly._copy_rows,
                                                                  lambda args: "shard-000003" in str(args[0])))
-    elif moment == "errors appended":
-        monkeypatch.setattr(assembly, "_append_errors", on_shard_three(assembly._append_errors, lambda args: args[2]))
-    elif moment == "record written":
-        monkeypatch.setattr(assembly, "replace_atomically", on_shard_three(
-            assembly.replace_atomically, lambda args: b'"shards": 4' in args[1]))
+    elif moment == "ledger recorded":
+        monkeypatch.setattr(ledger.Ledger, "add_shard", on_shard_three(ledger.Ledger.add_shard,
+                                                                       lambda args: args[1] == 3))
     else:  # the shard removed: the next step would be shard 4
         monkeypatch.setattr(assembly, "shutil", types.SimpleNamespace(rmtree=on_shard_three(
             shutil.rmtree, lambda args: "shard-000003" in str(args[0]))))
 
 
-@pytest.mark.parametrize("moment", ["rows appended", "errors appended", "record written", "shard removed"])
+@pytest.mark.parametrize("moment", ["rows appended", "ledger recorded", "shard removed"])
 @pytest.mark.parametrize("output_format", ["csv", "npy"])
 def test_a_kill_at_each_step_of_a_shard_s_append_then_a_rerun_gives_the_uninterrupted_output(
         job_images, single_outputs, tmp_path, small_shards, monkeypatch, moment, output_format):
@@ -131,3 +130,197 @@ def test_an_image_that_failed_in_a_shard_already_in_the_output_is_retried_once_t
     clean = tmp_path / "clean.csv"
     jobs.run(job_child.config(root, clean, "csv"))
     assert job_outputs(output) == job_outputs(clean)
+
+
+# -- a rerun proves what the ledger claims before it trusts it (the files a person or a disk changed) -----------
+
+def _stopped(job_images, output, output_format, monkeypatch, batches=9):
+    """A run stopped in shard 4 (shards of 4, steps of 2): shards 0 to 3 in the output and removed, shard 4's
+    attempt with one batch committed."""
+    with monkeypatch.context() as patch:
+        patch.setattr(distributed, "StopRequest", lambda: StopAfter(batches))
+        stopped = jobs.run(job_child.config(job_images, output, output_format))
+    assert stopped.interrupted
+    job = ShardedJob(output)
+    assert sorted(job.ledger().shards()) == [0, 1, 2, 3] and not job.shard_folder(3).exists()
+    return job
+
+
+def _flip(path, offset=None):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if offset is None else offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _rerun_is_exact(job_images, output, output_format, single_outputs):
+    summary = jobs.run(job_child.config(job_images, output, output_format))
+    assert (summary.written + summary.already_done, summary.failed) == (23, 1)
+    assert job_outputs(output) == single_outputs[output_format]
+    again = jobs.run(job_child.config(job_images, output, output_format))  # and then it is done
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+    assert job_outputs(output) == single_outputs[output_format]
+    return summary
+
+
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_a_finished_output_deleted_by_hand_is_written_again(job_images, single_outputs, tmp_path, small_shards,
+                                                            output_format):
+    output = tmp_path / ("out." + output_format)
+    jobs.run(job_child.config(job_images, output, output_format))
+    output.unlink()  # the ordinary way to get it written again
+    summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
+    assert summary.written == 23
+
+
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_the_output_deleted_mid_job_has_its_shards_computed_again(job_images, single_outputs, tmp_path, small_shards,
+                                                                  monkeypatch, caplog, output_format):
+    output = tmp_path / ("out." + output_format)
+    _stopped(job_images, output, output_format, monkeypatch)
+    for suffix in ("", ".parts", ".paths.csv"):  # whatever of it there is
+        path = tmp_path / ("out.%s%s" % (output_format, suffix))
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    with caplog.at_level("WARNING", logger="parallel"):
+        _rerun_is_exact(job_images, output, output_format, single_outputs)
+    assert "shards 0, 1, 2, 3" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["a part flipped", "its digests flipped", "the parts removed"])
+@pytest.mark.parametrize("output_format", ["parquet", "npy"])
+def test_a_damaged_part_of_the_output_has_its_rows_computed_again(job_images, single_outputs, tmp_path, small_shards,
+                                                                 monkeypatch, output_format, damage):
+    output = tmp_path / ("out." + output_format)
+    _stopped(job_images, output, output_format, monkeypatch)
+    parts = tmp_path / ("out.%s.parts" % output_format)
+    if damage == "a part flipped":
+        _flip(parts / ("part-000000." + output_format))
+    elif damage == "its digests flipped":
+        _flip(parts / "part-000000.sha256", 3)
+    else:
+        shutil.rmtree(parts)
+    _rerun_is_exact(job_images, output, output_format, single_outputs)
+
+
+@pytest.mark.parametrize("damage", ["a line flipped", "cut by 20 bytes", "removed"])
+def test_a_damaged_ledger_has_what_it_no_longer_proves_computed_again(job_images, single_outputs, tmp_path,
+                                                                     small_shards, monkeypatch, caplog, damage):
+    output = tmp_path / "out.csv"
+    job = _stopped(job_images, output, "csv", monkeypatch)
+    ledger = job.ledger().path
+    if damage == "a line flipped":  # shard 3's, which holds the failed image
+        lines = ledger.read_bytes().split(b"\n")
+        lines[3] = lines[3].replace(b'"shard":3', b'"shard":4')
+        ledger.write_bytes(b"\n".join(lines))
+    elif damage == "cut by 20 bytes":
+        ledger.write_bytes(ledger.read_bytes()[:-20])
+    else:
+        ledger.unlink()
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = _rerun_is_exact(job_images, output, "csv", single_outputs)
+    if damage != "removed":
+        assert "failed their check" in caplog.text
+        assert summary.written == 3 + 2 + 4  # shard 3 again (its failure too), the rest of shard 4, shard 5
+
+
+def test_a_damaged_attempt_is_computed_again_not_refused(job_images, single_outputs, tmp_path, small_shards,
+                                                         monkeypatch, caplog):
+    output = tmp_path / "out.csv"
+    job = _stopped(job_images, output, "csv", monkeypatch)
+    attempt, = job.attempts.glob("shard-000004.*")
+    _flip(attempt / "features.parquet.run.json", 5)
+    with caplog.at_level("WARNING", logger="parallel"):
+        _rerun_is_exact(job_images, output, "csv", single_outputs)
+    assert "cannot be resumed" in caplog.text
+
+
+def test_an_attempt_s_merged_file_changed_before_its_commit_is_computed_again(job_images, single_outputs, tmp_path,
+                                                                              small_shards, monkeypatch, caplog):
+    output = tmp_path / "out.parquet"
+    real_commit = ShardedJob.commit
+
+    def commit(self, index, *args, **kwargs):
+        if index == 2:
+            raise Killed("between the attempt's merge and its commit")
+        return real_commit(self, index, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ShardedJob, "commit", commit)
+        with pytest.raises(Killed):
+            jobs.run(job_child.config(job_images, output, "parquet"))
+    attempt, = ShardedJob(output).attempts.glob("shard-000002.*")
+    _flip(attempt / SHARD_FEATURES, 64)  # one bit of a value: the file still reads
+    with caplog.at_level("WARNING", logger="parallel"):
+        _rerun_is_exact(job_images, output, "parquet", single_outputs)
+    assert "not the file completed" in caplog.text
+
+
+# -- the invariant, fuzzed: a job's files damaged at random, then rerun ------------------------------------------
+
+_DAMAGES = ("delete", "cut", "flip")
+
+
+@pytest.fixture(scope="module")
+def job_states(job_images, tmp_path_factory):
+    """{(state, format): a folder holding a job left in that state}: "mid-job" (stopped in shard 4, shards 0 to 3
+    in the output and gone), "finished"; the job has a failed image either way (shards of 4)."""
+    states = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(identity, "DEFAULT_SHARD_SIZE", 4)
+        for output_format in FORMATS:
+            for state in ("mid-job", "finished"):
+                folder = tmp_path_factory.mktemp("state")
+                with pytest.MonkeyPatch.context() as stop:
+                    if state == "mid-job":
+                        stop.setattr(distributed, "StopRequest", lambda: StopAfter(9))
+                    jobs.run(job_child.config(job_images, folder / ("out." + output_format), output_format))
+                states[state, output_format] = folder
+    return states
+
+
+def _job_files(folder):
+    return sorted(path for path in folder.rglob("*") if path.is_file() and not path.name.endswith(".lock"))
+
+
+def _snapshot(folder):
+    return {path: path.read_bytes() for path in _job_files(folder)}
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_job_with_any_one_file_damaged_reruns_to_the_uninterrupted_output_or_refuses_in_one_line(
+        job_images, single_outputs, job_states, tmp_path, small_shards, seed):
+    from parallel.engine import RunError
+    rng = random.Random(seed)
+    state, output_format = rng.choice(sorted(job_states))
+    folder = tmp_path / "job"
+    shutil.copytree(job_states[state, output_format], folder)
+    output = folder / ("out." + output_format)
+    target, damage = rng.choice(_job_files(folder)), rng.choice(_DAMAGES)
+    if damage == "flip" and target.name in (output.name, output.name + ".paths.csv"):
+        damage = "cut"  # a bit flipped inside the output's own data is the disk's to catch, not the rerun's
+    size = target.stat().st_size
+    if damage == "delete" or not size:
+        target.unlink()
+    elif damage == "cut":
+        with open(target, "r+b") as file:
+            file.truncate(rng.randrange(size))
+    else:
+        data = bytearray(target.read_bytes())
+        data[rng.randrange(size)] ^= 1 << rng.randrange(8)
+        target.write_bytes(bytes(data))
+    what = "%s of a %s %s job: %s" % (damage, state, output_format, target.relative_to(folder))
+    before = _snapshot(folder)
+    for _ in range(3):  # a run error (exit 1) may come first, as its "rerun to resume" says
+        try:
+            summary = jobs.run(job_child.config(job_images, output, output_format))
+        except RunError:
+            continue
+        except ValueError as refusal:  # exit 2: one line, and nothing changed
+            assert "\n" not in str(refusal), what
+            assert _snapshot(folder) == before, what
+            return
+        assert summary.exit_status in (0, 3), what
+        break
+    assert job_outputs(output) == single_outputs[output_format], what
+    again = jobs.run(job_child.config(job_images, output, output_format))
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1), what
+    assert job_outputs(output) == single_outputs[output_format], what

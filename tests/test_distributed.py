@@ -250,7 +250,7 @@ def test_overwrite_removes_nothing_while_another_run_writes_the_output(job_image
     with locks.exclusive(Path(str(output) + ".lock")):
         with pytest.raises(ValueError, match="another run is writing .*out.csv now"):
             jobs.run(dataclasses.replace(job_child.config(job_images, output, "csv"), overwrite=True))
-        assert files() == before and len(before) == 4  # the output, its errors, record and manifest
+        assert files() == before and len(before) == 5  # the output, its errors, record, manifest, ledger
 
 
 def test_an_image_list_file_gives_the_folder_s_output(job_images, single_outputs, tmp_path):

@@ -21,8 +21,10 @@ store), on one process or many; the number of processes only decides who compute
                   resumes the attempt of one that died (a kill costs at most a batch)
     4. commit     the finished attempt renamed the shard's folder, with its record (shard_record)
     5. output     the shards written into O in order, each checked first (assembly): by the job's
-                  only process as it goes, each shard removed once its rows are in O; by the
-                  process that commits a job's last shard otherwise
+                  only process as it goes, each shard removed once its rows are in O and the job's
+                  ledger (O.ledger.jsonl, checksummed: ledger) records it; by the process that
+                  commits a job's last shard otherwise. A run proves what the ledger claims against
+                  O before it trusts it (assembly.prove): what cannot be proven is computed again
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
                   it, into O itself (distributed.retry_in_output), or into its shard where O cannot
@@ -37,7 +39,8 @@ front to back once (engine.extract_stream, parallel.inputs.tars), whose members 
     config                Config (one run, what the CLI parses), Distribution (how it is spread)
     identity              job identity and freezing, the same for every number of processes
     shards, shard_record  the sharded job: its files, attempts, the commit by rename, the shard's record
-    assembly              the output written from the shards, in order
+    assembly              the output written from the shards, in order; the ledger proven against it
+    ledger                O.ledger.jsonl: what is committed into O, append-only, each line checksummed
     store_shards          the sharded job in an object store: attempts, a marker last, no rename
     distributed, ranks    the shard runner (ShardWorker), this process alone or a static rank (Slurm,
                           torchrun, Kubernetes, TF_CONFIG), and the retry in the output

@@ -1,48 +1,84 @@
 """The output written from a sharded job's committed shards, in shard order, through its ordinary writer.
 
-    Assembly(job, ...).catch_up()   appends every committed shard that comes next, in order, each
+    Assembly(job, ...).prove()      what the job's ledger claims of O, checked against O before
+                                    anything trusts it: a shard whose rows are not all in O is
+                                    forgotten, to be computed again
+    Assembly.catch_up()             appends every committed shard that comes next, in order, each
                                     checked first (its record, every byte, its rows and errors against
                                     the manifest): a shard that does not check out is set aside
     Assembly.finish()               once every shard is in: O's errors file, O closed (its final
-                                    merge), the shards' folder removed
+                                    merge), recorded in the ledger; the shards' folder removed
 
 A job's only process (`distributed`, one host) catches up after each shard it commits, in a thread
 (`in_background`), so that the output grows shard by shard while the devices compute the next; ranks
 do it all at the end, in the process that commits the last shard. Either way under O.lock, through one
 writer kept open.
 
-Where the job's failures are retried in the output itself (`ShardedJob.retries_in_output`, and no
-Ray actor retries in shards), each shard goes once its rows are committed in O, so that the job
-never holds much more than one copy of its rows: O.shards/_assembled.json records how many
-shards are in O and the length of O.shards/_assembled_errors.csv, which holds their failed images,
-so that a process killed at any moment leaves a state the next one completes:
+Each shard appended is recorded in the job's ledger (O.ledger.jsonl, `parallel.jobs.ledger`): its
+failed images, and O's rows after it. Where the job's failures are retried in the output itself
+(`ShardedJob.retries_in_output`, and no Ray actor retries in shards), each shard goes once it is
+recorded, so that the job never holds much more than one copy of its rows; a process killed at any
+moment leaves a state the next one completes:
 
     rows of shard k appended  (a kill: shard k is still there, and its rows in O are not written twice)
-    its errors appended       (the file is cut back to its recorded length first)
-    the record says k + 1     (one rename)
+    the ledger records k      (one line, synced; a line cut by a kill fails its check: never written)
     shard k removed           (a kill before: the next process removes it)
 
 Elsewhere (a tar job, a Ray job, --keep-shards) the shards stay until O is written, as the
 failures may be retried in them.
 """
 
-import csv
-import io
-import json
+import logging
 import os
 import shutil
 import threading
 
 import numpy as np
 
+from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection
-from parallel.output import ErrorLog, open_writer, read_record
-from parallel.output.csv_rows import csv_line
-from parallel.output.durable import fsync, replace_atomically
+from parallel.inputs.tars import MEMBERS_SUFFIX
+from parallel.output import DamagedOutput, ErrorLog, OutputError, open_writer, read_record
+from parallel.output.durable import beside
+from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX
 
-ASSEMBLED = "_assembled.json"  # in O.shards: {"shards": k, "errors_bytes": n}
-ASSEMBLED_ERRORS = "_assembled_errors.csv"  # in O.shards: the failed images of the shards in O, in order
+log = logging.getLogger("parallel")
+
+# The files written with O, whose sizes the ledger records when O is closed (those that exist).
+_OUTPUT_FILES = ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX)
 _BATCH_ROWS = 1024
+
+
+def ledger_path(output):
+    """`O.ledger.jsonl` of the output `output` (a Path)."""
+    return beside(output, LEDGER_SUFFIX)
+
+
+def output_files(output):
+    """{suffix: size in bytes} of the files written with `output` (a Path) that exist: what the ledger records of
+    a closed output, and a rerun compares before it takes the output as finished."""
+    sizes = {}
+    for suffix in _OUTPUT_FILES:
+        try:
+            sizes[suffix] = os.path.getsize(beside(output, suffix))
+        except OSError:
+            pass
+    return sizes
+
+
+def is_proven_finished(output, ledger, shard_count):
+    """Whether `output` is finished as its `ledger` (Ledger) records it: every one of its `shard_count` shards in
+    it, closed, with the rows and the files of the sizes recorded when it was closed (a file removed, cut or
+    grown since is not)."""
+    complete = ledger.complete()
+    if complete is None or sorted(ledger.shards()) != list(range(shard_count)):
+        return False
+    try:
+        record = read_record(output)
+    except OutputError:
+        return False
+    return (record is not None and record["state"] == "complete" and record["rows"] == complete["rows"]
+            and output_files(output) == complete["files"])
 
 
 class Assembly:
@@ -68,6 +104,63 @@ class Assembly:
 
     # -- what is in O already -----------------------------------------------------------------
 
+    def prove(self):
+        """Checks what the job's ledger claims of O against O, before anything trusts it.
+
+        A finished O is proven by its record and the sizes of its files (a bit flipped inside its
+        data is the disk's to catch); otherwise O's writer is opened (it checks its own files: a
+        part that changed is set aside) and each shard the ledger records as in O must have all its
+        rows there. A shard that does not is forgotten, so that it is computed again (its rows still
+        in O are not written twice); O that cannot be resumed at all is started afresh. Lines of the
+        ledger that fail their check are dropped the same way.
+
+        Returns:
+          list of the shards forgotten.
+        """
+        ledger = self.job.ledger().repaired()
+        if self.afresh:  # O is written anew from every shard: nothing of it counts
+            ledger.forget(everything=True)
+            return []
+        if is_proven_finished(self.job.output, ledger, self.job.shard_count):
+            return []
+        claims = ledger.shards()
+        if not claims:
+            if ledger.entries:
+                ledger.forget(everything=True)
+            return []
+        record = read_record(self.job.output)
+        if record is None:  # O and its record are gone: none of its rows is left
+            lost = sorted(claims)
+        else:
+            changed = _changed_since_closed(self.job.output, record, ledger.complete())
+            if changed:
+                log.warning("%s is not the output closed (%s): it is written afresh", self.job.location, changed)
+            writer = self._open(None, feature_size=self._feature_size(record), overwrite=bool(changed))
+            lost = [index for index in sorted(claims) if not self._rows_in(index, claims[index], writer)]
+        if lost and self.job.tars and self._writer is not None:  # its rows are in stream order: O starts afresh
+            self._writer.abort()
+            self._writer = None
+            self._open(None, feature_size=self._feature_size(record), overwrite=True)
+            lost = sorted(claims)
+        if lost:
+            log.warning("%s does not hold the rows its ledger records of %s: %s computed again", self.job.location,
+                        _shards(lost), "it is" if len(lost) == 1 else "they are")
+            ledger.forget(claims if lost == sorted(claims) else lost)
+        return lost
+
+    def _rows_in(self, index, failed, writer):
+        """Whether every image of shard `index` but its `failed` ones has a row in O (`writer`'s)."""
+        from parallel.jobs.shard_record import shard_keys
+        keys = shard_keys(self.job, index)
+        if keys is None:
+            return False
+        failed = {row[0] for row in failed}
+        return all(writer.has_row(key) for key in keys if key not in failed)
+
+    @staticmethod
+    def _feature_size(record):
+        return int(record["settings"]["feature_size"])
+
     def catch_up(self):
         """Appends the committed shards that come next, in order, up to the first not committed.
 
@@ -80,11 +173,14 @@ class Assembly:
         """
         if threading.current_thread() is not self._thread:
             self.wait()
-        done, _ = assembled(self.job)
-        while done < self.job.shard_count and self.job.is_committed(done):
-            self._append(done)
-            done += 1
-        return done
+        in_output = self.job.ledger().shards()
+        for index in range(self.job.shard_count):
+            if index in in_output:
+                continue
+            if not self.job.is_committed(index):
+                break
+            self._append(index)
+        return len(self.job.ledger().shards())
 
     def in_background(self):
         """`catch_up()` in a thread of its own, once the one before it has ended (`wait`): the caller goes on
@@ -111,40 +207,48 @@ class Assembly:
 
     def _append(self, index):
         folder = self.job.shard_folder(index)
-        if not folder.is_dir():  # recorded as in O, then killed before it was removed: nothing to do
-            return
         problem = self.job.shard_problem(index)
         if problem:
             target = self.job.set_aside(index, problem)
             raise rejection(self.job.location, ["shard %d (%s)%s" % (index, problem, ", now %s" % target
                                                                      if target else "")],
-                            written=assembled(self.job)[0] > 0 or self._writer is not None)
+                            written=bool(self.job.ledger().shards()) or self._writer is not None)
         writer = self._open(folder / SHARD_FEATURES)
         _copy_rows(folder / SHARD_FEATURES, writer, self.column_prefix)
-        if not self.remove_shards:
-            return
-        _, length = assembled(self.job)
-        length = _append_errors(self.job.shards / ASSEMBLED_ERRORS, length, error_rows(folder / SHARD_ERRORS))
-        replace_atomically(self.job.shards / ASSEMBLED,
-                           (json.dumps({"shards": index + 1, "errors_bytes": length}) + "\n").encode("ascii"))
-        shutil.rmtree(folder)
+        self.job.ledger().add_shard(index, error_rows(folder / SHARD_ERRORS), writer.rows_committed)
+        if self.remove_shards:
+            shutil.rmtree(folder)
 
-    def _open(self, features):
-        """O's writer, opened once (its feature size read from a shard's `features` schema, or from O's record
-        once no shard is left)."""
+    def _open(self, features, feature_size=None, overwrite=False):
+        """O's writer, opened once (its feature size `feature_size`, else read from a shard's `features` schema,
+        or from O's record once no shard is left). O that cannot be resumed (cut, or damaged past what its
+        writer repairs) is started afresh, with a warning: what the ledger claims of it is then proven not to
+        hold."""
         if self._writer is None:
-            import pyarrow.parquet as pq
-            feature_size = int(read_record(self.job.output)["settings"]["feature_size"]) if features is None \
-                else pq.read_schema(features).field(self.column_prefix).type.list_size
-            self._writer = open_writer(self.job.output, format=self.output_format, column_prefix=self.column_prefix,
-                                       feature_size=feature_size, settings=self.settings, overwrite=self.afresh)
+            if feature_size is None and features is not None:
+                import pyarrow.parquet as pq
+                feature_size = pq.read_schema(features).field(self.column_prefix).type.list_size
+            elif feature_size is None:
+                feature_size = self._feature_size(read_record(self.job.output))
+            options = dict(format=self.output_format, column_prefix=self.column_prefix, feature_size=feature_size,
+                           settings=self.settings, sort_paths=not self.job.tars)
+            if overwrite or self.afresh:  # written anew: nothing the ledger says of it holds (first, for a kill)
+                self.job.ledger().forget(everything=True)
+            try:
+                self._writer = open_writer(self.job.output, overwrite=overwrite or self.afresh, **options)
+            except DamagedOutput as error:
+                log.warning("%s cannot be resumed (%s): it is written afresh", self.job.location,
+                            str(error).split(": pass --overwrite")[0])
+                self.job.ledger().forget(everything=True)
+                self._writer = open_writer(self.job.output, overwrite=True, **options)
         return self._writer
 
     # -- the end --------------------------------------------------------------------------------
 
     def finish(self):
         """O complete: its errors file (every shard's failed images, in order; none when none failed),
-        then its writer closed (the final merge); the shards' folder removed where they go as they are in.
+        then its writer closed (the final merge) and recorded in the ledger; the shards' folder removed where
+        they go as they are in.
 
         Call once `catch_up()` returned the job's shard count.
         """
@@ -152,15 +256,14 @@ class Assembly:
         writer = self._open(self._first_features())
         errors = ErrorLog(self.job.output)  # removes the file of an earlier try
         try:
-            for row in assembled_errors(self.job):
-                errors.add(*row)
-            for index in range(assembled(self.job)[0], self.job.shard_count):  # shards kept where they are
-                for row in error_rows(self.job.shard_folder(index) / SHARD_ERRORS):
+            for row in self.job.ledger().failures():
+                if not writer.has_row(row[0]):  # retried into O by a run killed before its ledger said so
                     errors.add(*row)
         finally:
             errors.close()
         writer.close()
         self._writer = None
+        self.job.ledger().add_complete(writer.rows_committed, output_files(self.job.output))
         if self.remove_shards and self.job.shards.exists():
             shutil.rmtree(self.job.shards)
 
@@ -191,43 +294,24 @@ class Assembly:
         self.abort()
 
 
-def assembled(job):
-    """(how many shards of `job` are in O and removed, the length of their errors file): (0, 0) before any."""
-    try:
-        recorded = json.loads((job.shards / ASSEMBLED).read_text(encoding="utf-8"))
-        return int(recorded["shards"]), int(recorded["errors_bytes"])
-    except FileNotFoundError:
-        return 0, 0
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError("%s is damaged (%s): pass --overwrite to start afresh" % (job.shards / ASSEMBLED,
-                                                                                  error)) from None
+def _changed_since_closed(output, record, complete):
+    """What differs in the files of `output`, whose commit `record` says it is closed, from the sizes its ledger
+    recorded (`complete`, the ledger's closing entry) when it was closed; None if nothing does (the errors file
+    aside: it is written anew from the ledger)."""
+    if complete is None or record["state"] != "complete":
+        return None
+    now, then = output_files(output), complete["files"]
+    for suffix in _OUTPUT_FILES:
+        if suffix != ERRORS_SUFFIX and now.get(suffix) != then.get(suffix):
+            return "%s%s is %s, not %s" % (output.name, suffix, "%d bytes" % now[suffix] if suffix in now else "gone",
+                                           "%d bytes" % then[suffix] if suffix in then else "absent")
+    return None
 
 
-def assembled_errors(job):
-    """The failed images of the shards in O and removed, in order: [(path, kind, message)]."""
-    _, length = assembled(job)
-    if not length:
-        return []
-    with open(job.shards / ASSEMBLED_ERRORS, "rb") as file:
-        text = file.read(length).decode("utf-8", "surrogateescape")
-    return [(row["path"], row["kind"], row["message"]) for row in csv.DictReader(io.StringIO(text, newline=""))]
-
-
-def _append_errors(path, length, rows):
-    """`path` cut back to `length` bytes (a longer tail is a killed process's), then `rows` appended: its new length."""
-    if not rows:
-        return length
-    with open(path, "ab") as file:
-        file.truncate(length)
-        if not length:
-            file.write(csv_line(ErrorLog.HEADER).encode("utf-8", "surrogateescape"))
-        for row in rows:
-            file.write(csv_line([str(value) for value in row]).encode("utf-8", "surrogateescape"))
-        file.flush()
-        os.fsync(file.fileno())
-        length = file.tell()
-    fsync(path.parent)
-    return length
+def _shards(indexes, shown=10):
+    """"shard 3", "shards 0, 4, 8"."""
+    return "shard%s %s" % ("" if len(indexes) == 1 else "s", ", ".join(map(str, indexes[:shown]))
+                           + (", ..." if len(indexes) > shown else ""))
 
 
 def _copy_rows(features, writer, column_prefix):
@@ -237,7 +321,7 @@ def _copy_rows(features, writer, column_prefix):
     with pq.ParquetFile(features) as part:
         for batch in part.iter_batches(batch_size=_BATCH_ROWS):
             paths = [raw.decode("utf-8", "surrogateescape") for raw in batch.column("path_bytes").to_pylist()]
-            keep = [row for row, path in enumerate(paths) if path not in writer.completed]
+            keep = [row for row, path in enumerate(paths) if not writer.has_row(path)]
             if keep:
                 values = batch.column(column_prefix).flatten().to_numpy(zero_copy_only=False)
                 values = values.reshape(-1, feature_size)[keep]

@@ -29,13 +29,14 @@ from parallel.inputs.sources import TARS
 from parallel.jobs.identity import is_inside, freeze_sharded, geometry_change, refuse_output_among_images
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs import locks
+from parallel.jobs.assembly import output_files
 from parallel.jobs.shard_record import (SHARD_ERRORS, error_rows, insert_rows, keep_last_copies,
                                         shard_keys)
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
-from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
+from parallel.output import ErrorLog, OutputError, check_settings, open_writer, read_record, sidecar_path
 from parallel.signals import StopRequest
 from parallel.jobs.store_shards import open_job
 from parallel.output.record import ERRORS_SUFFIX, SIDECAR_SUFFIX
@@ -81,10 +82,7 @@ class ShardWorker:
             return committed_summary(self.job, index, images)
         with self.job.attempt(index, resume=self.job.resumes_attempts()) as attempt:
             with run_errors():
-                writer = open_writer(attempt / SHARD_FEATURES, format="parquet",
-                                     column_prefix=self.config.model.output_name,
-                                     feature_size=self.runner.feature_size,
-                                     settings=dict(self.settings, shard=str(index)))
+                writer = self._open_attempt(index, attempt)
             with writer:
                 if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
                     entries = []
@@ -117,6 +115,19 @@ class ShardWorker:
                 if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
                     log.info("shard %d was committed by another process first; this copy is dropped", index)
         return dataclasses.replace(summary, discovered=len(images))
+
+    def _open_attempt(self, index, attempt):
+        """The writer of shard `index`'s rows in `attempt` (a folder): the rows a process that died committed there
+        are kept; an attempt whose files are not what its record says (damaged, cut) is computed again."""
+        options = dict(format="parquet", column_prefix=self.config.model.output_name,
+                       feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
+                       record_digests=True)  # its merged file is checked when a process that died left it
+        try:
+            return open_writer(attempt / SHARD_FEATURES, **options)
+        except OutputError as error:  # damaged, or its record changed (its _attempt.json proved it this job's)
+            log.warning("shard %d: the attempt %s cannot be resumed (%s): it is computed again", index, attempt.name,
+                        str(error).split(": pass --overwrite")[0])
+            return open_writer(attempt / SHARD_FEATURES, overwrite=True, **options)
 
     def _compute(self, index, images, writer, stop, progress):
         """The images of shard `index` (its Manifest) that `writer` (its attempt's, maybe resumed) has no row
@@ -383,14 +394,13 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
             contextlib.ExitStack() as stack:
         if one_host:
             log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
+        assembly = None if is_url(config.output) else _prove(config, job, one_host)
+        if assembly is not None:
+            stack.enter_context(assembly)
         if job.retried_in_output():
             return retry_in_output(config, job, worker, started)
-        assembly, earlier = None, set()
-        if one_host and job.assembles_as_it_goes(config.distribution.keep_shards) and not job.is_finished() \
-                and not job.is_reopened():  # O grows shard by shard
-            assembly = stack.enter_context(job.assembly(config.output_format, config.model.output_name,
-                                                        config.settings, config.distribution.keep_shards))
-            earlier = job.assembled_failures()  # failures of an earlier run whose shards are in O: retried in O
+        # Failures of an earlier run whose shards are in O: retried in O once it is written.
+        earlier = job.assembled_failures() if assembly is not None else set()
         # The stop request covers the shards only: a signal during start-up or the output's final merge stops at once.
         with StopRequest() as stop:
             for index in mine:
@@ -406,6 +416,32 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
             summary = dataclasses.replace(summary, written=summary.written + len(paths),
                                           failed=summary.failed - len(paths))
         return summary
+
+
+def _prove(config, job, one_host):
+    """What the job's ledger claims of its output, checked against it before anything trusts it (`Assembly.prove`):
+    by the job's only process, or by a rank that finds no other writing the output.
+
+    Returns:
+      the Assembly that proved it, through which the output grows shard by shard (its only process, where
+      the shards go as their rows are in it), or None.
+    """
+    assembly = job.assembly(config.output_format, config.model.output_name, config.settings,
+                            config.distribution.keep_shards)
+    try:
+        with job.output_lock():
+            assembly.prove()
+    except locks.Busy:  # another process is writing the output: it proves it as it does
+        assembly.abort()
+        return None
+    except BaseException:
+        assembly.abort()
+        raise
+    if one_host and job.assembles_as_it_goes(config.distribution.keep_shards) and not job.is_finished() \
+            and not job.is_reopened():
+        return assembly
+    assembly.abort()
+    return None
 
 
 def _catch_up(assembly, worker):
@@ -464,9 +500,8 @@ def _retry_failed(config, job, worker, only=None):
     `only`: a set of paths, the failed images to retry (None: every one the errors file lists); the errors
     file is rewritten without the images computed now, the others' lines as they were.
     """
-    errors = job.output_errors()
-    listed = error_rows(errors) if errors.exists() else []
-    failed = {path for path, _, _ in listed if only is None or path in only}
+    ledger = job.ledger()
+    failed = {path for path, _, _ in ledger.failures() if only is None or path in only}
     if not failed:  # nothing to retry: the output is not opened (its writer reads every committed path)
         return [], [], []
     manifest = job.load_manifest()
@@ -481,11 +516,11 @@ def _retry_failed(config, job, worker, only=None):
                                               [position for position, _ in todo], job.images, versions=versions)
         for start in range(0, len(paths), 1024):
             writer.write(paths[start:start + 1024], features[start:start + 1024])
-    computed, again = set(paths), {row[0]: row for row in still}
+    ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)  # those of a killed run too
     with ErrorLog(job.output) as log_file:  # the images that still have no row
-        for row in listed:
-            if row[0] not in computed:
-                log_file.add(*again.get(row[0], row))
+        for row in ledger.failures():
+            log_file.add(*row)
+    ledger.add_complete(writer.rows_committed, output_files(job.output))
     return todo, paths, still
 
 
@@ -523,6 +558,11 @@ def _check_output(config, overwrite=False, one_host=False):
             raise OutputError("%s exists and was not written by this program (no %s): %schoose another output"
                               % (output, sidecar_path(output).name, "pass --overwrite to replace it or "
                                  if one_host else ""))
+    record = None if overwrite else read_record(output)
+    if record is not None:  # its commit record is of another job's settings, or changed: nothing is trusted of it
+        check_settings(output, record["settings"], dict(config.settings, format=config.output_format,
+                                                         column_prefix=config.model.output_name),
+                       ignore=("feature_size",))
     return job
 
 

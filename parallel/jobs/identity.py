@@ -235,28 +235,21 @@ def _scan(config, spilled=False):
 
 
 def committed_rows(job):
-    """The images of `job` (a frozen ShardedJob) that have a row: {path: its shard, None once O is written}.
+    """The images of `job` (a frozen ShardedJob) that have a row: {path: its shard, None once in the output}.
 
-    A shard's rows are its images less those its errors file lists; the output's are the
-    manifest's images less those of its errors file.
+    A shard's rows are its images less those its errors file lists; those of a shard in the output,
+    its images less the failures its ledger records.
     """
     if job.is_finished():
-        errors = job.output_errors()
-        failed = set(error_paths(errors)) if errors.exists() else set()
+        failed = job.assembled_failures()
         return {path: None for path in job.load_manifest().paths if path not in failed}
-    rows = {}
-    assembled, in_output = job.assembled(), None
+    rows, in_output = {}, job.ledger().shards()
     for index in range(job.shard_count):
-        if job.is_committed(index):
-            errors = job.shard_errors(index)
-            if errors is None and index < assembled:  # its rows are in the output, its failures recorded there
-                in_output = job.assembled_failures() if in_output is None else in_output
-                rows.update((path, None) for path in job.shard_images(index).paths if path not in in_output)
-                continue
-            if errors is None:  # the output was written meanwhile: its rows are all there is
-                if job.is_finished():
-                    return committed_rows(job)
-                raise FileNotFoundError("shard %d of %s has no errors file" % (index, job.location))
+        errors = job.shard_errors(index)
+        if errors is None and index in in_output:  # its rows are in the output, its failures in the ledger
+            failed = {path for path, _, _ in in_output[index]}
+            rows.update((path, None) for path in job.shard_images(index).paths if path not in failed)
+        elif errors is not None and job.is_committed(index):
             failed = set(error_paths(errors))
             rows.update((path, index) for path in job.shard_images(index).paths if path not in failed)
     return rows

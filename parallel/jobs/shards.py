@@ -15,6 +15,7 @@ Files, for an output O:
     O.shards/_rejected-shard-000007.1/
                               a committed shard that did not check out, set aside to be computed again
     O                         written from the shards, in order, once all are committed (under O.lock)
+    O.ledger.jsonl            what is in O: each shard appended, its failed images, O closed (ledger)
 
 Commit protocol: a shard's attempt is finished in its own folder, then renamed to
 O.shards/shard-NNNNNN in one step. A committed shard is computed again only for its failed images (a
@@ -43,7 +44,8 @@ from pathlib import Path
 from parallel.inputs.manifest import DamagedManifest, Manifest, manifest_path, read_job
 from parallel.inputs.tars import MEMBERS_FILE, MEMBERS_SUFFIX, merge_indexes
 from parallel.jobs import locks
-from parallel.jobs.assembly import Assembly, assembled, assembled_errors
+from parallel.jobs.assembly import Assembly, is_proven_finished, ledger_path
+from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger
 from parallel.jobs.shard_record import (SHARD_ERRORS, SHARD_FEATURES, SHARD_RECORD, SUPERSEDED_PREFIX, content_problem,
                                         error_paths, files_problem, job_identity, quick_problem, rejection, set_aside,
                                         shard_keys, write_record)
@@ -62,7 +64,7 @@ ATTEMPT_JOB = "_attempt.json"  # a resumable attempt's job, shard and images (Sh
 COMMITTING = "commit"  # where an attempt's files are gathered, to be renamed the shard's folder
 _ERRORS_HEADER = "path,kind,message\n"
 # What a job writes beside its output O (files, and folders: its shards, attempts, and the writer's parts).
-_JOB_FILES = ("", ".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX)
+_JOB_FILES = ("", ".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX, LEDGER_SUFFIX)
 _JOB_FOLDERS = (SHARDS_SUFFIX, ATTEMPTS_SUFFIX, ".parts")
 
 
@@ -87,7 +89,7 @@ class ShardedJob:
         self.members = self.output.with_name(self.output.name + MEMBERS_SUFFIX)
         self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
         self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
-        self._failures = None  # (the length of the assembled errors file, its paths): `assembled_failures`
+        self._ledger = None  # the ledger as this process, holding the output's lock, writes it (`ledger`)
 
     def close(self):
         """Releases what this process holds for the job: the output's lock (`hold_lock`); a store's job: its
@@ -268,9 +270,21 @@ class ShardedJob:
         return self.members if self.members.exists() else None
 
     def is_finished(self):
-        """Whether the output was written from every shard (the shards may be gone since)."""
-        record = read_record(self.output)
-        return record is not None and record["state"] == "complete"
+        """Whether the output was written from every shard (the shards may be gone since), as its ledger records
+        and its files prove (`assembly.is_proven_finished`)."""
+        if self.identity is None and not self.manifest.exists():
+            return False  # no job to prove it of
+        self._known()
+        return is_proven_finished(self.output, self.ledger(), self.shard_count)
+
+    def ledger(self):
+        """The job's Ledger (`parallel.jobs.ledger`): read once by the process that holds the output's lock, which
+        alone appends to it; read anew each time by any other."""
+        if not self._lock_depth:
+            return Ledger(ledger_path(self.output))
+        if self._ledger is None:
+            self._ledger = Ledger(ledger_path(self.output))
+        return self._ledger
 
     def _known(self):
         """Knows the job as its manifest records it, if not frozen by this process (a tool, a test)."""
@@ -291,11 +305,11 @@ class ShardedJob:
         self._known()
         folder = self.shard_folder(index)
         if not os.path.lexists(folder):
-            return self.is_finished() or index < self.assembled()
+            return self.is_finished() or index in self.ledger().shards()
         problem = quick_problem(folder, self.identity, index, self.shard_digest(index))
         if problem is None:
             return True
-        if self.is_finished() or index < self.assembled():  # its rows are in the output, and it went meanwhile
+        if self.is_finished() or index in self.ledger().shards():  # its rows are in the output, and it went meanwhile
             return True
         self.set_aside(index, problem)
         return False
@@ -444,6 +458,10 @@ class ShardedJob:
             os.rename(attempt / MEMBERS_FILE, ready / MEMBERS_FILE)
         write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed,
                      parts=(SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.tars else ()))
+        if _changed_since_completed(attempt / SHARD_FEATURES, ready):
+            shutil.rmtree(attempt, ignore_errors=True)
+            raise OutputError("shard %d of %s was not committed: its %s is not the file its writer completed; rerun "
+                              "the same command to compute it again" % (index, self.output, SHARD_FEATURES))
         for name in (SHARD_ERRORS, SHARD_RECORD) + ((MEMBERS_FILE,) if self.tars else ()):
             fsync(ready / name)
         fsync(ready)
@@ -489,6 +507,7 @@ class ShardedJob:
     def remove_everything(self):
         """Removes the output and every file and folder of its job (--overwrite, or a job of one process with no
         row committed, which starts afresh): regular files and real folders only; the lock stays."""
+        self._ledger = None
         for suffix in _JOB_FILES:
             path = Path(str(self.output) + suffix)
             if path.is_file() and not path.is_symlink():
@@ -542,6 +561,7 @@ class ShardedJob:
                 yield
             finally:
                 self._lock_depth = 0
+                self._ledger = None  # another process may append to it now
 
     # -- the final output ----------------------------------------------------------------------
 
@@ -575,17 +595,19 @@ class ShardedJob:
         """
         try:
             with self.output_lock():
-                if self.is_finished():
-                    self.remove_dead_attempts()
-                    return True
-                if self.missing():
-                    return False  # checked under the lock: a process that finished first did the rest
-                if assembly is None:
-                    self._check_shards()  # every shard, before a byte of the output is written
                 with contextlib.ExitStack() as stack:
+                    checked_as_appended = assembly is not None  # its process proved the ledger when it began
                     if assembly is None:
                         assembly = stack.enter_context(self.assembly(output_format, column_prefix, settings,
                                                                      keep_shards, keep_failed))
+                        assembly.prove()  # what the ledger claims of the output, before it is trusted
+                    if self.is_finished():
+                        self.remove_dead_attempts()
+                        return True
+                    if self.missing():
+                        return False  # checked under the lock: a process that finished first did the rest
+                    if not checked_as_appended:
+                        self._check_shards()  # every shard not in the output, before a byte of it is written
                     assembly.catch_up()  # after the one in the background, if any (its error raised here)
                     if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
                         merge_indexes([self.shard_folder(i) / MEMBERS_FILE for i in range(self.shard_count)],
@@ -628,18 +650,14 @@ class ShardedJob:
             damaged; nothing more is written.
         """
         rejected = []
-        done, _ = assembled(self)
-        for index in range(done, self.shard_count):
+        done = self.ledger().shards()
+        for index in (index for index in range(self.shard_count) if index not in done):
             problem = self.shard_problem(index)
             if problem:
                 target = self.set_aside(index, problem)
                 rejected.append("shard %d (%s)%s" % (index, problem, ", now %s" % target if target else ""))
         if rejected:
-            raise rejection(self.location, rejected, written=done > 0)
-
-    def assembled(self):
-        """How many shards are in the output and removed (`parallel.jobs.assembly`): 0 where they stay."""
-        return assembled(self)[0]
+            raise rejection(self.location, rejected, written=bool(done))
 
     def shard_errors(self, index):
         """Path of committed shard `index`'s errors file (None once the shards are gone)."""
@@ -647,12 +665,8 @@ class ShardedJob:
         return errors if errors.exists() else None
 
     def assembled_failures(self):
-        """The images of the shards in the output and removed that failed: set of paths (read again only
-        when more shards are in: a rerun asks once per shard)."""
-        length = assembled(self)[1]
-        if self._failures is None or self._failures[0] != length:
-            self._failures = (length, frozenset(path for path, _, _ in assembled_errors(self)))
-        return self._failures[1]
+        """The images that failed of the shards in the output, as its ledger records: set of paths."""
+        return frozenset(path for path, _, _ in self.ledger().failures())
 
     def output_errors(self):
         """Path of the output's errors file (absent when no image failed)."""
@@ -661,11 +675,20 @@ class ShardedJob:
     def failed_in(self, index, paths):
         """How many of committed shard `index`'s images (`paths`) failed: from its errors file, or the output's."""
         errors = self.shard_errors(index)
-        if errors is None and not self.is_finished() and index < self.assembled():
-            return len(self.assembled_failures().intersection(paths))
+        in_output = self.ledger().shards()
+        if errors is None and index in in_output:
+            return len({path for path, _, _ in in_output[index]}.intersection(paths))
         if errors is None:
             errors, paths = self.output_errors(), set(paths)
             if not errors.exists():
                 return 0
         return sum(1 for path in error_paths(errors) if path in paths)
+
+
+def _changed_since_completed(features, ready):
+    """Whether the attempt's `features` file, gathered in `ready` with its shard record, differs from the file its
+    writer completed (the size and SHA-256 its commit record holds: `open_writer(record_digests=True)`)."""
+    completed = ((read_record(features) or {}).get("digests") or {}).get(features.name)
+    listed = json.loads((ready / SHARD_RECORD).read_text(encoding="utf-8"))["files"][features.name]
+    return completed is not None and list(completed) != [listed["size"], listed["sha256"]]
 

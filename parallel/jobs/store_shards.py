@@ -332,6 +332,14 @@ class StoreShardedJob(ShardedJob):
         folder = self._fetch(index)
         return folder / SHARD_ERRORS if folder is not None else None
 
+    def assembled_failures(self):
+        """The failed images of the finished output, as its errors file lists them (a store's output is written
+        whole, from its shards, which stay while an image of them fails): set of paths."""
+        if not self.is_finished():
+            return frozenset()
+        errors = self.output_errors()
+        return frozenset(error_paths(errors)) if errors.exists() else frozenset()
+
     def output_errors(self):
         local = ErrorLog.path_for(self.output)
         self._pull(self.name + ERRORS_SUFFIX, local)

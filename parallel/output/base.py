@@ -12,7 +12,7 @@ import heapq
 import numpy as np
 
 from parallel.output.csv_rows import encode_name
-from parallel.output.durable import OutputError, is_disk_full
+from parallel.output.durable import DamagedOutput, OutputError, is_disk_full
 from parallel.output.record import new_record, save_record
 
 
@@ -64,18 +64,25 @@ class FeatureWriter:
                 paths = self._resume()
             except OSError as error:
                 raise OutputError(self._describe_os_error(error, "cannot resume %s" % output)) from error
+            except OutputError as error:  # its files are not what its record says
+                raise DamagedOutput(str(error)) from None
             if len(paths) != self._record["rows"]:
-                raise OutputError("%s holds %d committed rows but its sidecar records %d: pass --overwrite to "
-                                  "start afresh" % (output, len(paths), self._record["rows"]))
+                raise DamagedOutput("%s holds %d committed rows but its sidecar records %d: pass --overwrite to "
+                                    "start afresh" % (output, len(paths), self._record["rows"]))
             self.completed = frozenset(paths)
             if len(self.completed) != len(paths):
-                raise OutputError("%s holds a path twice: pass --overwrite to start afresh" % output)
+                raise DamagedOutput("%s holds a path twice: pass --overwrite to start afresh" % output)
         except BaseException:
             self._release()
             raise
         self._written = set()  # by this writer: with `completed`, what a new row must not repeat
         self._order = paths  # every committed path, in the order of the rows; write() appends
         self.sort_paths = False
+        self.record_digests = False
+
+    def has_row(self, path):
+        """Whether `path` has a row in the output: committed by an earlier run, or written by this writer."""
+        return path in self.completed or path in self._written
 
     @property
     def rows_committed(self):
@@ -144,7 +151,7 @@ class FeatureWriter:
         try:
             if self._record["state"] != "complete":
                 self._finish(sorted_runs(self._order) if self.sort_paths else [(0, len(self._order))])
-                self._commit(state="complete", parts=0)  # the parts are deleted next
+                self._commit(state="complete", parts=0, **self._completion())  # the parts are deleted next
                 self._after_complete()
         except OSError as error:
             self.abort()
@@ -241,6 +248,11 @@ class FeatureWriter:
             more than one when a rerun computed images that sort before rows of an earlier
             run (an image that failed, then was repaired).
         """
+
+    def _completion(self):
+        """What the commit record holds of the finished output besides its state ({key: value}): where
+        `record_digests`, the size and SHA-256 of its files, which a resume checks."""
+        return {}
 
     def _after_complete(self):
         """Cleans up once the output is marked complete."""

@@ -31,6 +31,11 @@ class OutputError(ValueError):
     """The output cannot be written or resumed; the message is one line saying what to do."""
 
 
+class DamagedOutput(OutputError):
+    """An output's files are not what its commit record says (cut, changed, a part missing): it cannot be resumed
+    as it is. A job whose ledger proves the output its own starts it afresh (`parallel.jobs.assembly`)."""
+
+
 def beside(path, suffix):
     """The file named `path` + `suffix` (`out.csv` -> `out.csv.run.json`), in the same folder.
 

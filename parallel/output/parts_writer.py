@@ -68,6 +68,10 @@ class PartsWriter(FeatureWriter):
             remove(beside(path, TEMPORARY_SUFFIX))
         if record["state"] == "complete":
             self._remove_parts()  # killed after the merge was committed
+            for name, (size, digest) in record.get("digests", {}).items():
+                if file_digest(self.output.with_name(name)) != (size, digest):
+                    raise OutputError("%s is not the file completed (its size or SHA-256 changed)"
+                                      % self.output.with_name(name))
             return self._read_output_paths()
         for path in self._finals:  # a merge that was never committed
             remove(path)
@@ -223,6 +227,11 @@ class PartsWriter(FeatureWriter):
                     yield self._order[row], features
                 row += 1
             index += 1
+
+    def _completion(self):
+        if not self.record_digests:
+            return {}
+        return {"digests": {final.name: list(file_digest(final)) for final in self._finals}}
 
     def _after_complete(self):
         self._remove_parts()

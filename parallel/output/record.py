@@ -11,7 +11,7 @@ finished output of the same settings (nothing to do) from a different job (refus
 import json
 from pathlib import Path
 
-from parallel.output.durable import OutputError, beside, replace_atomically
+from parallel.output.durable import DamagedOutput, OutputError, beside, replace_atomically
 
 SIDECAR_SUFFIX = ".run.json"
 PARTS_SUFFIX = ".parts"
@@ -58,8 +58,8 @@ def read_record(output):
         for key in ("state", "rows", "bytes", "parts"):
             record[key]  # noqa: B018 -- a missing key is a damaged sidecar
     except (ValueError, KeyError, AttributeError):
-        raise OutputError("%s is damaged or from another version: pass --overwrite to start afresh or choose "
-                          "another --output" % path) from None
+        raise DamagedOutput("%s is damaged or from another version: pass --overwrite to start afresh or choose "
+                            "another --output" % path) from None
     return record
 
 

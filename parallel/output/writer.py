@@ -21,7 +21,7 @@ FORMATS = tuple(WRITERS)
 
 
 def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, settings, overwrite=False,
-                sort_paths=False):
+                sort_paths=False, record_digests=False):
     """Opens `output` for writing: a new output, or the resumption of an earlier one.
 
     Args:
@@ -37,6 +37,9 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
         written in (the engine's outputs): rows of a rerun that sort before committed ones (an
         image repaired after it failed) are merged into place by close(). False: rows stay in
         the order written.
+      record_digests: the record of the finished output holds the size and SHA-256 of its files
+        (Parquet, npy), and a resume of it checks them (a shard's attempt, whose files are
+        committed later: never the job's output, whose files may be large).
 
     Returns:
       FeatureWriter; its `completed` holds the paths committed by earlier runs.
@@ -61,6 +64,7 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
                           "it or choose another --output" % (output, sidecar_path(output).name))
     writer = WRITERS[format](output, column_prefix, int(feature_size), recorded, record)
     writer.sort_paths = bool(sort_paths)
+    writer.record_digests = bool(record_digests)
     return writer
 
 
