@@ -21,8 +21,8 @@ store), on one process or many; the number of processes only decides who compute
                   resumes the attempt of one that died (a kill costs at most a batch)
     4. commit     the finished attempt renamed the shard's folder, with its record (shard_record)
     5. output     the shards written into O in order, each checked first (assembly): by the job's
-                  only process as it goes, each shard removed once its rows are in O; by the
-                  process that commits a job's last shard otherwise
+                  only process as it goes, each shard removed once its rows are in O (kept with
+                  Config.keep_shards); by the process that commits a job's last shard otherwise
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
                   it, into O itself (distributed.retry_in_output), or into its shard where O cannot
