@@ -168,7 +168,8 @@ def parse_args(argv=None):
     jobs = parser.add_argument_group(
         "one job over many processes or hosts (see docs/many-hosts.md)",
         "The images are frozen in a manifest and cut into shards; each process computes shards and commits each "
-        "as a part; whichever commits the last one writes --output, byte for byte what one process writes.")
+        "as a part; whichever commits the last one writes --output, byte for byte what one process writes. A run "
+        "without --distributed is such a job with one process: --shard-size and --keep-shards apply to it too.")
     jobs.add_argument("--distributed", choices=("static", "ray"),
                       help="static: this process is one rank of a scheduler's job (--rank/--world-size, or "
                            "Slurm's, torchrun's, a Kubernetes Indexed Job's or TF_CONFIG's variables); ray: the "
@@ -178,12 +179,12 @@ def parse_args(argv=None):
     jobs.add_argument("--shard-size", type=at_least_one, metavar="N",
                       help="images per shard (default: the size the job was started with, else the largest "
                            "multiple of the images per step up to 10000: 9996 with 12 images per step, 9984 "
-                           "with 64 or 4 x 64); for tars, tars per shard (about 256 MiB of them)")
+                           "with 64 or 4 x 64); for tars, tars per shard (about 256 MiB of them); on one process too")
     jobs.add_argument("--manifest-wait", type=_seconds, metavar="SECONDS",
                       help="how long a process waits for the one writing the job's manifest before giving up "
                            "(default: 600)")
     jobs.add_argument("--keep-shards", action="store_true",
-                      help="keep <output>.shards/ (a Parquet dataset) after the output is written")
+                      help="keep <output>.shards/ (a Parquet dataset) after the output is written; on one process too")
     jobs.add_argument("--ray-address", metavar="ADDRESS",
                       help="the Ray cluster to join, e.g. auto or ray://head:10001 (default: start one here)")
     jobs.add_argument("--gpus-per-worker", type=int, default=1, metavar="N",
@@ -200,9 +201,8 @@ def parse_args(argv=None):
                      % (args.layer, args.model, ", ".join(registry.layers(args.model))))
     if args.distributed is None:
         given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
-                                          ("--shard-size", args.shard_size), ("--ray-address", args.ray_address),
-                                          ("--manifest-wait", args.manifest_wait))
-                 if value is not None] + (["--keep-shards"] if args.keep_shards else [])
+                                          ("--ray-address", args.ray_address), ("--manifest-wait", args.manifest_wait))
+                 if value is not None]
         if given:
             parser.error("%s only with --distributed" % ", ".join(given))
     elif args.distributed == "static" and args.ray_address is not None:
@@ -311,10 +311,10 @@ def _run(args, output, output_format):
     config = jobs.Config(
         model=registry.feature_model(args.model, layer=args.layer, weights=args.weights, precision=args.precision),
         images=_images(args.images), output=output, devices=resolve_devices(args.gpus, args.devices),
-        images_from=args.images_from, distribution=_distribution(args, jobs),
-        per_device_batch=args.batch_size, resize=args.resize, output_format=output_format,
-        workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite, strict=args.strict,
-        progress=not args.quiet and sys.stderr.isatty())
+        images_from=args.images_from, shard_size=args.shard_size, keep_shards=args.keep_shards,
+        distribution=_distribution(args, jobs), per_device_batch=args.batch_size, resize=args.resize,
+        output_format=output_format, workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite,
+        strict=args.strict, progress=not args.quiet and sys.stderr.isatty())
     return jobs.run(config)
 
 
@@ -327,14 +327,13 @@ def _images(values):
 
 
 def _distribution(args, jobs):
-    """--distributed and its flags as a job's Distribution, or None."""
+    """--distributed and its flags as a job's Distribution, or None (--shard-size, --keep-shards: the Config's)."""
     if args.distributed is None:
         return None
     waiting = {} if args.manifest_wait is None else {"wait_seconds": args.manifest_wait}
     return jobs.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,
-                               shard_size=args.shard_size, keep_shards=args.keep_shards,
-                               ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker,
-                               verbose=args.verbose, **waiting)
+                             ray_address=args.ray_address, gpus_per_worker=args.gpus_per_worker,
+                             verbose=args.verbose, **waiting)
 
 
 # The library's messages name its parameters as `name=value` ("weights=vgg.npy is not a file", "pass

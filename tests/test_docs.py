@@ -307,9 +307,9 @@ def test_a_csv_output_is_read_as_the_outputs_page_shows(tmp_path, monkeypatch):
 
 
 def test_kept_shards_are_read_as_the_many_hosts_page_shows(tmp_path, monkeypatch):
-    from parallel.jobs import Distribution
-    summary = colour_job(tmp_path, tmp_path / "feats.parquet", output_format="parquet", distribution=Distribution(
-        kind="static", rank=0, world_size=1, shard_size=2, keep_shards=True))
+    """Kept by one process (--shard-size, --keep-shards without --distributed): the dataset ranks keep."""
+    summary = colour_job(tmp_path, tmp_path / "feats.parquet", output_format="parquet", shard_size=2,
+                         keep_shards=True)
     assert summary.written == 4
     monkeypatch.chdir(tmp_path)
     namespace = {}

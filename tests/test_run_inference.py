@@ -541,7 +541,8 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
 
 @pytest.mark.parametrize("flags, message", [
     (["--images", "x", "--rank", "1"], "--rank only with --distributed"),
-    (["--images", "x", "--shard-size", "5", "--keep-shards"], "--shard-size, --keep-shards only with --distributed"),
+    (["--images", "x", "--world-size", "2", "--ray-address", "auto"], "--world-size, --ray-address only with "
+                                                                         "--distributed"),
     (["--images", "x", "--distributed", "static", "--ray-address", "auto"],
      "--ray-address only with --distributed ray"),
     (["--images", "x", "--distributed", "ray", "--rank", "0"],
@@ -568,6 +569,61 @@ def test_distributed_flags_reach_the_config(fake_run):
     assert fake_run.configs[-1].distribution.wait_seconds == jobs.Distribution("static").wait_seconds
     assert main("--images-from", "list.txt", "--devices", "cpu:0", "--quiet") == 0
     assert (str(fake_run.configs[-1].images_from), str(fake_run.configs[-1].images)) == ("list.txt", ".")
+    assert main("--images", ".", "--devices", "cpu:0", "--quiet", "--shard-size", "7", "--keep-shards") == 0
+    config = fake_run.configs[-1]  # one process: the job's shard size and kept shards, no distribution
+    assert (config.distribution, config.shard_size, config.keep_shards) == (None, 7, True)
+
+
+# --- --shard-size and --keep-shards on one process: a run without --distributed is a sharded job ------------
+
+
+@pytest.fixture(scope="module")
+def one_process_default(tmp_path_factory, weights_file):
+    """The images (NAMES) and what the default run writes for them: (folder, bytes of features.csv)."""
+    folder = tmp_path_factory.mktemp("one_process")
+    images = make_images(folder / "images")
+    assert main("--images", images, "--output", folder / "features.csv", "--weights", weights_file,
+                "--devices", "cpu:0", "--batch-size", 2, "--quiet") == 0
+    return images, (folder / "features.csv").read_bytes()
+
+
+def test_shard_size_without_distributed_cuts_the_job_and_a_rerun_with_another_is_one_line(
+        tmp_path, capsys, weights_file, one_process_default):
+    from parallel.inputs.manifest import manifest_path, read_job
+    images, default = one_process_default
+    output = tmp_path / "features.csv"
+    flags = ["--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
+             "--batch-size", 2, "--quiet"]
+    assert main(*flags, "--shard-size", 4) == 0, capsys.readouterr().err
+    assert read_job(manifest_path(output))["shard_size"] == 4  # 5 images: shards of 4 and 1
+    assert output.read_bytes() == default
+    assert not Path(str(output) + ".shards").exists()  # without --keep-shards they go once their rows are in
+    capsys.readouterr()
+    assert main(*flags, "--shard-size", 3) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("run_inference: error: ") and error.count("\n") == 1, error
+    assert "cut into shards of 4 images, not 3" in error and "--overwrite" in error, error
+    assert output.read_bytes() == default and read_job(manifest_path(output))["shard_size"] == 4
+
+
+def test_keep_shards_without_distributed_leaves_a_parquet_dataset_of_every_row(tmp_path, capsys, weights_file,
+                                                                              one_process_default):
+    import pyarrow.dataset
+    images, default = one_process_default
+    output = tmp_path / "features.csv"
+    assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
+                "--batch-size", 2, "--shard-size", 2, "--keep-shards", "--quiet") == 0, capsys.readouterr().err
+    assert output.read_bytes() == default
+    shards = Path(str(output) + ".shards")
+    assert sorted(folder.name for folder in shards.iterdir()) == ["shard-000000", "shard-000001", "shard-000002"]
+    frame = pd.read_parquet(shards)
+    assert sorted(frame["path"]) == sorted(NAMES) and len(frame) == len(NAMES)
+    table = pyarrow.dataset.dataset(shards, format="parquet").to_table()
+    features = np.stack(table.column("fc7").to_numpy(zero_copy_only=False))
+    by_path = dict(zip(table.column("path").to_pylist(), features))
+    written = read(output)
+    np.testing.assert_array_equal(np.stack([by_path[path] for path in written.index]),
+                                  written.to_numpy(np.float32))
 
 
 def test_a_distributed_usage_error_writes_nothing_and_the_corrected_rerun_works(tmp_path, capsys, weights_file):

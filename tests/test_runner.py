@@ -1,8 +1,14 @@
-"""A job on one process: resumed, a full disk, a stop: each rerun finishes with the uninterrupted bytes."""
+"""A job on one process: resumed, a full disk, a stop: each rerun finishes with the uninterrupted bytes; its shard
+size and kept shards, as a spread job's."""
 
+
+import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 from colour_jobs import SIZE, WEIGHTS, StopAfter, config_for, make_images
 from parallel import engine, jobs
@@ -101,3 +107,69 @@ def test_a_stopped_run_resumed_gives_the_bytes_of_an_uninterrupted_one(job_image
     summary = run(resumed)
     assert (summary.written, summary.failed, summary.already_done) == (8, 1, 15)
     assert job_outputs(resumed) == job_outputs(tmp_path / ("single." + output_format))
+
+
+# --- a shard size and kept shards on one process: the sharded job without a Distribution ------------------------
+
+
+def test_one_process_cuts_its_job_into_the_shards_given_and_writes_the_same_bytes(job_images, single_outputs,
+                                                                                  tmp_path):
+    import job_child
+    from outputs import job_outputs
+    from parallel.inputs.manifest import manifest_path, read_job
+    output = tmp_path / "out.csv"
+
+    def run(shard_size):
+        return jobs.run(dataclasses.replace(job_child.config(job_images, output, "csv"), shard_size=shard_size))
+    summary = run(4)
+    assert (summary.written, summary.failed) == (23, 1)
+    assert read_job(manifest_path(output))["shard_size"] == 4  # 24 images: 6 shards
+    assert job_outputs(output) == single_outputs["csv"]
+    assert not Path(str(output) + ".shards").exists()  # each went once its rows were in the output
+    with pytest.raises(ValueError, match="cut into shards of 4 images, not 5: leave --shard-size out"):
+        run(5)
+    again = run(None)  # the job's own size: resumed, its failed image tried again
+    assert (again.written, again.failed, again.already_done) == (0, 1, 23)
+    assert job_outputs(output) == single_outputs["csv"] and read_job(manifest_path(output))["shard_size"] == 4
+
+
+def test_kept_shards_on_one_process_are_a_parquet_dataset_of_every_row_and_a_rerun_retries_in_them(
+        job_images, single_outputs, tmp_path):
+    import job_child
+    import pandas as pd
+    from outputs import job_outputs
+    root = tmp_path / "images"
+    shutil.copytree(job_images, root)
+    output = tmp_path / "out.parquet"
+
+    def run():
+        return jobs.run(dataclasses.replace(job_child.config(root, output, "parquet"), shard_size=5,
+                                            keep_shards=True))
+    summary = run()
+    assert (summary.written, summary.failed) == (23, 1)
+    assert job_outputs(output) == single_outputs["parquet"]
+    shards = Path(str(output) + ".shards")  # never removed one by one: every shard, nothing of the assembly's
+    assert sorted(path.name for path in shards.iterdir()) == ["shard-%06d" % index for index in range(5)]
+    frame = pd.read_parquet(shards)
+    assert len(frame) == 23 and sorted(frame["path"]) == sorted(pd.read_parquet(output)["path"])
+    Image.new("RGB", (12, 10), (1, 2, 3)).save(root / "a" / "bad.png")  # repaired
+    again = run()
+    assert (again.written, again.failed, again.already_done) == (1, 0, 23)
+    assert len(pd.read_parquet(shards)) == 24 and len(pd.read_parquet(output)) == 24
+
+
+def test_the_shard_size_and_kept_shards_are_one_setting_of_the_config_and_its_distribution(tmp_path):
+    images = tmp_path / "images"
+    alone = config_for(tmp_path, images, shard_size=4, keep_shards=True)
+    assert (alone.shard_size, alone.keep_shards, alone.distribution) == (4, True, None)
+    spread = config_for(tmp_path, images, shard_size=4, keep_shards=True, distribution=jobs.Distribution("static"))
+    assert (spread.distribution.shard_size, spread.distribution.keep_shards) == (4, True)
+    given_there = config_for(tmp_path, images, distribution=jobs.Distribution("static", shard_size=6,
+                                                                              keep_shards=True))
+    assert (given_there.shard_size, given_there.keep_shards) == (6, True)
+    assert dataclasses.replace(given_there, workers=1).distribution == given_there.distribution
+    with pytest.raises(ValueError, match="shard_size=4 and the distribution's shard_size=6 disagree"):
+        config_for(tmp_path, images, shard_size=4, distribution=jobs.Distribution("static", shard_size=6))
+    for wrong in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="shard_size must be at least 1; got %r" % (wrong,)):
+            config_for(tmp_path, images, shard_size=wrong)

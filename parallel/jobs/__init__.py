@@ -21,10 +21,11 @@ store), on one process or many; the number of processes only decides who compute
                   resumes the attempt of one that died (a kill costs at most a batch)
     4. commit     the finished attempt renamed the shard's folder, with its record (shard_record)
     5. output     the shards written into O in order, each checked first (assembly): by the job's
-                  only process as it goes, each shard removed once its rows are in O and the job's
-                  ledger (O.ledger.jsonl, checksummed: ledger) records it; by the process that
-                  commits a job's last shard otherwise. A run proves what the ledger claims against
-                  O before it trusts it (assembly.prove): what cannot be proven is computed again
+                  only process as it goes, each shard removed (unless Config.keep_shards) once its
+                  rows are in O and the job's ledger (O.ledger.jsonl, checksummed: ledger) records
+                  it; by the process that commits a job's last shard otherwise. A run proves what
+                  the ledger claims against O before it trusts it (assembly.prove): what cannot be
+                  proven is computed again
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
                   it, into O itself (distributed.retry_in_output), or into its shard where O cannot

@@ -11,6 +11,7 @@ from typing import Optional
 
 from parallel.devices.selection import CPU_BATCH, GPU_BATCH, Devices
 from parallel.engine import check_batching
+from parallel.inputs.manifest import check_shard_size
 from parallel.inputs.sorting import folder_entries, list_entries, read_list
 from parallel.inputs.sources import FOLDER, TARS, parse_images
 from parallel.jobs.identity import own_files
@@ -42,7 +43,14 @@ class Config:
       progress: show a progress bar (the CLI sets it when stderr is a terminal).
       images_from: None, or a file listing the images (see `parallel.inputs.sorting.list_entries`);
         relative paths in it are relative to `images`.
+      shard_size: images per shard (for tars, tars per shard) of the job, on one process or many;
+        None: the size the job was started with, else the largest multiple of the images per step
+        up to 10,000 (tars: about 256 MiB of them). A job started with another size is refused.
+      keep_shards: leave `<output>.shards/` (a Parquet dataset) once the output is written, on one
+        process or many (one process then keeps each shard once its rows are in the output).
       distribution: None (one process), or how the job is spread over processes (`Distribution`).
+        Its `shard_size` and `keep_shards`, where given, are the same settings as these: the two
+        are made one (a shard size given in both must agree).
     """
 
     model: ModelSpec
@@ -58,6 +66,8 @@ class Config:
     strict: bool = False
     progress: bool = False
     images_from: Optional[Path] = None
+    shard_size: Optional[int] = None
+    keep_shards: bool = False
     distribution: Optional["Distribution"] = None
 
     def __post_init__(self):
@@ -72,9 +82,31 @@ class Config:
             raise ValueError("output_format must be one of %s; got %r" % (", ".join(FORMATS), self.output_format))
         if self.distribution is not None and not isinstance(self.distribution, Distribution):
             raise ValueError("distribution must be a Distribution or None; got %r" % (self.distribution,))
+        if self.shard_size is not None:
+            check_shard_size(self.shard_size)
+        if self.distribution is not None:
+            self._share_sharding()
         if self.distribution is not None and self.overwrite:
             raise ValueError("overwrite with a distributed job would let each process erase the others' shards: "
                              "remove %s and its files yourself, or choose another output" % self.output)
+
+    def _share_sharding(self):
+        """The shard size and keep_shards of the Config and of its Distribution made one (frozen: object.__setattr__).
+
+        They are the job's, whatever the number of processes; a spread job has long given them in its
+        Distribution, which the job layer reads them from.
+        """
+        distribution = self.distribution
+        if None not in (self.shard_size, distribution.shard_size) and self.shard_size != distribution.shard_size:
+            raise ValueError("shard_size=%d and the distribution's shard_size=%d disagree: give one"
+                             % (self.shard_size, distribution.shard_size))
+        shard_size = distribution.shard_size if self.shard_size is None else self.shard_size
+        keep_shards = bool(self.keep_shards or distribution.keep_shards)
+        object.__setattr__(self, "shard_size", shard_size)
+        object.__setattr__(self, "keep_shards", keep_shards)
+        if (distribution.shard_size, distribution.keep_shards) != (shard_size, keep_shards):
+            object.__setattr__(self, "distribution", dataclasses.replace(distribution, shard_size=shard_size,
+                                                                         keep_shards=keep_shards))
 
     @functools.cached_property
     def source(self):
@@ -154,8 +186,8 @@ class Distribution:
       kind: "static" (each process is one rank of a scheduler: Slurm, torchrun, Kubernetes,
         TF_CONFIG) or "ray" (a Ray cluster's actors pull shards).
       rank, world_size: --rank and --world-size (static); None: from the environment.
-      shard_size: images per shard; None: the job's recorded size, else 10,000.
-      keep_shards: keep the shards (a Parquet dataset) once the output is written.
+      shard_size, keep_shards: `Config.shard_size` and `Config.keep_shards`, which say the same on any
+        number of processes (the Config makes the two one); given here as spread jobs always could.
       wait_seconds: how long a process waits for another that is writing the manifest.
       ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None: start one here.
       gpus_per_worker: GPUs each Ray actor is given (0: actors compute on the CPU).

@@ -3,7 +3,8 @@
 Every job is the sharded job (parallel.jobs.shards); the distribution says only which process
 computes which shard:
 
-    config.distribution None       this process alone: rank 0 of 1, holding the output's lock
+    config.distribution None       this process alone: rank 0 of 1, holding the output's lock (its
+                                   shard size and kept shards those of the Config, as for any job)
     Distribution(kind="static")    parallel.jobs.distributed: this process is one rank of a scheduler's
     Distribution(kind="ray")       parallel.jobs.ray_job: a Ray cluster's actors pull the shards
 
@@ -56,11 +57,16 @@ def _alone(config):
 
     Its shards are computed in order, each in an attempt that commits batch by batch and that the
     next run resumes (a kill costs at most a batch); its output is a many-rank job's, byte for byte.
+    Its shards are `config.shard_size` images (its one rank's Distribution carries it, as a spread
+    job's does); with `config.keep_shards` each stays once its rows are in the output, so that
+    `<output>.shards/` is the Parquet dataset a spread job keeps.
+
     --overwrite removes the job's files once every check has passed and the lock is held: the
     weights are loaded first then (a bad weights file removes nothing); without it they are loaded
     once the output and the images are checked, so that a refused rerun says so at once.
     """
     weights = before_writing(config, load_weights=config.overwrite)
-    one = Distribution(kind="static", rank=0, world_size=1)
+    one = Distribution(kind="static", rank=0, world_size=1, shard_size=config.shard_size,
+                       keep_shards=config.keep_shards)
     return distributed.run(dataclasses.replace(config, overwrite=False, distribution=one), weights=weights,
                            one_host=True, overwrite=config.overwrite)
