@@ -71,3 +71,18 @@ class StopAfter:
     def signal_name(self):  # the loop asks once per batch
         self.batches -= 1
         return "SIGTERM" if self.batches <= 0 else None
+
+
+class Killed(BaseException):
+    """What a SIGKILL at that moment would leave (nothing after it runs)."""
+
+
+class KillAfter(StopAfter):
+    """A StopRequest that raises Killed where StopAfter's signal would come: after `batches` batches, the run
+    is cut short as by a SIGKILL once its writer has committed the batches handed to it (the loop's `finally`)."""
+
+    @property
+    def signal_name(self):
+        if StopAfter.signal_name.fget(self) is not None:
+            raise Killed("after the batches asked for")
+        return None

@@ -8,7 +8,8 @@ own address even when told 127.0.0.1). The cluster has 2 nodes of 2 CPUs and 2 l
 TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it. Each job writes
 FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images (2 for interrupt), with GPUS GPUs
 per worker (0 here: CPU workers) and job_child's colour model, and FAULT:
-    kill          the first worker to start a step is SIGKILLed there, mid-shard
+    kill          the first worker to start a step is SIGKILLed mid-shard, once its attempt has committed a
+                  batch (the actor given the shard next resumes the attempt after it)
     interrupt     SIGINT to the driver once the first shard is committed, then a rerun
     badweights    the weights load in the driver but not in the workers
     cli           the command line (run_inference.py, job_child's model for VGG16's) in a process of
@@ -22,8 +23,9 @@ per worker (0 here: CPU workers) and job_child's colour model, and FAULT:
 
 Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
 summary's counts, the workers the driver logged (and the interrupted run's status, counts and
-workers), [pid, graphs built] of each process that built a graph, and the pid killed; for cli,
-the stderr and status of both runs and the files left by the first.
+workers), [pid, graphs built] of each process that built a graph, the pid killed and the rows its
+attempt had committed ("kept"); for cli, the stderr and status of both runs and the files left by
+the first.
 
     python tests/ray_child.py cli [run_inference flags]     the command line, with job_child's model
 """
@@ -130,10 +132,29 @@ def first_step(steps):
     return int(words[1]) if words else None
 
 
-def kill_first_stepper(steps, killed):
-    """SIGKILLs the first process to write a step to `steps`, and appends its pid to `killed`."""
-    killed.append(first_step(steps))
-    os.kill(killed[0], signal.SIGKILL)
+def attempt_rows(output, pid):
+    """Rows that process `pid` has committed so far in its attempts at the job writing `output` (their records)."""
+    from parallel.output import read_record
+    records = [read_record(folder / "features.parquet")
+               for folder in Path(str(output) + ".attempts").glob("shard-*.%d" % pid)]
+    return sum(record["rows"] for record in records if record is not None)
+
+
+def is_dead(pid):
+    """Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def kill_first_stepper(steps, output, result):
+    """SIGKILLs the first process to write a step to `steps` once its attempt has committed rows (not all of its
+    shard's: it is committed whole at the end); result["killed"]: its pid, result["kept"]: those rows, once dead."""
+    pid = first_step(steps)
+    os.kill(pid, signal.SIGKILL)
+    result["killed"].append(pid)
+    when(lambda: is_dead(pid), lambda: result.update(kept=attempt_rows(output, pid)), deadline_seconds=10)
 
 
 def efficientnet_model(folder):
@@ -182,11 +203,11 @@ def run_job(images, folder, job, address):
     if fault == "badweights":
         model = dataclasses.replace(model, load_weights=weights_in(os.getpid()))
     config = dataclasses.replace(config, model=model)
-    workers, killed, result = Workers(), [], {"job": job, "output": str(output)}
+    workers, result = Workers(), {"job": job, "output": str(output), "killed": []}
     logging.getLogger("parallel").addHandler(workers)
     if fault == "kill":
-        threading.Thread(target=when, args=(lambda: first_step(steps), lambda: kill_first_stepper(steps, killed)),
-                         daemon=True).start()
+        threading.Thread(target=when, args=(lambda: first_step(steps) and attempt_rows(output, first_step(steps)),
+                                            lambda: kill_first_stepper(steps, output, result)), daemon=True).start()
     if fault == "interrupt":
         shards = Path(str(output) + ".shards")
         threading.Thread(target=when, args=(shards.exists, lambda: os.kill(os.getpid(), signal.SIGINT)),
@@ -204,8 +225,7 @@ def run_job(images, folder, job, address):
             if store().isfile(name):
                 (copy / Path(name).name).write_bytes(store().cat_file(name))
     built = collections.Counter(builds.read_text().split()[1::2]) if builds.exists() else {}
-    return dict(result, workers=workers.infos, builds=[[int(pid), count] for pid, count in built.items()],
-                killed=killed)
+    return dict(result, workers=workers.infos, builds=[[int(pid), count] for pid, count in built.items()])
 
 
 BUCKET = "bucket"

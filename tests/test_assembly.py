@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import job_child
-from colour_jobs import StopAfter
+from colour_jobs import Killed, StopAfter
 from outputs import job_outputs
 from parallel import jobs
 from parallel.jobs import assembly, distributed, identity, ledger
@@ -49,10 +49,6 @@ def test_one_process_writes_the_output_shard_by_shard_removing_each(job_images, 
     assert threads == {"assembly"}  # beside the devices: each while the next shard is computed
     assert job_outputs(output) == single_outputs[output_format]
     assert not ShardedJob(output).shards.exists() and not ShardedJob(output).attempts.exists()
-
-
-class Killed(BaseException):
-    """What a SIGKILL at that moment would leave (nothing after it runs)."""
 
 
 def _kill_at(monkeypatch, moment):
