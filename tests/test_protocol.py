@@ -5,6 +5,7 @@ staging folder. The cheap colour model of tests/job_child.py; stores on the loop
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import job_child
-from outputs import job_outputs
+from faults import NODE_KINDS
+from outputs import entries_under, job_outputs
 from parallel import jobs
 from parallel.engine import RunError
 from parallel.jobs.shards import ShardedJob
@@ -73,6 +75,89 @@ def test_overwrite_with_bad_weights_keeps_the_finished_output_of_a_tar_job(tars,
     with pytest.raises(ValueError, match="is not a weights file"):
         jobs.run(dataclasses.replace(config, model=dataclasses.replace(config.model, load_weights=unreadable)))
     assert snapshot(tmp_path) == before
+
+
+def _never_loaded():
+    pytest.fail("the weights were loaded: the run got past its checks")
+
+
+def _with_a_node(output, suffix, kind, make_node):
+    """Puts `kind` (a FIFO, a symbolic link, a folder) at the job's name `output` + `suffix`, once a regular file
+    or folder there is moved away; a link points to an image beside the output's folder (a folder of them, for
+    a folder's name). Returns (the node's path, what the refusal calls it)."""
+    elsewhere = output.parent.parent / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    (elsewhere / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    node = Path(str(output) + suffix)
+    if node.is_dir():
+        shutil.rmtree(node)
+    elif node.exists():
+        node.unlink()
+    if kind == "folder":
+        node.mkdir()
+        return node, "a folder"
+    make_node(node, kind, elsewhere if suffix in (".shards", ".attempts", ".parts") else elsewhere / "precious.jpg")
+    return node, NODE_KINDS[kind]
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["resume", "overwrite"])
+@pytest.mark.parametrize("suffix, kind", [("", "fifo"), ("", "symbolic link"), (".errors.csv", "fifo"),
+                                          (".run.json", "symbolic link"), (".manifest.parquet", "fifo"),
+                                          (".paths.csv", "folder"), (".shards", "symbolic link")])
+def test_a_job_name_held_by_a_fifo_a_link_or_a_folder_is_refused_before_anything_is_loaded(
+        job_images, tmp_path, make_node, suffix, kind, overwrite):
+    """A name the job writes, replaces or removes (--overwrite) that is no regular file (its folders: no real
+    folder) is one line naming it, with or without --overwrite, before the weights are loaded: nothing written or
+    removed, the node and what it points to untouched."""
+    output = tmp_path / "results" / "out.csv"
+    output.parent.mkdir()
+    node, what = _with_a_node(output, suffix, kind, make_node)
+    before = entries_under(tmp_path)
+    config = job_child.config(job_images, output, "csv")
+    config = dataclasses.replace(config, overwrite=overwrite,
+                                 model=dataclasses.replace(config.model, load_weights=_never_loaded))
+    with pytest.raises(ValueError) as refusal:
+        jobs.run(config)
+    assert str(refusal.value) == "%s is %s; not replacing it: move it away or choose another --output" % (node, what)
+    assert entries_under(tmp_path) == before
+
+
+@pytest.mark.parametrize("distributed, overwrite", [(False, False), (False, True), (True, False)],
+                         ids=["resume", "overwrite", "static rank"])
+def test_a_finished_job_whose_errors_file_became_a_fifo_keeps_every_file(job_images, tmp_path, make_node,
+                                                                       distributed, overwrite):
+    """Unchecked, --overwrite removed the job's files and computed it again, then stopped on the FIFO (exit 1); a
+    rerun blocked for ever opening it to read the failures to retry: refused first, every file kept."""
+    output = tmp_path / "results" / "out.csv"
+    assert jobs.run(job_child.config(job_images, output, "csv")).failed == 1
+    node, what = _with_a_node(output, ".errors.csv", "fifo", make_node)
+    before = entries_under(tmp_path)
+    distribution = jobs.Distribution(kind="static", rank=0, world_size=1) if distributed else None
+    config = job_child.config(job_images, output, "csv", distribution)
+    config = dataclasses.replace(config, overwrite=overwrite,
+                                 model=dataclasses.replace(config.model, load_weights=_never_loaded))
+    with pytest.raises(ValueError, match="^%s is %s; not replacing it: move it away or choose another --output$"
+                       % (re.escape(str(node)), what)):
+        jobs.run(config)
+    assert entries_under(tmp_path) == before
+
+
+def test_the_command_line_refuses_an_output_that_is_a_symbolic_link_with_exit_2(job_images, tmp_path, make_node,
+                                                                                capsys):
+    """--overwrite onto a link to an image: one line, exit 2, before the weights are read (they are no weights)."""
+    import run_inference
+    output = tmp_path / "results" / "out.csv"
+    output.parent.mkdir()
+    node, _ = _with_a_node(output, "", "symbolic link", make_node)
+    weights = tmp_path / "vgg16.npy"
+    weights.write_bytes(b"never read: the output is checked first")
+    before = entries_under(tmp_path)
+    status = run_inference.main([str(arg) for arg in ("--images", job_images, "--output", output, "--weights",
+                                                      weights, "--devices", "cpu:0", "--overwrite")])
+    assert status == 2
+    assert capsys.readouterr().err == ("run_inference: error: %s is a symbolic link; not replacing it: move it away "
+                                       "or choose another --output\n" % node)
+    assert entries_under(tmp_path) == before
 
 
 def test_overwrite_never_writes_over_a_tar_or_an_image_in_the_store(job_images, tars, s3):

@@ -5,7 +5,8 @@ every source (a folder, a list, a prefix, tars), every output (a local file, an 
 store), on one process or many; the number of processes only decides who computes which shard:
 
     0. checks     before anything is written or removed (--overwrite too): the output is none of
-                  the files or objects the job reads, the store can be reached, the weights load
+                  the files or objects the job reads, none of its names (O, O.run.json, O.shards, ...)
+                  is a FIFO, a link or a device, the store can be reached, the weights load
                   (protocol.before_writing; distributed._check_output: a file this program did not
                   write is replaced only with --overwrite, never when it is an input)
     1. identity   what the output's manifest records against this run: other settings, another

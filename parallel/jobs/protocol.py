@@ -5,6 +5,9 @@ output (a local file, an object in a store), on one process or many (see `parall
         -> weights              weights, loaded (a bad weights file is a usage error, found here)
     refuse_output_among_inputs  the output is none of the files or objects the job reads: an image,
                                 a tar, the list file, the weights, a wids index
+    refuse_what_it_cannot_replace
+                                no name the job writes or removes (its output, a file or folder beside
+                                it) is held by a FIFO, a link, a device, a socket, or a folder for a file
     read_locations(config)      those files and objects, with the flag that names each
 
 A run that fails one of these checks has written and removed nothing, whatever its flags
@@ -16,8 +19,10 @@ from pathlib import Path
 
 from parallel.inputs.discovery import has_image_extension
 from parallel.inputs.sources import PREFIX, TARS
+from parallel.jobs.shards import _JOB_FILES, _JOB_FOLDERS  # the names --overwrite removes: one list
 from parallel.locations import is_url
 from parallel.output import OutputError
+from parallel.output.durable import FOLDER, REGULAR_FILE, refuse_unless
 
 
 def read_locations(config):
@@ -71,10 +76,33 @@ def _same(first, second):
         return False
 
 
+def refuse_what_it_cannot_replace(config):
+    """OutputError (one line) when a name the job writes, replaces or removes is held by what it must not touch.
+
+    Those names are the output O and the files beside it (O.run.json, O.errors.csv, O.paths.csv,
+    O.manifest.parquet, O.members.parquet), each a regular file or nothing, and its folders (O.parts,
+    O.shards, O.attempts), each a real folder or nothing. A FIFO, a device, a socket or a symbolic link
+    (never followed: what it points to may be an input) there is refused with or without --overwrite,
+    which would not replace it either; found only once the job had been computed, it would stop the
+    run with the job's files written (or, --overwrite, the others removed). A store output has none.
+    """
+    if is_url(config.output):
+        return
+    output = Path(config.output)
+    if output.is_dir() and not output.is_symlink():
+        raise OutputError("output=%s is a folder; give a file name" % output)
+    advice = "move it away or choose another --output"
+    for suffix in _JOB_FILES:
+        refuse_unless(Path(str(output) + suffix), REGULAR_FILE, advice)
+    for suffix in _JOB_FOLDERS:
+        refuse_unless(Path(str(output) + suffix), FOLDER, advice)
+
+
 def before_writing(config, load_weights=True):
     """Every check of a run before it writes or removes anything; returns the model's weights.
 
-    The output is none of the job's inputs (`refuse_output_among_inputs`), a store output's bucket
+    The output is none of the job's inputs (`refuse_output_among_inputs`), nothing under its names
+    is what the job may not replace (`refuse_what_it_cannot_replace`), a store output's bucket
     can be reached, then the weights are loaded: a bad weights file is a usage error however the
     job runs, found before --overwrite removes an output.
 
@@ -89,9 +117,8 @@ def before_writing(config, load_weights=True):
       ValueError (OutputError among them): the run must not start; nothing was written or removed.
     """
     config.source  # noqa: B018 -- what images= names, checked (a ValueError when it names nothing)
-    if not is_url(config.output) and Path(config.output).is_dir():
-        raise OutputError("output=%s is a folder; give a file name" % config.output)
     refuse_output_among_inputs(config)
+    refuse_what_it_cannot_replace(config)
     if is_url(config.output):  # one request: no bucket, no credentials, no store, before the weights are read
         from parallel.output.stores import open_store
         store, name = open_store(config.output)

@@ -15,7 +15,7 @@ import dataclasses
 
 from parallel.jobs import distributed
 from parallel.jobs.config import Config, Distribution
-from parallel.jobs.protocol import before_writing, refuse_output_among_inputs
+from parallel.jobs.protocol import before_writing, refuse_output_among_inputs, refuse_what_it_cannot_replace
 
 __all__ = ["Config", "Distribution", "run"]
 
@@ -43,6 +43,7 @@ def run(config):
         rows are kept.
     """
     refuse_output_among_inputs(config)  # every mode: an input is never written over, nor removed
+    refuse_what_it_cannot_replace(config)  # nor a FIFO, a link, a device: before the job is computed
     if config.distribution is None:
         return _alone(config)
     if config.distribution.kind == "ray":
