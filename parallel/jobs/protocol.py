@@ -19,7 +19,7 @@ from pathlib import Path
 
 from parallel.inputs.discovery import has_image_extension
 from parallel.inputs.sources import PREFIX, TARS
-from parallel.jobs.shards import _JOB_FILES, _JOB_FOLDERS  # the names --overwrite removes: one list
+from parallel.jobs.shards import JOB_FILES, JOB_FOLDERS  # the names --overwrite removes: one list
 from parallel.locations import is_url
 from parallel.output import OutputError
 from parallel.output.durable import FOLDER, REGULAR_FILE, refuse_unless
@@ -92,9 +92,9 @@ def refuse_what_it_cannot_replace(config):
     if output.is_dir() and not output.is_symlink():
         raise OutputError("output=%s is a folder; give a file name" % output)
     advice = "move it away or choose another --output"
-    for suffix in _JOB_FILES:
+    for suffix in JOB_FILES:
         refuse_unless(Path(str(output) + suffix), REGULAR_FILE, advice)
-    for suffix in _JOB_FOLDERS:
+    for suffix in JOB_FOLDERS:
         refuse_unless(Path(str(output) + suffix), FOLDER, advice)
 
 

@@ -64,8 +64,8 @@ ATTEMPT_JOB = "_attempt.json"  # a resumable attempt's job, shard and images (Sh
 COMMITTING = "commit"  # where an attempt's files are gathered, to be renamed the shard's folder
 _ERRORS_HEADER = "path,kind,message\n"
 # What a job writes beside its output O (files, and folders: its shards, attempts, and the writer's parts).
-_JOB_FILES = ("", ".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX, LEDGER_SUFFIX)
-_JOB_FOLDERS = (SHARDS_SUFFIX, ATTEMPTS_SUFFIX, ".parts")
+JOB_FILES = ("", ".run.json", ".errors.csv", ".paths.csv", ".manifest.parquet", MEMBERS_SUFFIX, LEDGER_SUFFIX)
+JOB_FOLDERS = (SHARDS_SUFFIX, ATTEMPTS_SUFFIX, ".parts")
 
 
 class ShardedJob:
@@ -508,11 +508,11 @@ class ShardedJob:
         """Removes the output and every file and folder of its job (--overwrite, or a job of one process with no
         row committed, which starts afresh): regular files and real folders only; the lock stays."""
         self._ledger = None
-        for suffix in _JOB_FILES:
+        for suffix in JOB_FILES:
             path = Path(str(self.output) + suffix)
             if path.is_file() and not path.is_symlink():
                 path.unlink()
-        for suffix in _JOB_FOLDERS:
+        for suffix in JOB_FOLDERS:
             path = Path(str(self.output) + suffix)
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
