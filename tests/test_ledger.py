@@ -24,13 +24,13 @@ def test_what_is_appended_is_read_back_in_order(ledger):
                              2: [("c.png", "corrupt", "truncated")]}
     assert [row[0] for row in read.failures()] == ["a/bad.png", "b/\udcff.png", "c.png"]
     assert read.complete() is None
-    read.add_complete(9, {"": 120, ".errors.csv": 80})
-    assert Ledger(ledger.path).complete() == {"rows": 9, "files": {"": 120, ".errors.csv": 80}}
+    read.add_complete(9, {"files": {"": 120, ".errors.csv": 80}, "record": "ab" * 32})
+    assert Ledger(ledger.path).complete() == {"rows": 9, "files": {"": 120, ".errors.csv": 80}, "record": "ab" * 32}
 
 
 def test_a_retry_gives_rows_to_some_failures_and_new_messages_to_the_others(ledger):
     read = _written(ledger)
-    read.add_complete(9, {"": 1})
+    read.add_complete(9, {"files": {"": 1}, "record": None})
     read.add_retry(["a/bad.png"], [("c.png", "corrupt", "still truncated")])
     again = Ledger(ledger.path)
     assert again.failures() == [("b/\udcff.png", "missing", "gone"), ("c.png", "corrupt", "still truncated")]
@@ -87,7 +87,7 @@ def test_lines_that_failed_are_dropped_before_the_next_is_appended(ledger):
 
 def test_forgetting_shards_rewrites_it_without_them_nor_its_closing_entry(ledger):
     read = _written(ledger)
-    read.add_complete(9, {"": 1})
+    read.add_complete(9, {"files": {"": 1}, "record": None})
     read.forget([1])
     again = Ledger(ledger.path)
     assert again.damaged == 0 and sorted(again.shards()) == [0, 2] and again.complete() is None

@@ -28,6 +28,7 @@ Elsewhere (a tar job, a Ray job, --keep-shards) the shards stay until O is writt
 failures may be retried in them.
 """
 
+import hashlib
 import logging
 import os
 import shutil
@@ -38,9 +39,9 @@ import numpy as np
 from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection
 from parallel.inputs.tars import MEMBERS_SUFFIX
-from parallel.output import DamagedOutput, ErrorLog, OutputError, open_writer, read_record
+from parallel.output import DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record
 from parallel.output.durable import beside
-from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX
+from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, sidecar_path
 
 log = logging.getLogger("parallel")
 
@@ -55,8 +56,7 @@ def ledger_path(output):
 
 
 def output_files(output):
-    """{suffix: size in bytes} of the files written with `output` (a Path) that exist: what the ledger records of
-    a closed output, and a rerun compares before it takes the output as finished."""
+    """{suffix: size in bytes} of the files written with `output` (a Path) that exist."""
     sizes = {}
     for suffix in _OUTPUT_FILES:
         try:
@@ -64,6 +64,16 @@ def output_files(output):
         except OSError:
             pass
     return sizes
+
+
+def closed_state(output):
+    """What the ledger records of `output` (a Path) when it is closed, and a rerun compares before it takes it as
+    finished: {"files": `output_files`, "record": the SHA-256 of its commit record's bytes}."""
+    try:
+        record = hashlib.sha256(sidecar_path(output).read_bytes()).hexdigest()
+    except OSError:
+        record = None
+    return {"files": output_files(output), "record": record}
 
 
 def is_proven_finished(output, ledger, shard_count):
@@ -78,7 +88,7 @@ def is_proven_finished(output, ledger, shard_count):
     except OutputError:
         return False
     return (record is not None and record["state"] == "complete" and record["rows"] == complete["rows"]
-            and output_files(output) == complete["files"])
+            and closed_state(output) == {key: complete.get(key) for key in ("files", "record")})
 
 
 class Assembly:
@@ -236,7 +246,7 @@ class Assembly:
                 self.job.ledger().forget(everything=True)
             try:
                 self._writer = open_writer(self.job.output, overwrite=overwrite or self.afresh, **options)
-            except DamagedOutput as error:
+            except (DamagedOutput, OtherSettings) as error:  # the job's manifest holds its settings: not O's own
                 log.warning("%s cannot be resumed (%s): it is written afresh", self.job.location,
                             str(error).split(": pass --overwrite")[0])
                 self.job.ledger().forget(everything=True)
@@ -263,7 +273,7 @@ class Assembly:
             errors.close()
         writer.close()
         self._writer = None
-        self.job.ledger().add_complete(writer.rows_committed, output_files(self.job.output))
+        self.job.ledger().add_complete(writer.rows_committed, closed_state(self.job.output))
         if self.remove_shards and self.job.shards.exists():
             shutil.rmtree(self.job.shards)
 

@@ -29,14 +29,14 @@ from parallel.inputs.sources import TARS
 from parallel.jobs.identity import is_inside, freeze_sharded, geometry_change, refuse_output_among_images
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs import locks
-from parallel.jobs.assembly import output_files
+from parallel.jobs.assembly import closed_state
 from parallel.jobs.shard_record import (SHARD_ERRORS, error_rows, insert_rows, keep_last_copies,
                                         shard_keys)
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
-from parallel.output import ErrorLog, OutputError, check_settings, open_writer, read_record, sidecar_path
+from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
 from parallel.signals import StopRequest
 from parallel.jobs.store_shards import open_job
 from parallel.output.record import ERRORS_SUFFIX, SIDECAR_SUFFIX
@@ -121,7 +121,7 @@ class ShardWorker:
         are kept; an attempt whose files are not what its record says (damaged, cut) is computed again."""
         options = dict(format="parquet", column_prefix=self.config.model.output_name,
                        feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
-                       record_digests=True)  # its merged file is checked when a process that died left it
+                       record_digests=not self.job.tars)  # checked on resume (a tar's is rewritten: keep_last_copies)
         try:
             return open_writer(attempt / SHARD_FEATURES, **options)
         except OutputError as error:  # damaged, or its record changed (its _attempt.json proved it this job's)
@@ -431,17 +431,17 @@ def _prove(config, job, one_host):
     try:
         with job.output_lock():
             assembly.prove()
+            if one_host and job.assembles_as_it_goes(config.distribution.keep_shards) and not job.is_finished() \
+                    and not job.is_reopened():
+                return assembly
+            assembly.abort()  # under the lock: the next process to take it opens the output's writer anew
+            return None
     except locks.Busy:  # another process is writing the output: it proves it as it does
         assembly.abort()
         return None
     except BaseException:
         assembly.abort()
         raise
-    if one_host and job.assembles_as_it_goes(config.distribution.keep_shards) and not job.is_finished() \
-            and not job.is_reopened():
-        return assembly
-    assembly.abort()
-    return None
 
 
 def _catch_up(assembly, worker):
@@ -497,8 +497,9 @@ def _retry_failed(config, job, worker, only=None):
     """`retry_in_output`'s work, under the output's lock: (the failed images without a row [(position, path)],
     the paths computed now, the failures [(path, kind, message)] of those that still fail).
 
-    `only`: a set of paths, the failed images to retry (None: every one the errors file lists); the errors
-    file is rewritten without the images computed now, the others' lines as they were.
+    `only`: a set of paths, the failed images to retry (None: every one the ledger records); the ledger
+    records which have a row now, and the errors file is written anew from it: the images computed now
+    are not in it, the others' lines are as they were.
     """
     ledger = job.ledger()
     failed = {path for path, _, _ in ledger.failures() if only is None or path in only}
@@ -520,7 +521,7 @@ def _retry_failed(config, job, worker, only=None):
     with ErrorLog(job.output) as log_file:  # the images that still have no row
         for row in ledger.failures():
             log_file.add(*row)
-    ledger.add_complete(writer.rows_committed, output_files(job.output))
+    ledger.add_complete(writer.rows_committed, closed_state(job.output))
     return todo, paths, still
 
 
@@ -558,11 +559,6 @@ def _check_output(config, overwrite=False, one_host=False):
             raise OutputError("%s exists and was not written by this program (no %s): %schoose another output"
                               % (output, sidecar_path(output).name, "pass --overwrite to replace it or "
                                  if one_host else ""))
-    record = None if overwrite else read_record(output)
-    if record is not None:  # its commit record is of another job's settings, or changed: nothing is trusted of it
-        check_settings(output, record["settings"], dict(config.settings, format=config.output_format,
-                                                         column_prefix=config.model.output_name),
-                       ignore=("feature_size",))
     return job
 
 

@@ -13,8 +13,9 @@ so a line changed, cut or removed fails its check (a removed one makes the next 
     {"seq": n, "retried": [path, ...], "failed": [[path, kind, message], ...]}
         failed images computed again into O: those of `retried` have a row now; those of `failed`
         still fail, with this message
-    {"seq": n, "complete": {"rows": R, "files": {suffix: size}}}
-        O was closed (merged) with R rows, its files and its errors file of these sizes
+    {"seq": n, "complete": {"rows": R, "files": {suffix: size}, "record": SHA-256}}
+        O was closed (merged) with R rows, its files and its errors file of these sizes, its commit
+        record (O.run.json) of these bytes
 
 Nothing in it is trusted because it says so: a rerun checks O against it before acting on it
 (`parallel.jobs.assembly.prove`): a shard whose rows are not all in O is forgotten (its entry
@@ -59,6 +60,7 @@ class Ledger:
         self.path = path
         self.entries, self.damaged, last = self._read()
         self._digest = None if self.damaged else last  # the last line's, where the file holds exactly `entries`
+        self._shards = None  # (how many entries it was folded from, `shards()`)
 
     def _read(self):
         try:
@@ -91,7 +93,13 @@ class Ledger:
     # -- what it records ------------------------------------------------------------------------
 
     def shards(self):
-        """The shards in O, as recorded: {shard index: its failed images [(path, kind, message)], now}."""
+        """The shards in O, as recorded: {shard index: its failed images [(path, kind, message)], now} (folded
+        once, again after an entry is added: a job asks once per shard)."""
+        if self._shards is None or self._shards[0] != len(self.entries):
+            self._shards = (len(self.entries), self._fold())
+        return self._shards[1]
+
+    def _fold(self):
         shards, where = {}, {}
         for entry in self.entries:
             if "shard" in entry:
@@ -126,9 +134,9 @@ class Ledger:
         """Records failed images computed again into O: `retried` have a row now, `failed` still fail."""
         self._append({"retried": list(retried), "failed": [list(row) for row in failed]})
 
-    def add_complete(self, rows, files):
-        """Records O closed with `rows` rows, its files of these sizes ({suffix: bytes})."""
-        self._append({"complete": {"rows": int(rows), "files": dict(files)}})
+    def add_complete(self, rows, state):
+        """Records O closed with `rows` rows, and `state` ({"files": {suffix: bytes}, "record": SHA-256 hex})."""
+        self._append({"complete": dict(state, rows=int(rows))})
 
     def forget(self, shards=(), everything=False):
         """Rewrites the ledger without the entries of `shards` (or without any), and without its closing entry:
@@ -148,6 +156,7 @@ class Ledger:
             replace_atomically(self.path, "".join(lines).encode("ascii"))
         self.entries, self.damaged, self._digest = [dict(entry, seq=seq) for seq, entry in enumerate(entries)], 0, \
             previous
+        self._shards = None
 
     def repaired(self):
         """The ledger as read, with the lines that failed their check dropped (rewritten if there were any): self."""

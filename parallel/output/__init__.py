@@ -59,7 +59,7 @@ _MODULES = {
     "writer": ("FORMATS", "open_writer"),
     "base": ("FeatureWriter",),
     "csv_writer": ("CsvWriter",), "parquet_writer": ("ParquetWriter",), "npy_writer": ("NpyWriter",),
-    "durable": ("DamagedOutput", "OutputError"),
+    "durable": ("DamagedOutput", "OtherSettings", "OutputError"),
     "csv_rows": ("csv_header", "format_rows", "read_csv_paths"),
     "record": ("check_settings", "read_record", "sidecar_path", "ERRORS_SUFFIX", "PARTS_SUFFIX", "PATHS_SUFFIX",
                "SIDECAR_SUFFIX"),

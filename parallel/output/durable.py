@@ -31,6 +31,10 @@ class OutputError(ValueError):
     """The output cannot be written or resumed; the message is one line saying what to do."""
 
 
+class OtherSettings(OutputError):
+    """An output's commit record names other settings than the run's (`record.check_settings`)."""
+
+
 class DamagedOutput(OutputError):
     """An output's files are not what its commit record says (cut, changed, a part missing): it cannot be resumed
     as it is. A job whose ledger proves the output its own starts it afresh (`parallel.jobs.assembly`)."""

@@ -11,7 +11,7 @@ finished output of the same settings (nothing to do) from a different job (refus
 import json
 from pathlib import Path
 
-from parallel.output.durable import DamagedOutput, OutputError, beside, replace_atomically
+from parallel.output.durable import DamagedOutput, OtherSettings, OutputError, beside, replace_atomically
 
 SIDECAR_SUFFIX = ".run.json"
 PARTS_SUFFIX = ".parts"
@@ -80,5 +80,5 @@ def check_settings(output, recorded, expected, ignore=()):
     differences = ["%s=%r, not %r" % (key, old.get(key), new.get(key))
                    for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if differences:
-        raise OutputError("%s was written with other settings (%s): pass --overwrite to replace it or choose "
+        raise OtherSettings("%s was written with other settings (%s): pass --overwrite to replace it or choose "
                           "another --output" % (output, "; ".join(differences)))
