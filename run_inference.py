@@ -8,23 +8,31 @@ in `parallel/` (the engine) and `models/` (`models/vgg16.py` and the others of `
 those are imported, since importing TensorFlow takes seconds.
 """
 
-import argparse
-import logging
-import os
-import re
-import sys
-from pathlib import Path
+# First, before the imports that take a moment (numpy, PIL, polars: a quarter of a second): as the program, a
+# Ctrl-C or SIGTERM from here on exits with status 130 and no traceback (see console()). Imported (by a test,
+# by search_features.py), this module leaves the signal handlers alone.
+from parallel import signals as _signals  # the standard library only
+
+if _signals.run_as_program(__name__, "run-inference"):
+    _signals.exit_on_signal()
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 # The choices and exit statuses, from the modules that own them; none of these imports TensorFlow,
 # which takes seconds: a mistyped flag is reported at once.
-from models import registry
-from models.registry import PRECISION_NAMES
-from parallel.inputs.decode import RESIZE_MODES
-from parallel.loop import EXIT_FAILED, EXIT_USAGE
-from parallel.messages import first_line, one_line
-from parallel.output import FORMATS
-from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal
-from parallel.locations import is_url
+from models import registry  # noqa: E402
+from models.registry import PRECISION_NAMES  # noqa: E402
+from parallel.inputs.decode import RESIZE_MODES  # noqa: E402
+from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
+from parallel.messages import first_line, one_line  # noqa: E402
+from parallel.output import FORMATS  # noqa: E402
+from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal  # noqa: E402
+from parallel.locations import is_url  # noqa: E402
 
 DEFAULT_FORMAT = "csv"
 DEFAULT_FOLDER = "results"
@@ -394,10 +402,12 @@ def _by_a_signal(error):
 def console():
     """The program (`run-inference`, `python run_inference.py`): main(), then exit at once with its status.
 
-    A Ctrl-C or SIGTERM at any moment until the process has exited gives status 130, even after
-    the summary line (main() hands these handlers back when its own signal handling ends). The
-    output is durable when main() returns, so the process ends there, without the interpreter's
-    and TensorFlow's teardown. An exception from main() (--verbose) takes the usual way out.
+    A Ctrl-C or SIGTERM at any moment until the process begins to exit gives status 130: from the
+    module's first statement (these handlers, set again here for a program that imports this module
+    and calls console()), through main(), which hands them back when its own signal handling ends,
+    to just after the summary line. The output is durable when main() returns, so the process ends
+    there, without the interpreter's and TensorFlow's teardown. An exception from main() (--verbose)
+    takes the usual way out.
     """
     exit_on_signal()
     exit_now(main())

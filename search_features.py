@@ -9,17 +9,26 @@ settings recorded for the indexed output, and a query given as a sentence (--tex
 text tower (`models.text_queries`); `search/` never imports the engine or TensorFlow. See docs/search.md.
 """
 
-import argparse
-import sys
-from pathlib import Path
+# First, before the imports that take a moment: as the program, a Ctrl-C from here until main() takes it over
+# (console()) exits with status 130 and no traceback. SIGTERM keeps its default, as in the rest of the program.
+import signal
 
-import numpy as np
+from parallel import signals as _signals  # the standard library only
 
-from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from parallel.messages import Progress, first_line
-from parallel.signals import EXIT_INTERRUPTED
-from run_inference import _silence_native_logs, at_least_one
-from search.kinds import EF_SEARCH, RERANK
+if _signals.run_as_program(__name__, "search-features"):
+    _signals.exit_on_signal((signal.SIGINT,))
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE  # noqa: E402
+from parallel.messages import Progress, first_line  # noqa: E402
+from parallel.signals import EXIT_INTERRUPTED  # noqa: E402
+from run_inference import _silence_native_logs, at_least_one  # noqa: E402
+from search.kinds import EF_SEARCH, RERANK  # noqa: E402
 
 PROGRAM = "search_features"
 INDEX_SUFFIX = ".index"
@@ -433,7 +442,13 @@ _COMMANDS = {"index": _index, "add": _add, "neighbours": _neighbours, "duplicate
 
 
 def console():
-    """The program (`search-features`, `python search_features.py`): main(), exit with its status."""
+    """The program (`search-features`, `python search_features.py`): main(), exit with its status.
+
+    From here Ctrl-C raises KeyboardInterrupt again, which main() turns into one line and status 130
+    (and `serve` into its clean stop); before, while the modules were imported, it exited with 130.
+    """
+    if _signals.handled(signal.SIGINT):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
 
 

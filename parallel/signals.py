@@ -6,8 +6,8 @@
                                    in flight to keep; a merge left half-done is redone by a rerun)
     second signal (the CLI only)   the process exits with status 130 within moments, even while
                                    the main thread is inside a device step (exit_on_second_signal)
-    around the run (the CLI only)  status 130 too, before the run's own handling and after it until
-                                   the process has exited, e.g. just after the summary (exit_on_signal)
+    around the run (the CLI only)  status 130 too, from the program's first statement (its imports)
+                                   until it begins to exit, e.g. just after the summary (exit_on_signal)
 
 One policy for the whole run (`handled`): SIGTERM always stops as above; SIGINT does too, unless
 the process was started with SIGINT ignored (`nohup cmd &`, a shell's background job, some CI
@@ -21,13 +21,13 @@ commit is durable before it counts (the same reason a SIGKILL loses nothing).
 """
 
 import contextlib
-import logging
 import os
 import signal
 import sys
 import threading
 
-log = logging.getLogger("parallel")
+# No logging here (imported when a warning is due): a program imports this module first, before anything
+# that takes time, so that its handlers cover the program's start-up (`exit_on_signal`, `run_as_program`).
 
 EXIT_INTERRUPTED = 130
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -70,8 +70,10 @@ class StopRequest:
         self.signal_name = signal.Signals(signum).name
         # A terminal echoes "^C" without a newline: start the warning on a line of its own.
         newline = "\n" if _is_terminal(sys.stderr) else ""
-        log.warning("%s%s received: finishing the batch in flight, then stopping (again to stop at once)",
-                    newline, self.signal_name)
+        import logging  # here, not at the top: see the imports
+        logging.getLogger("parallel").warning(
+            "%s%s received: finishing the batch in flight, then stopping (again to stop at once)",
+            newline, self.signal_name)
 
     def __exit__(self, *exc_info):
         for signum, handler in self._previous.items():
@@ -138,19 +140,48 @@ def _watch(read_end, message):
                 os._exit(EXIT_INTERRUPTED)
 
 
-def exit_on_signal():
-    """For a program's entry, first thing: until the process has exited, SIGINT/SIGTERM exit with 130.
+def run_as_program(module_name, program):
+    """Whether the module named `module_name` (its `__name__`) is starting as the program `program`.
 
-        def console():
-            exit_on_signal()
-            exit_now(main())   # main() may use exit_on_second_signal: it hands these back
+    It is when run as a script or with `python -m` (it is `__main__` then), or when the console
+    script `program` (pip's wrapper: `from module import console`) imports it. Imported by anything
+    else (a test, another program) it is not, and leaves the process's signal handlers alone.
 
-    Without it, the default handlers are back once the program's own handling ends, and a
-    SIGTERM during the interpreter's teardown (TensorFlow's takes about a second) kills the
-    process with status 143. An ignored SIGINT stays ignored (see `handled`). From the main
-    thread only.
+    Args:
+      module_name: the module's `__name__`, e.g. "run_inference".
+      program: its console script's name, e.g. "run-inference".
     """
-    for signum in filter(handled, STOP_SIGNALS):
+    if module_name == "__main__":
+        return True
+    script = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
+    for suffix in (".exe", "-script.pyw", "-script.py"):  # the wrapper's name on Windows
+        script = script.removesuffix(suffix)
+    return script == program
+
+
+def exit_on_signal(signums=STOP_SIGNALS):
+    """For a program, first thing: until the process begins to exit, SIGINT/SIGTERM exit with 130.
+
+        from parallel import signals   # the program's first statements, before what takes time to import
+        if signals.run_as_program(__name__, "run-inference"):
+            signals.exit_on_signal()
+        import numpy
+        ...
+        def console():
+            signals.exit_on_signal()   # again, for whoever imports the module and calls console()
+            signals.exit_now(main())   # main() may use exit_on_second_signal: it hands these back
+
+    Without it, Python's default handlers rule until the program's own handling begins and once
+    it ends: a Ctrl-C while the modules are imported prints a KeyboardInterrupt traceback, a
+    SIGTERM kills the process with status 143. An ignored SIGINT stays ignored (see `handled`).
+    From the main thread only. Once the process exits (`exit_now`), its status is decided: a
+    signal while the kernel frees its memory (a moment with a large model, more with a GPU
+    driver) cannot change it, as for any process.
+
+    Args:
+      signums: the signals taken (default both; SIGINT alone for a program that handles only it).
+    """
+    for signum in filter(handled, signums):
         signal.signal(signum, _exit_interrupted)
 
 

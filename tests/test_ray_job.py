@@ -403,6 +403,11 @@ def test_ctrl_c_hands_out_no_more_shards():
     assert (summary.written, summary.interrupted, reported) == (4, True, [5])
 
 
+def test_ctrl_c_after_the_last_shard_is_handed_out_still_stops_the_job_before_its_output_is_written():
+    summary, reported = pool_run(FakeRay(gpus=1), [0, 1], stop_after=2)
+    assert (summary.written, summary.interrupted, reported) == (8, True, [5, 5])
+
+
 def test_a_cluster_without_room_for_one_worker_is_refused_before_any_actor():
     config = job_child.config("images", "out.csv", "csv", Distribution(kind="ray", gpus_per_worker=2))
     with pytest.raises(ValueError, match=r"no node of the Ray cluster has 2 GPUs for one worker \(gpus_per_worker=2\)"):

@@ -1,5 +1,5 @@
 """Signals: a second Ctrl-C stops at once, even inside a device step; SIGTERM at start-up is a clean stop;
-an inherited ignored SIGINT stays ignored; status 130 until the process has exited.
+an inherited ignored SIGINT stays ignored; status 130 from the programs' first statement until they exit.
 
 Each test sets the SIGINT its process and its children start with (a child gets SIGINT at its
 default when the parent handles it, ignored when the parent ignores it): the suite passes however
@@ -267,43 +267,156 @@ def test_a_run_started_with_sigint_ignored_ignores_it_in_the_loop_and_stops_clea
     assert "%d written" % committed_rows(tmp_path) in errors.strip().splitlines()[-1]
 
 
+def with_sigint(disposition):
+    """A `preexec_fn` for a child: it starts with SIGINT at `disposition`, whatever this process has it at."""
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
+def read_until(stream, text):
+    """The lines a child writes on `stream` up to the one that holds `text` (all of them if it never comes)."""
+    lines = []
+    for line in stream:
+        lines.append(line)
+        if text in line:
+            break
+    return lines
+
+
 # The command line with the engine's run replaced by one that returns at once, and a summary whose
-# status takes seconds to read: the process lingers after printing the summary line, as when
-# TensorFlow shuts down.
+# status is read only once the test has closed the child's stdin: the process is still there after
+# printing the summary line, for as long as the test needs (as when an exit takes time).
 CLI_CHILD = textwrap.dedent("""
-    import runpy, sys, time
-    repository, marker = sys.argv[1:3]
+    import os, runpy, sys
+    repository = sys.argv[1]
     sys.path.insert(0, repository)
     from parallel import engine, jobs, loop
 
     class SlowToExit(loop.Summary):
         @property
         def exit_status(self):
-            with open(marker, "a") as handle:
-                handle.write("summary printed\\n")
-            time.sleep(10)
+            os.read(0, 1)  # until stdin is closed; a signal runs its handler here
             return super().exit_status
 
     jobs.run = lambda config: SlowToExit(discovered=2, written=2)
-    sys.argv = [repository + "/run_inference.py"] + sys.argv[3:]
+    sys.argv = [repository + "/run_inference.py"] + sys.argv[2:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 """)
 
 
-def test_a_sigterm_just_after_the_summary_line_exits_130(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_just_after_the_summary_line_exits_130(tmp_path, signum):
     make_images(tmp_path / "images", 2)
-    marker = tmp_path / "marker"
-    marker.write_text("")
-    child = subprocess.Popen([sys.executable, "-c", CLI_CHILD, str(REPOSITORY), str(marker), "--images",
-                              str(tmp_path / "images"), "--output", str(tmp_path / "out.csv"), "--devices", "cpu:0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(marker, "summary printed", 1, child)
-    sent = time.monotonic()
-    child.send_signal(signal.SIGTERM)
+    child = subprocess.Popen([sys.executable, "-c", CLI_CHILD, str(REPOSITORY), "--images", str(tmp_path / "images"),
+                              "--output", str(tmp_path / "out.csv"), "--devices", "cpu:0"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=with_sigint(signal.SIG_DFL))
+    lines = read_until(child.stderr, "2 images: 2 written")
+    child.send_signal(signum)
     _, errors = child.communicate(timeout=30)
-    assert child.returncode == 130, errors  # not -15: killed by the signal
-    assert time.monotonic() - sent < 5
-    assert errors.strip().splitlines()[-1].startswith("2 images: 2 written")
+    assert child.returncode == 130, lines + [errors]  # not -15 nor -2: killed by the signal
+    assert lines[-1].startswith("2 images: 2 written") and errors == ""
+
+
+# A sitecustomize for a child: the child's first import of numpy (which the programs import first of
+# what takes time: a quarter of a second with PIL and polars) says so on stderr, then waits for the test.
+BLOCKED_IMPORT = textwrap.dedent("""
+    import os, sys
+
+    class BlockNumpy:
+        def find_spec(self, name, path=None, target=None):
+            if name == "numpy":
+                sys.meta_path.remove(self)
+                sys.stderr.write("importing numpy\\n")
+                sys.stderr.flush()
+                os.read(0, 1)  # until stdin is closed; a signal runs its handler here
+            return None
+
+    sys.meta_path.insert(0, BlockNumpy())
+""")
+
+# pip's wrapper of a console script (setup.cfg: run-inference = run_inference:console).
+CONSOLE_SCRIPT = textwrap.dedent("""
+    import sys
+    from run_inference import console
+    if __name__ == '__main__':
+        sys.argv[0] = sys.argv[0].removesuffix('.exe')
+        sys.exit(console())
+""")
+
+
+def start_importing(tmp_path, program, sigint):
+    """`python program --help`, with SIGINT at `sigint`, stopped in its first import of numpy: (child, its stderr
+    up to there)."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "sitecustomize.py").write_text(BLOCKED_IMPORT)
+    script = REPOSITORY / program
+    if program == "run-inference":  # the console script, named as pip installs it
+        script = tmp_path / program
+        script.write_text(CONSOLE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hooks), str(REPOSITORY)]))
+    child = subprocess.Popen([sys.executable, str(script), "--help"], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=with_sigint(sigint))
+    return child, read_until(child.stderr, "importing numpy")
+
+
+@pytest.mark.parametrize("program, signum", [
+    ("run_inference.py", signal.SIGTERM), ("run_inference.py", signal.SIGINT), ("run-inference", signal.SIGTERM),
+    ("run-inference", signal.SIGINT), ("search_features.py", signal.SIGINT)])
+def test_a_signal_while_the_program_imports_its_modules_exits_130_without_a_traceback(tmp_path, program, signum):
+    """Before main() (numpy, PIL, polars: a quarter of a second): Python's default handlers would print a
+    KeyboardInterrupt traceback, or let SIGTERM kill the process (143). (search_features takes Ctrl-C only.)"""
+    child, lines = start_importing(tmp_path, program, signal.SIG_DFL)
+    assert lines[-1:] == ["importing numpy\n"], lines
+    child.send_signal(signum)
+    _, errors = child.communicate(timeout=30)
+    assert child.returncode == 130, errors
+    assert len(errors.splitlines()) <= 1 and "Traceback" not in errors, errors
+
+
+@pytest.mark.parametrize("program", ["run_inference.py", "search_features.py"])
+def test_an_ignored_sigint_stays_ignored_while_the_program_imports_its_modules(tmp_path, program):
+    child, lines = start_importing(tmp_path, program, signal.SIG_IGN)
+    assert lines[-1:] == ["importing numpy\n"], lines
+    child.send_signal(signal.SIGINT)  # discarded at once: ignored
+    _, errors = child.communicate(timeout=60)  # closes stdin: the import goes on, then --help
+    assert child.returncode == 0, errors
+
+
+def test_importing_the_programs_leaves_signal_handlers_alone():
+    """Tests (and other programs) import run_inference and search_features: only the program sets handlers."""
+    code = ("import signal, run_inference, search_features; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+            "signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
+    child = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60,
+                           preexec_fn=with_sigint(signal.SIG_DFL))
+    assert child.stdout.split() == ["True", "True"], child.stderr
+
+
+def test_a_signal_after_the_loop_s_last_look_still_stops_the_run_before_the_output_is_written(tmp_path, monkeypatch):
+    """A first SIGTERM once the loop has looked for one the last time (here: while the last shard is committed):
+    the run stops all the same, before the output's final write, with status 130 (it went on and gave 0), and
+    the rerun writes the output an uninterrupted run writes."""
+    import job_child
+    from parallel import jobs
+    from parallel.jobs.shards import ShardedJob
+    make_images(tmp_path / "images", 4)
+    reference, output = tmp_path / "reference.csv", tmp_path / "out.csv"
+    jobs.run(job_child.config(tmp_path / "images", reference, "csv"))
+    real_commit = ShardedJob.commit
+
+    def commit(job, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # StopRequest's handler sets its flag at the next call
+        return real_commit(job, *args, **kwargs)
+
+    monkeypatch.setattr(ShardedJob, "commit", commit)
+    summary = jobs.run(job_child.config(tmp_path / "images", output, "csv"))
+    monkeypatch.undo()
+    assert (summary.interrupted, summary.exit_status, summary.written, summary.skipped) == (True, 130, 4, 0)
+    rerun = jobs.run(job_child.config(tmp_path / "images", output, "csv"))
+    assert (rerun.exit_status, rerun.written, rerun.already_done) == (0, 0, 4)
+    assert output.read_bytes() == reference.read_bytes()
 
 
 def test_the_signal_tests_pass_when_the_suite_is_started_with_sigint_ignored():

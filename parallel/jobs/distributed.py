@@ -409,6 +409,8 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
                     break
                 if assembly is not None:
                     _catch_up(assembly, worker)
+        if stop.signal_name and not summary.interrupted:  # it came after the loop's last look (the last commit)
+            summary = dataclasses.replace(summary, interrupted=True)
         summary = conclude(config, job, summary, images, started, worker, one_host, assembly)
         if earlier and job.is_finished():
             with job.output_lock():

@@ -260,7 +260,8 @@ class ShardPool:
           progress: has `update(images, failed)`, called once per shard.
 
         Returns:
-          Summary; `interrupted` when shards were left; stage times are the mean worker's.
+          Summary; `interrupted` after Ctrl-C (shards were left, or its output is not written yet);
+          stage times are the mean worker's.
         """
         self.job = job
         queue, deaths, told = collections.deque(todo), collections.Counter(), False
@@ -298,7 +299,7 @@ class ShardPool:
                 self._retire(actor)
         self._log_clock()
         # The actors ran side by side: their stage times, summed, over their number are a mean worker's.
-        return dataclasses.replace(summary, interrupted=bool(queue),
+        return dataclasses.replace(summary, interrupted=bool(queue or stop.signal_name),
                                    **{name: getattr(summary, name) / max(self.workers, 1) for name in _STAGE_TIMES})
 
     def _start(self):
