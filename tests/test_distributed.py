@@ -216,7 +216,7 @@ def test_a_rank_with_another_step_geometry_is_refused_naming_it(job_images, tmp_
 def test_a_worker_that_sees_other_devices_than_the_job_s_is_refused(job_images, tmp_path):
     """A Ray actor whose devices differ from the job's (it fell back to another count) computes nothing."""
     from parallel.devices import resolve_devices
-    from parallel.jobs.distributed import ShardWorker
+    from parallel.jobs.worker import ShardWorker
     from parallel.jobs.identity import freeze_sharded as freeze
     config = job_child.config(job_images, tmp_path / "out.csv", "csv", static(0, 1))
     job = freeze(config, check_folder=False)

@@ -17,7 +17,7 @@ from parallel import engine, jobs
 from parallel.devices import resolve_devices
 from parallel.devices.staging import StagedRunner
 from parallel.inputs.decode import Resize, load_image
-from parallel.jobs import distributed
+from parallel.jobs import worker
 
 tf1 = tf.compat.v1
 
@@ -125,7 +125,7 @@ def test_a_run_through_the_staged_runner_writes_the_same_bytes(tmp_path, monkeyp
     images = tmp_path / "images"
     make_images(images, 9, bad={"a/img_03.png"})
     jobs.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "fed.csv"))
-    monkeypatch.setattr(distributed, "open_runner", StagedRunner)
+    monkeypatch.setattr(worker, "open_runner", StagedRunner)
     summary = jobs.run(config_for(tmp_path, images, num_devices=3, output=tmp_path / "staged.csv"))
     assert (summary.written, summary.failed) == (8, 1)
     assert (tmp_path / "staged.csv").read_bytes() == (tmp_path / "fed.csv").read_bytes()

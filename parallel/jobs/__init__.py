@@ -29,7 +29,7 @@ store), on one process or many; the number of processes only decides who compute
                   proven is computed again
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
-                  it, into O itself (distributed.retry_in_output), or into its shard where O cannot
+                  it, into O itself (retry.retry_in_output), or into its shard where O cannot
                   be appended to (tars, a store output, Ray's actors)
 
 An output in an object store (s3://) commits without a rename (store_shards); a job of tars
@@ -44,8 +44,9 @@ front to back once (engine.extract_stream, parallel.inputs.tars), whose members 
     assembly              the output written from the shards, in order; the ledger proven against it
     ledger                O.ledger.jsonl: what is committed into O, append-only, each line checksummed
     store_shards          the sharded job in an object store: attempts, a marker last, no rename
-    distributed, ranks    the shard runner (ShardWorker), this process alone or a static rank (Slurm,
-                          torchrun, Kubernetes, TF_CONFIG), and the retry in the output
+    worker                the shard runner (ShardWorker): the graph built once, each shard computed, committed
+    distributed, ranks    this process alone or a static rank (Slurm, torchrun, Kubernetes, TF_CONFIG)
+    retry                 a finished output's failed images computed again into it
     ray_job               a Ray cluster's actors pull shards
     locks                 flock locks: one writer per output, one manifest writer
 

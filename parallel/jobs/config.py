@@ -16,7 +16,8 @@ from parallel.inputs.sorting import folder_entries, list_entries, read_list
 from parallel.inputs.sources import FOLDER, TARS, parse_images
 from parallel.jobs.identity import own_files
 from parallel.model import ModelSpec
-from parallel.output import FORMATS
+from parallel.output import FORMATS, ErrorLog
+from parallel.output.record import ERRORS_SUFFIX
 from parallel.locations import is_url
 
 
@@ -157,6 +158,16 @@ class Config:
             exclude = () if is_url(self.output) else own_files(Path(self.image_root), Path(self.output))
             return folder_entries(self.source.root, exclude)
         return self.scan()
+
+    @property
+    def output_location(self):
+        """The output as a Summary names it: a Path, or the store's URL."""
+        return self.output if is_url(self.output) else Path(self.output)
+
+    @property
+    def errors_location(self):
+        """The output's errors file as a Summary names it: a Path, or the store's URL."""
+        return "%s%s" % (self.output, ERRORS_SUFFIX) if is_url(self.output) else ErrorLog.path_for(self.output)
 
     @property
     def host_batch(self):

@@ -1,247 +1,41 @@
-"""One job spread over processes: front-ends (static ranks, Ray) over one shard runner.
+"""One job spread over processes: this process alone, or one static rank, over the shard runner.
 
-    distributed.run(config)        --distributed static: this process is rank r of W (from the flags
-                                   or the scheduler's environment, parallel.jobs.ranks) and runs
-                                   shards r, r + W, r + 2W, ...; --distributed ray: parallel.jobs.ray_job
-    ShardWorker(config).process(i) builds the graph once, then computes shard i as a single-host
-                                   job and commits it (parallel.jobs.shards)
+    distributed.run(config)        this process alone (rank 0 of 1, holding the output's lock), or
+                                   --distributed static: rank r of W (from the flags or the scheduler's
+                                   environment, parallel.jobs.ranks), running shards r, r + W, r + 2W, ...
+                                   (--distributed ray: parallel.jobs.ray_job)
+    finish(...)                    the output written from the shards once every one is committed
 
-Whoever commits the last shard writes the output; rerunning any rank finishes it too.
+The shards are computed by a ShardWorker (parallel.jobs.worker); whoever commits the last shard writes
+the output; rerunning any rank finishes it too; a finished output's failed images are computed again
+into it (parallel.jobs.retry).
 """
 
 import contextlib
 import dataclasses
-import itertools
 import logging
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
-from parallel.devices.selection import set_float32_precision
-from parallel.devices.staging import open_runner
-from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
-from parallel.inputs.manifest import manifest_path, read_job
-from parallel.inputs.remote import ObjectChanged
-from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
+from parallel.engine import RunError, run_errors
+from parallel.inputs.manifest import manifest_path
 from parallel.inputs.sources import TARS
-from parallel.jobs.identity import is_inside, freeze_sharded, geometry_change, refuse_output_among_images
-from parallel.jobs.ranks import resolve_rank
 from parallel.jobs import locks
-from parallel.jobs.assembly import closed_state
-from parallel.jobs.shard_record import (SHARD_ERRORS, error_rows, insert_rows, keep_last_copies,
-                                        shard_keys)
-from parallel.jobs.shards import SHARD_FEATURES
+from parallel.jobs.identity import is_inside, freeze_sharded, refuse_output_among_images
+from parallel.jobs.ranks import resolve_rank
+from parallel.jobs.retry import retry_failed, retry_in_output
+from parallel.jobs.store_shards import open_job
+from parallel.jobs.worker import ShardWorker, add
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
 from parallel.messages import Progress, counted, first_line
-from parallel.output import ErrorLog, OutputError, open_writer, read_record, sidecar_path
+from parallel.output import OutputError, read_record, sidecar_path
+from parallel.output.record import SIDECAR_SUFFIX
 from parallel.signals import StopRequest
-from parallel.jobs.store_shards import open_job
-from parallel.output.record import ERRORS_SUFFIX, SIDECAR_SUFFIX
 
 log = logging.getLogger("parallel")
-
-
-class ShardWorker:
-    """Computes shards of one job: the graph and the Session are built once, then shard after shard.
-
-    A context manager; `close()` releases the Session.
-    """
-
-    def __init__(self, config, job, devices=None, weights=None, alone=False):
-        """Args: config (Config), job (a frozen ShardedJob), devices (Devices; None: config.devices),
-        weights (the model's, loaded already; None: loaded here), alone (the job's only process, whose
-        other step geometry was warned about: `identity.freeze_sharded`)."""
-        self.config = config
-        self.job = job
-        self.devices = devices or config.devices
-        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
-        self.runner = open_runner(config.model, self.devices, config.per_device_batch, weights=weights)
-        change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
-                                                                 "devices": str(len(self.devices.names))})
-        if change and not alone:  # a Ray actor that sees other devices than the job's
-            self.runner.close()
-            raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
-                             "differ in float rounding" % (config.output, change))
-        self.settings = config.settings
-
-    def process(self, index, stop=None, progress=None):
-        """Computes shard `index` and commits it, unless it is committed already.
-
-        Returns:
-          Summary of the shard: discovered (its images), written, failed, already_done (all of
-          them when another process had committed it), skipped and interrupted. An interrupted
-          attempt is discarded: nothing of it counts as written or failed, all of it as skipped.
-        """
-        images = self.job.shard_images(index)
-        if self.job.is_committed(index):
-            if self.job.failed_count(index):  # every run retries failed images, in every mode
-                return self.retry(index, images, stop=stop, progress=progress)
-            return committed_summary(self.job, index, images)
-        with self.job.attempt(index, resume=self.job.resumes_attempts()) as attempt:
-            with run_errors():
-                writer = self._open_attempt(index, attempt)
-            with writer:
-                if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
-                    entries = []
-                    copies = LaterCopies(entries)
-                    versions = images.etags or [""] * len(images)
-                    members = copies.wrap(itertools.chain.from_iterable(
-                        stream_members(tar, entries, version=version) for tar, version in zip(images.paths, versions)))
-                    try:
-                        summary = extract_stream(self.config, self.runner, writer, members, stop=stop,
-                                                 progress=progress, remote=any(map(is_url, images.paths)))
-                    except ObjectChanged as error:  # no row of either version: the attempt goes
-                        writer.abort()
-                        raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
-                                       "it as it is now" % (index, error)) from None
-                    if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
-                        writer.abort()
-                        shutil.rmtree(attempt, ignore_errors=True)
-                        return dataclasses.replace(summary, discovered=len(entries), written=0, failed=0,
-                                                   skipped=len(entries))
-                else:
-                    summary = self._compute(index, images, writer, stop, progress)
-                    if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
-                        writer.abort()
-                        return summary
-            if self.job.tars:
-                images, summary = self._index_members(attempt, copies, summary)
-            if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
-                return self.process(index)
-            with run_errors():
-                if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
-                    log.info("shard %d was committed by another process first; this copy is dropped", index)
-        return dataclasses.replace(summary, discovered=len(images))
-
-    def _open_attempt(self, index, attempt):
-        """The writer of shard `index`'s rows in `attempt` (a folder): the rows a process that died committed there
-        are kept; an attempt whose files are not what its record says (damaged, cut) is computed again."""
-        options = dict(format="parquet", column_prefix=self.config.model.output_name,
-                       feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
-                       record_digests=not self.job.tars)  # checked on resume (a tar's is rewritten: keep_last_copies)
-        try:
-            return open_writer(attempt / SHARD_FEATURES, **options)
-        except OutputError as error:  # damaged, or its record changed (its _attempt.json proved it this job's)
-            log.warning("shard %d: the attempt %s cannot be resumed (%s): it is computed again", index, attempt.name,
-                        str(error).split(": pass --overwrite")[0])
-            return open_writer(attempt / SHARD_FEATURES, overwrite=True, **options)
-
-    def _compute(self, index, images, writer, stop, progress):
-        """The images of shard `index` (its Manifest) that `writer` (its attempt's, maybe resumed) has no row
-        of, each at its place in the job, so that the rows are those of one uninterrupted run: Summary."""
-        first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
-        todo = [position for position, path in enumerate(images.paths) if path not in writer.completed]
-        if progress is not None and len(todo) < len(images):
-            progress.update(len(images) - len(todo), 0)
-        summary = extract_into(self.config, self.runner, writer, [images.paths[i] for i in todo],
-                               [first + i for i in todo], stop=stop, progress=progress, total=self.job.images,
-                               versions=images.etags and [images.etags[i] for i in todo])
-        return dataclasses.replace(summary, discovered=len(images), already_done=len(images) - len(todo))
-
-    def _index_members(self, attempt, copies, summary):
-        """A tar shard's index of members beside its rows (the last copy of a name counting: `LaterCopies`).
-
-        Returns:
-          (its entries, the shard's Summary counting the last copies only).
-        """
-        entries, kept, renames = copies.resolve()
-        with run_errors():
-            if copies.placeholders:
-                errors = ErrorLog.path_for(attempt / SHARD_FEATURES)
-                keep_last_copies(attempt / SHARD_FEATURES, errors, entries, kept, renames)
-                failed = len(error_rows(errors)) if errors.exists() else 0
-                log.info("%d members of the shard's tars are earlier copies of a name a later one has: the last copy "
-                         "counts", len(copies.entries) - len(entries))
-                summary = dataclasses.replace(summary, written=len(entries) - failed, failed=failed)
-            write_index(attempt / MEMBERS_FILE, entries)
-        return entries, summary
-
-    def retry(self, index, images, stop=None, progress=None):
-        """Computes again the failed images of committed shard `index`; commits the shard anew if any now reads.
-
-        Each is computed at its place in its step, the step computed whole (`extract_rows`), so the
-        rows are those of a run in which it never failed. A tar that could not be read at all is
-        read again whole (its members, unknown until then, are the shard's images). The committed
-        shard is replaced by one attempt holding its rows and the new ones, in order; a finished
-        output is reopened first, and written afresh from the shards by `finish`.
-
-        Args:
-          index: a committed shard with failed images.
-          images: its Manifest (a tar shard's: its tars).
-          stop, progress: as for `process`.
-
-        Returns:
-          Summary of the shard: already_done its rows kept, written the rows new, failed the
-          images that still fail.
-        """
-        folder = self.job.committed_folder(index, features=True)
-        keys = shard_keys(self.job, index)
-        failures = error_rows(folder / SHARD_ERRORS)
-        if self.job.tars and any(not is_member(path) for path, _, _ in failures):
-            self.job.reopen()
-            self.job.set_aside(index, "a tar of it could not be read: it is read again whole")
-            return self.process(index, stop=stop, progress=progress)
-        failed = {path for path, _, _ in failures}
-        positions = [position for position, key in enumerate(keys) if key in failed]
-        first, total = (0, len(keys)) if self.job.tars else (index * self.job.shard_size, self.job.images)
-        decode = member_decoder(keys, folder / MEMBERS_FILE) if self.job.tars else None
-        etags = None if self.job.tars else images.etags
-        paths, features, still = extract_rows(self.config, self.runner, [keys[i] for i in positions],
-                                              [first + i for i in positions], total, decode=decode,
-                                              versions=etags and [etags[i] for i in positions])
-        summary = Summary(discovered=len(keys), written=len(paths), failed=len(still),
-                          already_done=len(keys) - len(failures))
-        if progress is not None:
-            progress.update(len(failures), len(still))
-        if not paths:  # nothing reads yet: the shard stays as it is, its errors those of this try
-            return summary
-        self.job.reopen()
-        with self.job.attempt(index) as attempt:
-            with run_errors():
-                insert_rows(folder / SHARD_FEATURES, attempt / SHARD_FEATURES, keys, paths, features,
-                            self.config.model.output_name)
-                errors = ErrorLog(attempt / SHARD_FEATURES)
-                for row in still:
-                    errors.add(*row)
-                errors.close()
-                if self.job.tars:
-                    shutil.copyfile(folder / MEMBERS_FILE, attempt / MEMBERS_FILE)
-                self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES), replacing=True)
-        log.info("shard %d: %d of its %d failed images computed now", index, len(paths), len(failures))
-        return summary
-
-    def close(self):
-        self.runner.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-
-def committed_summary(job, index, images=None):
-    """Summary of shard `index`, committed already: its images are done or failed.
-
-    Args:
-      job: a frozen ShardedJob.
-      index: a committed shard.
-      images: its Manifest, if read already.
-    """
-    keys = shard_keys(job, index) if job.tars else (images or job.shard_images(index)).paths
-    failed = job.failed_in(index, keys)
-    return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
-
-
-def add(total, part):
-    """`total` with the counts and times of `part` added (Summary)."""
-    fields = ("discovered", "written", "failed", "already_done", "skipped", "seconds", "device_seconds",
-              "reader_wait_seconds", "writer_wait_seconds")
-    return dataclasses.replace(total, interrupted=total.interrupted or part.interrupted,
-                               **{name: getattr(total, name) + getattr(part, name) for name in fields})
 
 
 def finish(config, job, summary, worker=None, one_host=False, assembly=None):
@@ -275,17 +69,8 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
         log.info("%d of %s %s not committed yet (%s): the output is written by the process that commits the "
                  "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
                  "is" if len(missing) == 1 else "are", _some(missing))
-    return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config),
+    return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location,
                                pending_shards=tuple(missing))
-
-
-def _output(config):
-    """The output as the summary names it: a Path, or the store's URL."""
-    return config.output if is_url(config.output) else Path(config.output)
-
-
-def _errors_file(config):
-    return "%s%s" % (config.output, ERRORS_SUFFIX) if is_url(config.output) else ErrorLog.path_for(config.output)
 
 
 def _which_shards(indexes):
@@ -414,7 +199,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
         summary = conclude(config, job, summary, images, started, worker, one_host, assembly)
         if earlier and job.is_finished():
             with job.output_lock():
-                _, paths, _ = _retry_failed(config, job, worker, only=earlier)
+                _, paths, _ = retry_failed(config, job, worker, only=earlier)
             summary = dataclasses.replace(summary, written=summary.written + len(paths),
                                           failed=summary.failed - len(paths))
         return summary
@@ -465,66 +250,6 @@ def _compute_rejected_again(error, worker):
                 _which_shards(list(error.rejected_shards)))
     for index in error.rejected_shards:
         worker.process(index)
-
-
-def retry_in_output(config, job, worker, started):
-    """The failed images of a finished output whose shards are gone, computed again into it (every run retries).
-
-    As one process retries: each image at its place in its step (`extract_rows`), its row appended to the
-    output and merged into path order when it is closed, the errors file then the images that still fail.
-    One process does it, holding the output's lock; another that comes meanwhile leaves it to that one.
-
-    Args:
-      config, job: the Config and its frozen ShardedJob (`job.retried_in_output()`).
-      worker: this process's ShardWorker (its runner computes).
-      started: `time.perf_counter()` when the run began.
-
-    Returns:
-      Summary of the job: already_done its rows, written the rows new, failed the images still failing.
-    """
-    try:
-        with job.output_lock():
-            todo, paths, still = _retry_failed(config, job, worker)
-    except locks.Busy:
-        log.info("another process is writing %s: it retries the failed images", config.output)
-        todo, paths, still = [], [], []
-    if todo:
-        log.info("%d of the %d failed images computed now", len(paths), len(todo))
-    summary = Summary(discovered=job.images, written=len(paths), failed=len(still),
-                      already_done=job.images - len(todo), seconds=time.perf_counter() - started)
-    return dataclasses.replace(summary, output=_output(config), errors_file=_errors_file(config))
-
-
-def _retry_failed(config, job, worker, only=None):
-    """`retry_in_output`'s work, under the output's lock: (the failed images without a row [(position, path)],
-    the paths computed now, the failures [(path, kind, message)] of those that still fail).
-
-    `only`: a set of paths, the failed images to retry (None: every one the ledger records); the ledger
-    records which have a row now, and the errors file is written anew from it: the images computed now
-    are not in it, the others' lines are as they were.
-    """
-    ledger = job.ledger()
-    failed = {path for path, _, _ in ledger.failures() if only is None or path in only}
-    if not failed:  # nothing to retry: the output is not opened (its writer reads every committed path)
-        return [], [], []
-    manifest = job.load_manifest()
-    with run_errors():
-        writer = open_writer(job.output, format=config.output_format, column_prefix=config.model.output_name,
-                             feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=True)
-    with writer:
-        todo = [(position, path) for position, path in enumerate(manifest.paths)
-                if path in failed and path not in writer.completed]  # a row of a run killed before its errors
-        versions = manifest.etags and [manifest.etags[position] for position, _ in todo]
-        paths, features, still = extract_rows(config, worker.runner, [path for _, path in todo],
-                                              [position for position, _ in todo], job.images, versions=versions)
-        for start in range(0, len(paths), 1024):
-            writer.write(paths[start:start + 1024], features[start:start + 1024])
-    ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)  # those of a killed run too
-    with ErrorLog(job.output) as log_file:  # the images that still have no row
-        for row in ledger.failures():
-            log_file.add(*row)
-    ledger.add_complete(writer.rows_committed, closed_state(job.output))
-    return todo, paths, still
 
 
 def _check_output(config, overwrite=False, one_host=False):
@@ -582,7 +307,7 @@ def conclude(config, job, summary, images, started, worker=None, one_host=False,
                                   skipped=images - summary.written - summary.failed - summary.already_done)
     log_stage_times(summary)
     if summary.interrupted:
-        return dataclasses.replace(summary, output=_output(config))
+        return dataclasses.replace(summary, output=config.output_location)
     return finish(config, job, summary, worker, one_host, assembly)
 
 

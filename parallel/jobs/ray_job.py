@@ -32,7 +32,8 @@ import time
 
 from parallel.devices.selection import available_gpus, resolve_devices
 from parallel.engine import RunError
-from parallel.jobs.distributed import ShardWorker, add, committed_summary, conclude
+from parallel.jobs.distributed import conclude
+from parallel.jobs.worker import ShardWorker, add, committed_summary
 from parallel.jobs.identity import freeze_sharded
 from parallel.jobs.store_shards import open_job
 from parallel.loop import Summary

@@ -200,7 +200,7 @@ class ShardedJob:
             self._take(read_job(self.manifest))
 
     def retries_in_output(self):
-        """Whether the failed images of the finished output are retried into it (`distributed.retry_in_output`),
+        """Whether the failed images of the finished output are retried into it (`retry.retry_in_output`),
         so that its shards go once it is written: a local output of listed images. A tar's failures may be a
         whole tar whose members are unknown, and an output in a store is not appended to: their shards with
         failed images stay, and are retried there."""

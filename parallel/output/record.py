@@ -46,18 +46,20 @@ def read_record(output):
     """
     path = sidecar_path(output)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return None  # a folder that cannot be created is reported when it is created
     except OSError as error:
         raise OutputError("cannot read %s: %s" % (path, error.strerror)) from error
     try:
-        record = json.loads(text)
+        record = json.loads(data.decode("utf-8"))  # UnicodeDecodeError: a ValueError
         if record.get("version") != _SIDECAR_VERSION or not isinstance(record.get("settings"), dict):
             raise ValueError(record.get("version"))
         for key in ("state", "rows", "bytes", "parts"):
             record[key]  # noqa: B018 -- a missing key is a damaged sidecar
-    except (ValueError, KeyError, AttributeError):
+        if int(record["settings"]["feature_size"]) < 1:  # every writer records it: what a resume opens with
+            raise ValueError(record["settings"]["feature_size"])
+    except (ValueError, KeyError, AttributeError, TypeError):
         raise DamagedOutput("%s is damaged or from another version: pass --overwrite to start afresh or choose "
                             "another --output" % path) from None
     return record

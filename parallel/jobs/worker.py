@@ -1,0 +1,228 @@
+"""The shard runner: a process's graph and Session, built once, then shard after shard computed and committed.
+
+    ShardWorker(config, job).process(i)   computes shard i in an attempt (resumed where a process that died
+                                          left one) and commits it (parallel.jobs.shards); a committed shard
+                                          with failed images has them computed again (`retry`)
+
+Every front-end (this process alone, a static rank, a Ray actor) computes its shards through it.
+"""
+
+import dataclasses
+import itertools
+import logging
+import shutil
+
+from parallel.devices.selection import set_float32_precision
+from parallel.devices.staging import open_runner
+from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
+from parallel.inputs.manifest import read_job
+from parallel.inputs.remote import ObjectChanged
+from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
+from parallel.jobs.identity import geometry_change
+from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
+from parallel.jobs.shards import SHARD_FEATURES
+from parallel.locations import is_url
+from parallel.loop import Summary
+from parallel.output import ErrorLog, OutputError, open_writer
+
+log = logging.getLogger("parallel")
+
+
+class ShardWorker:
+    """Computes shards of one job: the graph and the Session are built once, then shard after shard.
+
+    A context manager; `close()` releases the Session.
+    """
+
+    def __init__(self, config, job, devices=None, weights=None, alone=False):
+        """Args: config (Config), job (a frozen ShardedJob), devices (Devices; None: config.devices),
+        weights (the model's, loaded already; None: loaded here), alone (the job's only process, whose
+        other step geometry was warned about: `identity.freeze_sharded`)."""
+        self.config = config
+        self.job = job
+        self.devices = devices or config.devices
+        set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
+        self.runner = open_runner(config.model, self.devices, config.per_device_batch, weights=weights)
+        change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
+                                                                 "devices": str(len(self.devices.names))})
+        if change and not alone:  # a Ray actor that sees other devices than the job's
+            self.runner.close()
+            raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
+                             "differ in float rounding" % (config.output, change))
+        self.settings = config.settings
+
+    def process(self, index, stop=None, progress=None):
+        """Computes shard `index` and commits it, unless it is committed already.
+
+        Returns:
+          Summary of the shard: discovered (its images), written, failed, already_done (all of
+          them when another process had committed it), skipped and interrupted. An interrupted
+          attempt is discarded: nothing of it counts as written or failed, all of it as skipped.
+        """
+        images = self.job.shard_images(index)
+        if self.job.is_committed(index):
+            if self.job.failed_count(index):  # every run retries failed images, in every mode
+                return self.retry(index, images, stop=stop, progress=progress)
+            return committed_summary(self.job, index, images)
+        with self.job.attempt(index, resume=self.job.resumes_attempts()) as attempt:
+            with run_errors():
+                writer = self._open_attempt(index, attempt)
+            with writer:
+                if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
+                    entries = []
+                    copies = LaterCopies(entries)
+                    versions = images.etags or [""] * len(images)
+                    members = copies.wrap(itertools.chain.from_iterable(
+                        stream_members(tar, entries, version=version) for tar, version in zip(images.paths, versions)))
+                    try:
+                        summary = extract_stream(self.config, self.runner, writer, members, stop=stop,
+                                                 progress=progress, remote=any(map(is_url, images.paths)))
+                    except ObjectChanged as error:  # no row of either version: the attempt goes
+                        writer.abort()
+                        raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
+                                       "it as it is now" % (index, error)) from None
+                    if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
+                        writer.abort()
+                        shutil.rmtree(attempt, ignore_errors=True)
+                        return dataclasses.replace(summary, discovered=len(entries), written=0, failed=0,
+                                                   skipped=len(entries))
+                else:
+                    summary = self._compute(index, images, writer, stop, progress)
+                    if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
+                        writer.abort()
+                        return summary
+            if self.job.tars:
+                images, summary = self._index_members(attempt, copies, summary)
+            if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
+                return self.process(index)
+            with run_errors():
+                if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
+                    log.info("shard %d was committed by another process first; this copy is dropped", index)
+        return dataclasses.replace(summary, discovered=len(images))
+
+    def _open_attempt(self, index, attempt):
+        """The writer of shard `index`'s rows in `attempt` (a folder): the rows a process that died committed there
+        are kept; an attempt whose files are not what its record says (damaged, cut) is computed again."""
+        options = dict(format="parquet", column_prefix=self.config.model.output_name,
+                       feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
+                       record_digests=not self.job.tars)  # checked on resume (a tar's is rewritten: keep_last_copies)
+        try:
+            return open_writer(attempt / SHARD_FEATURES, **options)
+        except OutputError as error:  # damaged, or its record changed (its _attempt.json proved it this job's)
+            log.warning("shard %d: the attempt %s cannot be resumed (%s): it is computed again", index, attempt.name,
+                        str(error).split(": pass --overwrite")[0])
+            return open_writer(attempt / SHARD_FEATURES, overwrite=True, **options)
+
+    def _compute(self, index, images, writer, stop, progress):
+        """The images of shard `index` (its Manifest) that `writer` (its attempt's, maybe resumed) has no row
+        of, each at its place in the job, so that the rows are those of one uninterrupted run: Summary."""
+        first = index * self.job.shard_size  # the shard's place in the job: steps as one process's
+        todo = [position for position, path in enumerate(images.paths) if path not in writer.completed]
+        if progress is not None and len(todo) < len(images):
+            progress.update(len(images) - len(todo), 0)
+        summary = extract_into(self.config, self.runner, writer, [images.paths[i] for i in todo],
+                               [first + i for i in todo], stop=stop, progress=progress, total=self.job.images,
+                               versions=images.etags and [images.etags[i] for i in todo])
+        return dataclasses.replace(summary, discovered=len(images), already_done=len(images) - len(todo))
+
+    def _index_members(self, attempt, copies, summary):
+        """A tar shard's index of members beside its rows (the last copy of a name counting: `LaterCopies`).
+
+        Returns:
+          (its entries, the shard's Summary counting the last copies only).
+        """
+        entries, kept, renames = copies.resolve()
+        with run_errors():
+            if copies.placeholders:
+                errors = ErrorLog.path_for(attempt / SHARD_FEATURES)
+                keep_last_copies(attempt / SHARD_FEATURES, errors, entries, kept, renames)
+                failed = len(error_rows(errors)) if errors.exists() else 0
+                log.info("%d members of the shard's tars are earlier copies of a name a later one has: the last copy "
+                         "counts", len(copies.entries) - len(entries))
+                summary = dataclasses.replace(summary, written=len(entries) - failed, failed=failed)
+            write_index(attempt / MEMBERS_FILE, entries)
+        return entries, summary
+
+    def retry(self, index, images, stop=None, progress=None):
+        """Computes again the failed images of committed shard `index`; commits the shard anew if any now reads.
+
+        Each is computed at its place in its step, the step computed whole (`extract_rows`), so the
+        rows are those of a run in which it never failed. A tar that could not be read at all is
+        read again whole (its members, unknown until then, are the shard's images). The committed
+        shard is replaced by one attempt holding its rows and the new ones, in order; a finished
+        output is reopened first, and written afresh from the shards by `finish`.
+
+        Args:
+          index: a committed shard with failed images.
+          images: its Manifest (a tar shard's: its tars).
+          stop, progress: as for `process`.
+
+        Returns:
+          Summary of the shard: already_done its rows kept, written the rows new, failed the
+          images that still fail.
+        """
+        folder = self.job.committed_folder(index, features=True)
+        keys = shard_keys(self.job, index)
+        failures = error_rows(folder / SHARD_ERRORS)
+        if self.job.tars and any(not is_member(path) for path, _, _ in failures):
+            self.job.reopen()
+            self.job.set_aside(index, "a tar of it could not be read: it is read again whole")
+            return self.process(index, stop=stop, progress=progress)
+        failed = {path for path, _, _ in failures}
+        positions = [position for position, key in enumerate(keys) if key in failed]
+        first, total = (0, len(keys)) if self.job.tars else (index * self.job.shard_size, self.job.images)
+        decode = member_decoder(keys, folder / MEMBERS_FILE) if self.job.tars else None
+        etags = None if self.job.tars else images.etags
+        paths, features, still = extract_rows(self.config, self.runner, [keys[i] for i in positions],
+                                              [first + i for i in positions], total, decode=decode,
+                                              versions=etags and [etags[i] for i in positions])
+        summary = Summary(discovered=len(keys), written=len(paths), failed=len(still),
+                          already_done=len(keys) - len(failures))
+        if progress is not None:
+            progress.update(len(failures), len(still))
+        if not paths:  # nothing reads yet: the shard stays as it is, its errors those of this try
+            return summary
+        self.job.reopen()
+        with self.job.attempt(index) as attempt:
+            with run_errors():
+                insert_rows(folder / SHARD_FEATURES, attempt / SHARD_FEATURES, keys, paths, features,
+                            self.config.model.output_name)
+                errors = ErrorLog(attempt / SHARD_FEATURES)
+                for row in still:
+                    errors.add(*row)
+                errors.close()
+                if self.job.tars:
+                    shutil.copyfile(folder / MEMBERS_FILE, attempt / MEMBERS_FILE)
+                self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES), replacing=True)
+        log.info("shard %d: %d of its %d failed images computed now", index, len(paths), len(failures))
+        return summary
+
+    def close(self):
+        self.runner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def committed_summary(job, index, images=None):
+    """Summary of shard `index`, committed already: its images are done or failed.
+
+    Args:
+      job: a frozen ShardedJob.
+      index: a committed shard.
+      images: its Manifest, if read already.
+    """
+    keys = shard_keys(job, index) if job.tars else (images or job.shard_images(index)).paths
+    failed = job.failed_in(index, keys)
+    return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
+
+
+def add(total, part):
+    """`total` with the counts and times of `part` added (Summary)."""
+    fields = ("discovered", "written", "failed", "already_done", "skipped", "seconds", "device_seconds",
+              "reader_wait_seconds", "writer_wait_seconds")
+    return dataclasses.replace(total, interrupted=total.interrupted or part.interrupted,
+                               **{name: getattr(total, name) + getattr(part, name) for name in fields})
