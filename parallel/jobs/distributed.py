@@ -24,7 +24,8 @@ from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
 from parallel.inputs.manifest import manifest_path, read_job
 from parallel.inputs.remote import ObjectChanged
-from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
+from parallel.inputs.tar_stream import LaterCopies, stream_members
+from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
 from parallel.inputs.sources import TARS
 from parallel.jobs.identity import is_inside, freeze_sharded, geometry_change, refuse_output_among_images
 from parallel.jobs.ranks import resolve_rank
