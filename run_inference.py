@@ -27,7 +27,7 @@ from pathlib import Path  # noqa: E402
 # which takes seconds: a mistyped flag is reported at once.
 from models import registry  # noqa: E402
 from models.registry import PRECISION_NAMES  # noqa: E402
-from parallel.inputs.decode import RESIZE_MODES  # noqa: E402
+from parallel.inputs.resize import RESIZE_MODES  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
 from parallel.messages import first_line, one_line  # noqa: E402
 from parallel.output import FORMATS  # noqa: E402

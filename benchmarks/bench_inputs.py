@@ -12,7 +12,7 @@ s3     run_inference.py (real VGG16, seeded random weights in tensorflow-vgg's .
        the ratios s3/folder of each round.                                               bar >= 0.95
 tars   the readers alone (no model): ImageReader over the JPEGs as files, and StreamReader over the
        same JPEGs packed in tars of --per-tar members, read as a job reads a shard of them (one
-       stream of parallel.inputs.tars.stream_members, each tar opened once), decoded and resized to
+       stream of parallel.inputs.tar_stream.stream_members, each tar opened once), decoded and resized to
        224x224 with --workers threads, alternated for --rounds rounds; images/s; the median of the
        ratios tars/files.                                                                bar >= 1.0
 
@@ -108,7 +108,7 @@ def bench_s3(args, workdir):
 def bench_tars(args, workdir):
     from parallel.inputs.reader import ImageReader
     from parallel.inputs.streams import StreamReader
-    from parallel.inputs.tars import stream_members
+    from parallel.inputs.tar_stream import stream_members
     images = make_jpegs(workdir / ("photos-%d" % args.images), args.images, (640, 480))
     names = sorted(path.name for path in images.glob("*.jpg"))[:args.images]
     tars = []

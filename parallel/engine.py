@@ -28,12 +28,13 @@ import tensorflow as tf
 from parallel.devices.compute import DeviceRunner, build_graph
 from parallel.devices.selection import Devices, resolve_devices, set_float32_precision
 from parallel.devices.staging import open_runner
-from parallel.inputs.decode import RESIZE_MODES, Resize, decode_bytes_row, decode_row
+from parallel.inputs.decode import decode_bytes_row, decode_row
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import ImageReader, step_layout, step_lengths
-from parallel.inputs.remote import is_url
+from parallel.inputs.resize import RESIZE_MODES, Resize
 from parallel.inputs.sources import image_folder
 from parallel.inputs.streams import StreamReader
+from parallel.locations import is_url
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
 from parallel.messages import counted, first_line
 from parallel.model import ModelSpec
@@ -103,7 +104,7 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None, remo
 
     Args:
       config, runner, writer, stop, progress: as extract_into.
-      items: iterable of (key, bytes or ImageError), e.g. `parallel.inputs.tars.stream_members`:
+      items: iterable of (key, bytes or ImageError), e.g. `parallel.inputs.tar_stream.stream_members`:
         the whole of a shard, so its steps are its items 0 .. host_batch - 1, host_batch .., the
         same whatever the number of processes (`parallel.inputs.streams`).
       remote: the stream comes from a store: decode on REMOTE_THREADS threads at least.
@@ -165,7 +166,7 @@ def _job_reader(config, paths, positions, total, versions, decode=decode_row):
 
 def _resize_of(model, mode):
     """How the reader resizes a job's images: `mode` (--resize, "crop" or "stretch") with the filter and
-    short side of `model` (a ModelSpec), its one source. A `parallel.inputs.decode.Resize`."""
+    short side of `model` (a ModelSpec), its one source. A `parallel.inputs.resize.Resize`."""
     return Resize(mode, model.resize_filter, model.resize_short_side)
 
 
@@ -284,10 +285,10 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
 
 
 def member_decoder(paths, index):
-    """ImageReader's decode for a list holding tar members (their bytes from `tars.member_reader`, by
+    """ImageReader's decode for a list holding tar members (their bytes from `tar_stream.member_reader`, by
     byte range when `index` is a members index), URLs and files."""
     from parallel.inputs.remote import decode_url_row
-    from parallel.inputs.tars import member_reader
+    from parallel.inputs.tar_stream import member_reader
     read = member_reader(paths, index)
 
     def decode(location, images, row, size, resize, max_pixels):

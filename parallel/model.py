@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-# The resize filters a model may ask the reader for (Pillow's of those names: parallel.inputs.decode).
+# The resize filters a model may ask the reader for (Pillow's of those names: parallel.inputs.resize).
 RESIZE_FILTERS = ("bilinear", "bicubic")
 
 

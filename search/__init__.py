@@ -8,7 +8,9 @@ The modules, one job each:
 
     vectors.py      an output's rows in batches (CSV, Parquet, npy, a kept shards folder) and its record
     index.py        Index: centred, L2-normalised vectors in a faiss index, the metadata beside it,
-                    rows added later, search
+                    rows added later, saved and loaded, search
+    build.py        a new index from an output: two passes over its rows, the kind trained, the search
+                    tuned to the recall
     kinds.py        the faiss index of each kind (exact, HNSW, PCA + IVF-PQ): choice by size, training,
                     the search parameters tried at build
     exact.py        exact search: numpy's matrix product over the vectors faiss holds

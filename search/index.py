@@ -1,6 +1,6 @@
 """Index: an output's vectors, centred and L2-normalised, in a faiss index, and the metadata beside it.
 
-    index = Index.build("results/features.npy", "results/features.index")    # kind by size, or kind="hnsw"
+    index = Index.build("results/features.npy", "results/features.index")    # kind by size: search/build.py
     index.add("results/features.npy")                                         # rows of a resumed output
     paths, scores = Index.load("results/features.index").search(vectors, k=10)
 
@@ -29,7 +29,6 @@ The index folder:
 
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,18 +36,14 @@ import numpy as np
 from parallel.messages import first_line
 from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
-from search.kinds import (KINDS, SearchError, check_rows_for_kind, choose_kind, import_faiss,  # noqa: F401
-                          new_index, normalise, training_rows)
-from search.kinds import EF_SEARCH, RECALL_TARGET, RERANK, search_steps
-from search.centre import mean_and_sample, uncentred_reason
+from search.build import build_index
+from search.kinds import KINDS, SearchError, choose_kind, import_faiss, normalise  # noqa: F401
+from search.kinds import EF_SEARCH, RERANK
 from search.exact import stored_matrix, top_k
-from search.metadata import VERSION, check_faiss_index, checked_meta
-from search.recall import ExactNeighbours
+from search.metadata import check_faiss_index, checked_meta
 from search.rerank import FULL_VECTORS, appending, map_full_vectors, rerank
 from search.vectors import read_output
 
-RECALL_QUERIES = 200       # rows whose exact neighbours are found while the index is filled
-RECALL_K = 10
 LEFT_OUT_NAMED = 20        # paths of left-out rows recorded in index.json (the count is always)
 _FILES = ("index.faiss", "paths.csv", "index.json")
 
@@ -92,76 +87,9 @@ class Index:
               full_vectors=True, centre=None):
         """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
 
-        Two passes over the rows, a batch at a time: the first takes their mean and a sample (the
-        rows of the recall check, and for ivfpq the TRAIN_ROWS that train the PCA and IVF-PQ), the
-        second adds them. Memory: the index plus a few copies of one batch, plus for ivfpq its
-        sample while it is trained; the whole matrix is never held.
-
-        Args:
-          output: an output path (see `search.vectors.read_output`).
-          folder: the index folder (str or Path).
-          kind: one of KINDS, or None to choose by size (`choose_kind`).
-          batch_rows: rows read at a time.
-          progress: callable(rows done, rows in all, what) or None.
-          source: an `OutputVectors` to read instead of `output` (a generator of batches, in benchmarks).
-          seed: of the sample.
-          full_vectors: ivfpq: keep every normalised vector in float16 in the folder (2 D bytes a
-            row on disk) to re-rank each search's candidates in the full dimensions; False: the
-            PCA's scores and order only (less disk, lower recall: docs/benchmarks.md#search).
-          centre: None: as the output's settings say (`search.centre.uncentred_reason`: an output in a
-            text tower's space is not centred), else centred when the rows allow it (`choose_centre`);
-            True: centred when the rows allow it, whatever the model; False: never centred (raw cosines).
-
-        Returns:
-          Index; `meta["left_out"]` names the rows left out (values not finite).
-
-        Raises:
-          SearchError: an unknown kind, fewer than 2 rows with finite values, a kind that cannot be
-            trained on so few rows, faiss missing. ValueError: an unreadable output.
+        See `search.build.build_index`: its arguments (but `index_class`: this class), what it returns, raises.
         """
-        faiss = import_faiss()
-        source = source or read_output(output)
-        if kind is not None and kind not in KINDS:
-            raise SearchError("kind=%r; expected one of %s" % (kind, ", ".join(KINDS)))
-        if source.count < 2:
-            raise SearchError("output=%s holds %d rows: nothing to index" % (source.output, source.count))
-        kind = kind or choose_kind(source.count, source.feature_size)
-        check_rows_for_kind(kind, source.count, source.output)
-        started = time.monotonic()
-        if centre not in (None, True, False):
-            raise SearchError("centre=%r; expected None (as the output's model says), True or False" % (centre,))
-        if centre is None:
-            centre = uncentred_reason(source.settings) or True
-        mean, sample, centre = mean_and_sample(source, batch_rows, seed, progress,
-                                                max(RECALL_QUERIES, training_rows(kind)), centre=centre)
-        check_rows_for_kind(kind, centre["rows"], source.output)
-        queries = sample[:RECALL_QUERIES].copy()  # the sample is in random order; a copy, so that it can go
-        faiss_index, parameters = new_index(faiss, kind, source.feature_size, centre["rows"],
-                                            normalise(sample, mean))
-        del sample
-        if not full_vectors:
-            parameters.pop("full_vectors", None)
-            parameters.get("search", {}).pop("rerank", None)
-        meta = {"version": VERSION, "kind": kind, "rows": 0, "feature_size": source.feature_size,
-                "source": {"output": str(Path(str(source.output)).resolve()), "format": source.format,
-                           "settings": source.settings, "complete": source.complete},
-                "parameters": parameters, "centre": centre, "mean": [float(value) for value in mean]}
-        index = cls(folder, meta, faiss_index, [], mean)
-        recall = ExactNeighbours(normalise(queries, mean), RECALL_K)
-        index.folder.mkdir(parents=True, exist_ok=True)
-        meta["left_out"] = index._fill(source, batch_rows, None, progress, recall, index._full_path(".tmp"))
-        index._map_full(index._full_path(".tmp"))
-        meta["recall_at_build"] = recall.measure(index)
-        # The least work a query that finds RECALL_TARGET of the exact top k here: harder data and more rows
-        # need more (ivfpq: rerank 3 found 1.0 at 100k fc7-like rows, 0.88 at 1M).
-        for step in search_steps(kind, meta["parameters"]):
-            if (meta["recall_at_build"]["recall"] or 0) >= RECALL_TARGET:
-                break
-            index.set_search(**step)
-            meta["recall_at_build"] = recall.measure(index)
-        meta["build_seconds"] = round(time.monotonic() - started, 3)
-        index.save()
-        return index
+        return build_index(cls, output, folder, kind, batch_rows, progress, source, seed, full_vectors, centre)
 
     def add(self, output=None, batch_rows=4096, progress=None, source=None):
         """Adds the rows of `output` (default: the indexed output, resumed or extended since) whose paths

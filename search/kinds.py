@@ -14,7 +14,7 @@
             read a row at a time, never whole): the best RERANK x k candidates of a search are re-ranked
             with them, so the scores and the order are those of the full D dimensions.
 
-The search parameters of hnsw and ivfpq are chosen at build (search.index): the defaults, then each of
+The search parameters of hnsw and ivfpq are chosen at build (search.build): the defaults, then each of
 `search_steps` in turn until the recall@10 measured at build reaches RECALL_TARGET.
 
 faiss is imported on first use; without it, a SearchError says how to install it.

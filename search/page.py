@@ -104,7 +104,8 @@ def _image_source(image, images_root, members):
         return io.BytesIO(read_member(image, members))  # ValueError when the index lacks it
     from parallel.locations import is_url
     if is_url(image) or (images_root is not None and is_url(str(images_root))):
-        from parallel.inputs.remote import fetch, locate
+        from parallel.inputs.locations import locate
+        from parallel.inputs.remote import fetch
         return io.BytesIO(fetch(locate(str(images_root or ""), image)))
     return Path(image) if Path(image).is_absolute() or images_root is None else Path(images_root) / image
 

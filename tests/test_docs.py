@@ -263,7 +263,8 @@ def tar_in_store(tmp_path, s3_store, monkeypatch):
     index a job over it writes, feats.parquet.members.parquet, in the current folder (tmp_path): the image."""
     import tarfile
     from PIL import Image
-    from parallel.inputs.tars import stream_members, write_index
+    from parallel.inputs.tar_stream import stream_members
+    from parallel.inputs.tars import write_index
     from stores import BUCKET, upload
     image = tmp_path / "a" / "0001.jpg"
     image.parent.mkdir()

@@ -16,7 +16,8 @@ from long_paths import make_deep_folder, write_relative
 from parallel import engine, jobs
 from parallel.devices import resolve_devices
 from parallel.devices.staging import StagedRunner
-from parallel.inputs.decode import Resize, load_image
+from parallel.inputs.decode import load_image
+from parallel.inputs.resize import Resize
 from parallel.jobs import worker
 
 tf1 = tf.compat.v1
@@ -268,7 +269,8 @@ def test_extract_takes_a_store_prefix_and_object_urls_as_it_takes_a_folder(tmp_p
 
 
 def test_extract_takes_tar_members_streamed_or_by_byte_range_from_an_index(tmp_path, s3_store):
-    from parallel.inputs.tars import member_key, stream_members, write_index
+    from parallel.inputs.tar_stream import stream_members
+    from parallel.inputs.tars import member_key, write_index
     from stores import BUCKET, upload, write_tars
     images = tmp_path / "images"
     make_images(images, 5, bad={"b/img_02.png"})

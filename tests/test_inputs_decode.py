@@ -11,8 +11,9 @@ import pytest
 from PIL import Image, ImageFile, JpegImagePlugin
 
 from image_files import BLUE, GREEN, RED, WHITE, noise_jpeg, solid, write_bad_files
-from parallel.inputs.decode import (KINDS, MAX_BYTES, MAX_PIXELS, RESIZE_FILTERS, RESIZE_MODES, ImageError, Resize,
-                                    decode_bytes_row, decode_row, failure_of, load_image)
+from parallel.inputs.decode import (KINDS, MAX_BYTES, MAX_PIXELS, ImageError, decode_bytes_row, decode_row,
+                                    failure_of, load_image)
+from parallel.inputs.resize import RESIZE_FILTERS, RESIZE_MODES, Resize
 
 
 def halves(size, left, right, mode="RGB"):

@@ -10,7 +10,8 @@ from PIL import Image
 
 from image_files import BLUE, RED, solid, write_bad_files
 from parallel.inputs import reader
-from parallel.inputs.decode import ImageError, Resize, decode_row, load_image
+from parallel.inputs.decode import ImageError, decode_row, load_image
+from parallel.inputs.resize import Resize
 from parallel.inputs.manifest import discover_images
 from parallel.inputs.reader import Batch, Failure, ImageReader
 

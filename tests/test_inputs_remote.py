@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from parallel.inputs import remote
+from parallel.inputs import locations, remote
+from parallel.locations import is_url
 from parallel.inputs.decode import ImageError, decode_row
 import stores
 from stores import store, tar_bytes
@@ -16,11 +17,11 @@ def quick_retries(monkeypatch):
 
 
 def test_urls_and_paths():
-    assert remote.is_url("s3://b/k.jpg") and remote.is_url("https://h/p.jpg")
-    assert not remote.is_url("photos/a.jpg") and not remote.is_url("/abs/a.jpg") and not remote.is_url("c:/x")
-    assert remote.locate("s3://b/photos/", "a/b.jpg") == "s3://b/photos/a/b.jpg"
-    assert remote.locate("/root", "https://h/p.jpg") == "https://h/p.jpg"
-    assert remote.locate("/root", "a/b.jpg") == "/root/a/b.jpg"
+    assert is_url("s3://b/k.jpg") and is_url("https://h/p.jpg")
+    assert not is_url("photos/a.jpg") and not is_url("/abs/a.jpg") and not is_url("c:/x")
+    assert locations.locate("s3://b/photos/", "a/b.jpg") == "s3://b/photos/a/b.jpg"
+    assert locations.locate("/root", "https://h/p.jpg") == "https://h/p.jpg"
+    assert locations.locate("/root", "a/b.jpg") == "/root/a/b.jpg"
 
 
 def test_the_endpoint_is_the_store_s_own_variable(s3_store, monkeypatch):
@@ -67,10 +68,10 @@ def test_a_failing_store_is_tried_again_then_recorded_as_unreachable(http_server
 
 
 def test_a_stream_broken_mid_way_is_reopened_where_it_broke(http_server, monkeypatch):
-    monkeypatch.setattr(remote, "STREAM_BLOCK", 1024)
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 1024)
     data = bytes(range(256)) * 20
     (http_server.root / "t.tar").write_bytes(data)
-    with remote.open_stream(http_server.url + "/t.tar") as stream:
+    with locations.open_stream(http_server.url + "/t.tar") as stream:
         first = stream.read(1024)
         http_server.failures["/t.tar"] = 2  # the next ranged GETs fail twice
         rest = stream.read()
@@ -147,9 +148,9 @@ def replace_after_first_read(monkeypatch, replace):
 
 
 def test_a_tar_in_a_store_replaced_while_it_is_read_stops_at_the_change_with_object_changed(s3_store, monkeypatch):
-    from parallel.inputs import tars
+    from parallel.inputs import tar_stream
     from parallel.inputs.streams import StreamReader
-    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)  # the tar in several ranged GETs
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 4096)  # the tar in several ranged GETs
     old = tar_bytes([("%d.png" % number, png(10) + bytes(1500)) for number in range(4)])
     new = tar_bytes([("%d.png" % number, png(90) + bytes(1500)) for number in range(4)])
     store().pipe("bucket/pinned/t.tar", old)
@@ -157,7 +158,7 @@ def test_a_tar_in_a_store_replaced_while_it_is_read_stops_at_the_change_with_obj
     reads = replace_after_first_read(monkeypatch, lambda: store().pipe("bucket/pinned/t.tar", new))
     items, index = [], []
     with pytest.raises(remote.ObjectChanged) as changed:
-        for item in tars.stream_members("s3://bucket/pinned/t.tar", index):
+        for item in tar_stream.stream_members("s3://bucket/pinned/t.tar", index):
             items.append(item)
     assert (changed.value.url, changed.value.recorded) == ("s3://bucket/pinned/t.tar", recorded)
     assert changed.value.now == remote.describe("s3://bucket/pinned/t.tar")[2] != recorded
@@ -166,13 +167,14 @@ def test_a_tar_in_a_store_replaced_while_it_is_read_stops_at_the_change_with_obj
     # The version the job recorded, given: the replaced tar is refused when opened, nothing read.
     monkeypatch.undo()
     with pytest.raises(remote.ObjectChanged, match="t.tar changed since the job listed it"):
-        list(tars.stream_members("s3://bucket/pinned/t.tar", [], version=recorded))
+        list(tar_stream.stream_members("s3://bucket/pinned/t.tar", [], version=recorded))
     # Through the stream reader, the change reaches its caller as itself (the job layer catches it).
     store().pipe("bucket/pinned/t.tar", old)
-    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 4096)
     replace_after_first_read(monkeypatch, lambda: store().pipe("bucket/pinned/t.tar", new))
     with pytest.raises(remote.ObjectChanged):
-        with StreamReader(tars.stream_members("s3://bucket/pinned/t.tar", []), batch_size=1, size=(2, 2)) as reader:
+        members = tar_stream.stream_members("s3://bucket/pinned/t.tar", [])
+        with StreamReader(members, batch_size=1, size=(2, 2)) as reader:
             list(reader)
 
 
@@ -232,7 +234,7 @@ def test_a_server_that_gives_only_a_last_modified_time_is_asked_if_unmodified_si
 
 
 def test_over_https_reads_ask_for_the_recorded_etag_too(versioned_server, monkeypatch):
-    from parallel.inputs import tars
+    from parallel.inputs import tar_stream
     (versioned_server.root / "a.png").write_bytes(png(10))
     url = versioned_server.url + "/a.png"
     recorded = remote.describe(url)[2]
@@ -243,12 +245,12 @@ def test_over_https_reads_ask_for_the_recorded_etag_too(versioned_server, monkey
     images = np.zeros((1, 2, 2, 3), np.uint8)
     assert remote.decode_url_row(url, images, 0, (2, 2), "crop", 10 ** 6, version=recorded)[0] == "changed"
     assert remote.decode_url_row(url, images, 0, (2, 2), "crop", 10 ** 6) is None and (images == 30).all()
-    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 4096)
     (versioned_server.root / "t.tar").write_bytes(tar_bytes([("%d.png" % n, png(10) + bytes(1500)) for n in range(4)]))
     replace_after_first_read(monkeypatch, lambda: (versioned_server.root / "t.tar").write_bytes(
         tar_bytes([("%d.png" % n, png(90) + bytes(1500)) for n in range(4)])))
     with pytest.raises(remote.ObjectChanged):
-        list(tars.stream_members(versioned_server.url + "/t.tar", []))
+        list(tar_stream.stream_members(versioned_server.url + "/t.tar", []))
 
 
 # --- bounded waits: ours are the only retries ----------------------------------------------------------------

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from parallel.inputs.decode import ImageError, Resize, load_image
+from parallel.inputs.decode import ImageError, load_image
+from parallel.inputs.resize import Resize
 from parallel.inputs.streams import StreamReader
 
 

@@ -4,7 +4,7 @@ import tarfile
 
 import pytest
 
-from parallel.inputs import tars
+from parallel.inputs import tar_stream, tars
 from parallel.inputs.decode import ImageError
 from stores import tar_bytes
 
@@ -17,7 +17,7 @@ def make_tar(path, members, tar_format=tarfile.GNU_FORMAT):
 
 def read(tar):
     index = []
-    items = list(tars.stream_members(str(tar), index))
+    items = list(tar_stream.stream_members(str(tar), index))
     return items, index
 
 
@@ -76,7 +76,7 @@ def test_keys_split_at_their_last_separator_and_members_read_back_by_range(tmp_p
     with pytest.raises(ValueError, match="not the key of a tar member"):
         tars.split_key("a/b.jpg")
     index = []
-    list(tars.stream_members(str(path), index))
+    list(tar_stream.stream_members(str(path), index))
     tars.write_index(tmp_path / "index.parquet", index)
     assert tars.read_index(tmp_path / "index.parquet") == index
     assert tars.read_member(key, tmp_path / "index.parquet") == b"xyz" * 5
@@ -123,11 +123,11 @@ def test_a_member_larger_than_an_image_may_be_is_too_large_and_never_read_into_m
 
 def test_a_too_large_member_of_a_tar_in_a_store_is_passed_by_without_a_get_of_its_bytes(s3_store, tmp_path,
                                                                                          monkeypatch):
-    from parallel.inputs import decode, remote
+    from parallel.inputs import decode, locations, remote
     from stores import store
     monkeypatch.setattr(decode, "MAX_BYTES", 64 << 10, raising=False)
-    monkeypatch.setattr(remote, "STREAM_BLOCK", 16 << 10)
-    monkeypatch.setattr(tars, "_SEEK_BYTES", 16 << 10, raising=False)
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 16 << 10)
+    monkeypatch.setattr(tar_stream, "_SEEK_BYTES", 16 << 10, raising=False)
     path = tmp_path / "t.tar"
     tar_with_a_huge_member(path, 2 << 20)
     store().pipe("bucket/huge/t.tar", path.read_bytes())

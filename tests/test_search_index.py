@@ -213,8 +213,8 @@ def test_the_lists_visited_grow_with_the_lists():
                                                   ("hnsw", 0.5, {"efSearch": 64}), ("hnsw", 1.01, {"efSearch": 512})])
 def test_the_search_parameters_are_the_least_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, kind,
                                                                                      target, chosen):
-    import search.index
-    monkeypatch.setattr(search.index, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
+    import search.build
+    monkeypatch.setattr(search.build, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
     write_npy(tmp_path / "f.npy", hard(3000))
     index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
     for search in (index.meta["parameters"]["search"], Index.load(tmp_path / "f.index").meta["parameters"]["search"]):
@@ -345,16 +345,16 @@ def test_the_parameters_chosen_at_build_reach_the_recall_bar_on_both_generators(
 
 
 def test_a_loaded_hnsw_index_searches_with_the_ef_search_chosen_at_build(tmp_path, monkeypatch):
-    import search.index
-    monkeypatch.setattr(search.index, "RECALL_TARGET", 1.01)
+    import search.build
+    monkeypatch.setattr(search.build, "RECALL_TARGET", 1.01)
     write_npy(tmp_path / "f.npy", hard(2000))
     Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="hnsw")
     assert Index.load(tmp_path / "f.index")._index.hnsw.efSearch == 512
 
 
 def test_ivfpq_visits_more_lists_when_re_ranking_more_is_not_enough(tmp_path, monkeypatch):
-    import search.index
-    monkeypatch.setattr(search.index, "RECALL_TARGET", 1.01)
+    import search.build
+    monkeypatch.setattr(search.build, "RECALL_TARGET", 1.01)
     write_npy(tmp_path / "f.npy", hard(4000))
     index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind="ivfpq")
     nlist = index.meta["parameters"]["nlist"]

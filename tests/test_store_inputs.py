@@ -390,9 +390,9 @@ def test_a_mistyped_tar_or_a_scheme_that_is_no_store_is_a_usage_error_with_nothi
 
 def test_a_tar_replaced_in_the_store_while_the_job_reads_it_leaves_no_row_of_either_version(local_tars, s3_store,
                                                                                              tmp_path, monkeypatch):
-    from parallel.inputs import remote
+    from parallel.inputs import locations, remote
     store().pipe("bucket/swapped/000000.tar", local_tars[0].read_bytes())
-    monkeypatch.setattr(remote, "STREAM_BLOCK", 4096)  # several ranged GETs: the replacement lands in between
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 4096)  # several ranged GETs: the replacement lands in between
     real, reads = remote.fetch, []
 
     def fetch(url, start=None, stop=None, version=None):

@@ -4,15 +4,20 @@
                   (a path or URL, a brace pattern, a glob, several tars)
     discovery     which files under a folder are images, with their sizes and times
     remote        objects of a store through fsspec: listed, described (size, time, ETag), fetched
-                  (pinned to the recorded ETag: ObjectChanged) and retried; where a job's image is
+                  (pinned to the recorded ETag: ObjectChanged) and retried
+    locations     a job's image or tar, a path or a URL alike: where it is, described, opened as one
+                  stream (an object's reopened where it broke, pinned to one version)
     manifest      the job's images (or tars): the frozen manifest and its checksums
     sorting       the images of a folder or a list file in path order, spilled to disk in sorted runs
                   (memory does not grow with the job); a list file read
     changes       what changed in the folder since the job started, and the refusal
     decode        one image file, or its bytes -> uint8 [H, W, 3] RGB, or why not (the failure kinds)
+    resize        how a decoded image becomes (H, W): the Resize rule (mode, filter, short side)
     reader        paths or URLs -> decoded uint8 batches [B, 224, 224, 3], in order, on a pool of threads
-    tars          a tar read front to back once: its image members, their keys and offsets, the
-                  index of a shard; any member read back by one byte range
+    tars          a tar's members by key (tar://<member>::<tar>): the index of a shard (each
+                  member's offset and size), written, read, merged; a member read back by one byte range
+    tar_stream    a tar read front to back once: its image members and their index entries, damage
+                  accounted for; a member name that comes twice
     streams       a stream of (key, bytes), a tar's members -> decoded batches, in order, read ahead
 
 It knows files, objects and images, not devices, outputs or jobs. May import: parallel.messages,
@@ -30,7 +35,7 @@ _EXPORTS = {
     "Manifest": "parallel.inputs.manifest", "discover_images": "parallel.inputs.manifest",
     "read_list": "parallel.inputs.sorting",
     "ImageError": "parallel.inputs.decode", "load_image": "parallel.inputs.decode",
-    "RESIZE_MODES": "parallel.inputs.decode", "Resize": "parallel.inputs.decode",
+    "RESIZE_MODES": "parallel.inputs.resize", "Resize": "parallel.inputs.resize",
     "ImageReader": "parallel.inputs.reader", "step_lengths": "parallel.inputs.reader",
     "Source": "parallel.inputs.sources", "parse_images": "parallel.inputs.sources",
     "read_member": "parallel.inputs.tars", "read_index": "parallel.inputs.tars",

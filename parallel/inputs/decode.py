@@ -25,7 +25,7 @@ Failure kinds (`ImageError.kind`, the `kind` column of the errors file):
     not_an_image  no JPEG, PNG, GIF, BMP, TIFF, WebP or PNM data (text or HTML saved as .jpg)
     too_large     more than `max_pixels` pixels (checked before decoding), or over Pillow's
                   own decompression-bomb limit; a tar member of more than MAX_BYTES bytes (passed
-                  by unread: parallel.inputs.tars)
+                  by unread: parallel.inputs.tar_stream)
     corrupt       truncated or damaged data, or pixels that cannot be made RGB
     unreachable   the object store did not answer (timeouts, 5xx, throttling) after its retries
                   (parallel.inputs.remote)
@@ -45,22 +45,8 @@ composited over white (transparent pixels become white, not black). 16-bit rule:
 data ("I;16", "I;16B", and "I", taken to hold 16-bit values and clipped to 0..65535) keeps
 its high byte, `value >> 8`. Floating point ("F") is rounded and clipped to 0..255.
 
-Resize (a `Resize`: the mode the job asks for, the filter and short side its model's spec gives):
-
-    "crop", no short side   the centre square of side min(w, h), resized to (H, W) in one Pillow
-                            call (tensorflow-vgg's preprocessing; VGG16, ResNet50, EfficientNetB0,
-                            ConvNeXt)
-    "crop", short side S    the whole image resized so that its short side is S, the long side
-                            int(S * long / short), then its centre (H, W) cut out at offsets
-                            ((h' - H) // 2, (w' - W) // 2): Hugging Face's image processors'
-                            rule (get_resize_output_image_size, center_crop), so CLIP's (S = 224)
-                            and DINOv2's (S = 256) pixels are their processors' (slow, PIL ones)
-    "stretch"               the whole image resized to (H, W)
-
-with Pillow's bilinear (the default) or bicubic filter. The short-side path takes two Pillow calls,
-the resize then an exact crop, as the processors do: one call with the crop as a fractional box is
-not the same (Pillow 13, noise images of 140 sizes: most differ, by 1-2 levels, and by up to 26 on
-upscaled ones).
+Resize: to (H, W) by a `Resize` (parallel.inputs.resize: the job's mode, its model's filter and short
+side), after the EXIF orientation, before transparency is composited over white.
 
 JPEG draft: large JPEGs are decoded at a reduced scale (1/2, 1/4, 1/8) that keeps the short side
 >= max(H, W) (224 for VGG), or >= S with a short side S; features of such photos differ slightly
@@ -68,7 +54,6 @@ from a full-size decode, deterministically.
 """
 
 import contextlib
-import dataclasses
 import io
 import os
 import stat
@@ -76,15 +61,12 @@ import struct
 import threading
 import warnings
 import zlib
-from typing import Optional
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-RESIZE_MODES = ("crop", "stretch")
-# The filters by the names a ModelSpec gives them (parallel.model.RESIZE_FILTERS: the same names).
-_PILLOW_FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
-RESIZE_FILTERS = tuple(_PILLOW_FILTERS)
+from parallel.inputs.resize import resize_rule, resized
+
 MAX_PIXELS = 100_000_000
 # The bytes of one image held in memory to decode it (a tar member): more is too_large, unread. An
 # image within MAX_PIXELS takes at most 8 bytes a pixel uncompressed (16-bit RGBA): 800 MB.
@@ -103,49 +85,6 @@ _MESSAGE_LIMIT = 300
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _ORIENTATION = 0x0112  # EXIF tag
 _WHITE = (255, 255, 255)
-
-
-@dataclasses.dataclass(frozen=True)
-class Resize:
-    """How an image becomes (H, W): the rule of the module docstring.
-
-    A job's comes from its --resize (`mode`) and its model's spec (`filter`, `short_side`:
-    `ModelSpec.resize_filter`, `ModelSpec.resize_short_side`). Wherever a decode takes `resize`,
-    a mode alone ("crop", "stretch") is `Resize(mode)`: VGG16's rule.
-
-    Attributes:
-      mode: one of RESIZE_MODES.
-      filter: one of RESIZE_FILTERS, Pillow's filter of that name.
-      short_side: None, or (mode "crop") the short side S the whole image is resized to before its
-        centre (H, W) is cut out; an int >= max(H, W), checked against the size by
-        `check_image_arguments`.
-
-    Raises:
-      ValueError: a bad attribute, named with the value received.
-    """
-
-    mode: str = "crop"
-    filter: str = "bilinear"
-    short_side: Optional[int] = None
-
-    def __post_init__(self):
-        if self.mode not in RESIZE_MODES:
-            raise ValueError("resize must be one of %s; got %r" % (", ".join(RESIZE_MODES), self.mode))
-        if self.filter not in RESIZE_FILTERS:
-            raise ValueError("resize filter must be one of %s; got %r" % (", ".join(RESIZE_FILTERS), self.filter))
-        short_side = self.short_side
-        if short_side is not None and (isinstance(short_side, bool) or not isinstance(short_side, (int, np.integer))
-                                       or short_side < 1):
-            raise ValueError("resize short side must be None or a positive integer; got %r" % (short_side,))
-
-
-def resize_rule(resize):
-    """`resize` as a Resize: a Resize as is, a mode ("crop", "stretch") as `Resize(mode)`; ValueError else."""
-    if isinstance(resize, Resize):
-        return resize
-    if isinstance(resize, str):
-        return Resize(resize)
-    raise ValueError("resize must be one of %s, or a Resize; got %r" % (", ".join(RESIZE_MODES), resize))
 
 
 class ImageError(Exception):
@@ -309,7 +248,7 @@ def _decode_open(file, size, resize, max_pixels):
         with _bomb_warnings_silenced() if may_warn else contextlib.nullcontext():
             image.load()  # the first frame of an animation: the frame open() leaves current
         image = _upright(image)
-        image = _resized(_rgb_or_rgba(image), size, resize)
+        image = resized(_rgb_or_rgba(image), size, resize)
         if image.mode == "RGBA":  # resized first: Pillow resamples RGBA premultiplied
             opaque = Image.new("RGB", image.size, _WHITE)
             opaque.paste(image, mask=image.getchannel("A"))
@@ -325,31 +264,6 @@ def _decode_open(file, size, resize, max_pixels):
     except _DECODE_ERRORS as error:
         raise _decode_error(error) from error
 
-
-def _resized(image, size, resize):
-    """`image` resized to `size` = (H, W) by the Resize `resize` (the rules of the module docstring)."""
-    height, width = size
-    resample = _PILLOW_FILTERS[resize.filter]
-    if resize.mode == "stretch":
-        return image.resize((width, height), resample)
-    if resize.short_side is None:  # the centre square, in one call
-        width_now, height_now = image.size
-        side = min(width_now, height_now)
-        left, top = (width_now - side) // 2, (height_now - side) // 2
-        return image.resize((width, height), resample, box=(left, top, left + side, top + side))
-    resized_width, resized_height = _short_side_size(image.size, resize.short_side)
-    left, top = (resized_width - width) // 2, (resized_height - height) // 2
-    return image.resize((resized_width, resized_height), resample).crop((left, top, left + width, top + height))
-
-
-def _short_side_size(image_size, short_side):
-    """The (width, height) an image of `image_size` (width, height) is resized to so that its short side is
-    `short_side`, the aspect kept: the long side int(short_side * long / short), truncated, as Hugging Face's
-    `get_resize_output_image_size` and torchvision's `Resize` compute it."""
-    width, height = image_size
-    if width <= height:
-        return short_side, int(short_side * height / width)
-    return int(short_side * width / height), short_side
 
 
 def _open_regular_file(path):

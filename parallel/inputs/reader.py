@@ -24,7 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from parallel.inputs.decode import MAX_PIXELS, check_image_arguments, decode_row, failure_of
-from parallel.inputs.remote import StoreUnavailable, is_url, locate
+from parallel.inputs.locations import locate
+from parallel.inputs.remote import StoreUnavailable
+from parallel.locations import is_url
 
 _THREAD_PREFIX = "ImageReader"
 
@@ -107,13 +109,13 @@ class ImageReader:
             or URLs (fetched through `parallel.inputs.remote`, retried; see `locate`).
           batch_size: input paths per batch (>= 1).
           size: (H, W) of every image.
-          resize: "crop" or "stretch", or a `parallel.inputs.decode.Resize` (with the filter and short
-            side of a model's spec; see parallel.inputs.decode).
+          resize: "crop" or "stretch", or a `parallel.inputs.resize.Resize` (with the filter and short
+            side of a model's spec; see parallel.inputs.resize).
           workers: decode threads (>= 1); None: os.cpu_count().
           prefetch_batches: batches decoded ahead of the one the caller holds (>= 1).
           max_pixels: larger images fail with kind "too_large".
           decode: what a worker runs for each image, `decode(path, images, row, size, resize,
-            max_pixels)`, with `path` joined to `root` (`parallel.inputs.remote.locate`), `images` the chunk's uint8
+            max_pixels)`, with `path` joined to `root` (`parallel.inputs.locations.locate`), `images` the chunk's uint8
             [len(chunk), H, W, 3] and `size`, `resize` (a Resize), `max_pixels` as checked here. It writes
             `images[row]` and returns None, or returns (kind, message) for an image that cannot
             be used. An exception it raises is a failure of that image only, as

@@ -1,17 +1,12 @@
 """Objects of a store (s3://, https://, and what else fsspec reads): listed, described, fetched, retried.
 
-    is_url("s3://b/a.jpg")                   -> True ("scheme://", a scheme of two letters or more)
     describe(url)                            -> (size, mtime_ns, etag) of one object; -1, -1, "" when gone
     list_images(prefix)                      -> [(key relative to prefix, size, mtime_ns, etag)], sorted
     fetch(url, start=None, stop=None, version=None)
                                              -> bytes, retried; ImageError(kind) when it cannot be had;
                                                 ObjectChanged when it is no longer `version`
-    open_stream(location, version=None)      -> a binary file read front to back, reopened where it broke,
-                                                every read of the same version of the object
     decode_url_row(url, images, row, ...)    -> decode.decode_row's contract, for an object's bytes
     check_scheme(url)                        -> ValueError unless url's scheme is one of SCHEMES
-    locate(root, key)                        -> where a job's image is: a path under a folder, or a URL
-    describe_all(locations)                  -> describe() of each path or URL, URLs concurrently
 
 Everything goes through fsspec (s3fs for s3://, its HTTPFileSystem for http(s)://); gs:// works
 the same way but is untested here. Other schemes (ftp://, sftp://, ...) are refused with one line
@@ -42,21 +37,19 @@ If-Match, HTTP's If-Match (or If-Unmodified-Since when the server gave only a La
 time). An object replaced since is not read: the store answers 412 and ObjectChanged is raised,
 never tried again (the object is there; it is another one). So no image is decoded from, and no
 tar is read across, a version other than the one the job recorded: a tar whose object is replaced
-while it is read stops there (`open_stream` pins every ranged read to the version it opened, or to
-the one given). gs:// and other stores are read unpinned; a weak HTTP ETag (W/"...") cannot be
-asked for, and its object is read unpinned too.
+while it is read stops there (`parallel.inputs.locations.open_stream` pins every ranged read to the
+version it opened, or to the one given). gs:// and other stores are read unpinned; a weak HTTP ETag
+(W/"...") cannot be asked for, and its object is read unpinned too.
+
+Where a job's image is, and a tar opened as one stream, a path or a URL alike: parallel.inputs.locations.
 """
 
-import io
 import logging
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from parallel.inputs.decode import ImageError, decode_bytes_row
-from parallel.locations import is_url
-from parallel.inputs.discovery import size_and_time
 
 log = logging.getLogger("parallel")
 
@@ -66,8 +59,6 @@ CONNECT_TIMEOUT_SECONDS = 5  # s3fs's defaults, now the whole of a try: the stor
 READ_TIMEOUT_SECONDS = 15
 SCHEMES = ("s3", "s3a", "gs", "gcs", "http", "https")  # the object stores read here
 _PINNED = ("s3", "s3a", "http", "https")  # those whose reads ask for the recorded version
-DESCRIBE_THREADS = 16  # objects described at once (HEAD requests)
-STREAM_BLOCK = 8 << 20  # bytes read at a time from a stream (a tar): few requests, bounded memory
 _HTTP_DATE = re.compile(r"^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$")  # a Last-Modified
 _EXTRAS = {"s3": ("s3fs", "cloud"), "s3a": ("s3fs", "cloud"), "gs": ("gcsfs", "gcsfs"), "gcs": ("gcsfs", "gcsfs"),
            "http": ("aiohttp", "cloud"), "https": ("aiohttp", "cloud")}
@@ -82,7 +73,7 @@ class ObjectChanged(Exception):
 
     Not an image's failure of the usual kinds and never tried again: for one image the reader
     records it as kind "changed" (`decode_url_row`); for a tar, reading it stops and this is raised
-    to the caller (`parallel.inputs.tars.stream_members`), which must drop what it read of the tar.
+    to the caller (`parallel.inputs.tar_stream.stream_members`), which must drop what it read of the tar.
 
     Attributes:
       url: the object.
@@ -352,92 +343,3 @@ def _precondition_failed(error):
 def _words(error):
     text = " ".join(str(error).split())[:200]
     return "%s: %s" % (type(error).__name__, text) if text else type(error).__name__
-
-
-def open_stream(location, version=None):
-    """`location` (a local path or a URL) opened for reading front to back, in large blocks.
-
-    A URL's stream is reopened where it broke when the store fails mid-way (up to TRIES times at
-    one place); every one of its ranged reads asks for one version of the object: `version` when
-    given (the ETag the job recorded), else the one it had when the stream was opened. A local
-    file is an ordinary open file. Both can seek (a tar's member too large to read is passed by).
-
-    Raises:
-      ImageError: the file or object cannot be opened (its kind as for `fetch`).
-      ObjectChanged: the object is no longer `version` (when opened, or at any read after).
-    """
-    if not is_url(location):
-        try:
-            return open(location, "rb", buffering=STREAM_BLOCK)
-        except FileNotFoundError:
-            raise ImageError("missing", "no such file: %s" % location) from None
-        except OSError as error:
-            raise ImageError("unreadable", "cannot read %s: %s" % (location, error.strerror or error)) from None
-    return io.BufferedReader(_ResumingStream(location, version), buffer_size=STREAM_BLOCK)
-
-
-class _ResumingStream(io.RawIOBase):
-    """An object read by ranged requests, each retried and pinned to one version: a raw stream for BufferedReader."""
-
-    def __init__(self, url, version=None):
-        super().__init__()
-        self.url = url
-        self.position = 0
-        self.size, _, now = details(url)
-        if version and now != version:
-            raise ObjectChanged(url, version, now)
-        self.version = version or now
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self.position
-
-    def seek(self, offset, whence=io.SEEK_SET):
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def readinto(self, buffer):
-        if self.position >= self.size:
-            return 0
-        stop = min(self.size, self.position + len(buffer))
-        data = fetch(self.url, self.position, stop, version=self.version)
-        if not data:
-            return 0
-        buffer[:len(data)] = data
-        self.position += len(data)
-        return len(data)
-
-
-def locate(root, key):
-    """Where the image `key` of a job whose --images is `root` is: a URL, or a path.
-
-    A key that is a URL (an --images-from entry) is itself; one relative to a prefix (a URL
-    root) is the prefix's object; else a path under the folder `root`.
-    """
-    if is_url(key):
-        return key
-    if is_url(root):
-        return root.rstrip("/") + "/" + key
-    return os.path.join(root, key)
-
-
-def describe_all(locations):
-    """(size, mtime_ns, etag) of each of `locations` (paths or URLs), URLs described concurrently.
-
-    A path has etag ""; what cannot be found has size and time -1 (it fails when read).
-    """
-    def one(location):
-        if is_url(location):
-            return describe(location)
-        return size_and_time(location, None) + ("",)
-
-    if not any(is_url(location) for location in locations):
-        return [one(location) for location in locations]
-    with ThreadPoolExecutor(DESCRIBE_THREADS, thread_name_prefix="describe") as pool:
-        return list(pool.map(one, locations))

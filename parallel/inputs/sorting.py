@@ -23,7 +23,9 @@ import tempfile
 
 from parallel.inputs.discovery import iter_images, size_and_time
 from parallel.inputs.manifest import Manifest, check_shard_size, write_manifest
-from parallel.inputs.remote import check_scheme, describe_all, is_url, locate
+from parallel.inputs.locations import describe_all, locate
+from parallel.inputs.remote import check_scheme
+from parallel.locations import is_url
 from parallel.messages import first_line
 
 RUN_ENTRIES = 262_144   # entries sorted in memory at a time (about 50 MB of tuples)

@@ -43,7 +43,9 @@ from pathlib import Path
 
 from parallel.inputs import remote
 from parallel.inputs.discovery import has_image_extension
+from parallel.inputs.locations import describe_all
 from parallel.inputs.manifest import Manifest
+from parallel.locations import is_url
 
 FOLDER, PREFIX, TARS = "folder", "prefix", "tars"
 _RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
@@ -92,7 +94,7 @@ class Source:
             if not entries:
                 raise ValueError("images=%s holds no image: no object under it has an image extension" % self.root)
         else:
-            entries = [(tar,) + tuple(described) for tar, described in zip(self.tars, remote.describe_all(self.tars))]
+            entries = [(tar,) + tuple(described) for tar, described in zip(self.tars, describe_all(self.tars))]
             if all(size < 0 for _, size, _, _ in entries):
                 raise ValueError("images=%s names no tar that exists: %s" % (self.description, _why_not(self.tars[0])))
         return Manifest([entry[0] for entry in entries], [entry[1] for entry in entries],
@@ -101,7 +103,7 @@ class Source:
 
 def _why_not(tar):
     """Why the tar at `tar` (a path or a URL) cannot be described: one line."""
-    if not remote.is_url(tar):
+    if not is_url(tar):
         return "%s: %s" % (tar, "no such file" if not os.path.lexists(tar) else "not a readable file")
     try:
         remote.details(tar)
@@ -137,7 +139,7 @@ def parse_images(values):
         values = wids_tars(values[0])
     if len(values) == 1 and not is_tar(values[0]):
         value = values[0]
-        if remote.is_url(value):
+        if is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
         return Source(FOLDER, str(Path(image_folder(value)).resolve()))
     others = [value for value in values if not is_tar(value)]
@@ -166,14 +168,14 @@ def wids_tars(index):
     """
     import json
     try:
-        data = remote.fetch(index) if remote.is_url(index) else Path(index).read_bytes()
+        data = remote.fetch(index) if is_url(index) else Path(index).read_bytes()
         shards = json.loads(data)["shardlist"]
         urls = [shard["url"] for shard in shards]
     except (OSError, ValueError, KeyError, TypeError, remote.ImageError) as error:
         raise ValueError("images=%s is not a readable wids shard index (JSON with a \"shardlist\" of "
                          "{\"url\": ...}): %s" % (index, error)) from None
-    base = index.rsplit("/", 1)[0] if remote.is_url(index) else os.path.dirname(os.path.abspath(index))
-    tars = [url if remote.is_url(url) or os.path.isabs(url) else base + "/" + url for url in urls]
+    base = index.rsplit("/", 1)[0] if is_url(index) else os.path.dirname(os.path.abspath(index))
+    tars = [url if is_url(url) or os.path.isabs(url) else base + "/" + url for url in urls]
     for tar in tars:
         _check_url(tar)
     others = [tar for tar in tars if not is_tar(tar)]
@@ -197,7 +199,7 @@ def image_folder(value):
 
 def _check_url(value):
     """ValueError (one line, naming `value`) when `value` is a URL of a scheme not read here."""
-    if remote.is_url(value):
+    if is_url(value):
         try:
             remote.check_scheme(value)
         except ValueError as error:
@@ -219,12 +221,12 @@ def _expand(value):
                 raise ValueError("images=%s names no tar: the glob %s matches none" % (value, name))
             found.extend(matches)
         else:
-            found.append(name if remote.is_url(name) else os.path.abspath(name))
+            found.append(name if is_url(name) else os.path.abspath(name))
     return found
 
 
 def _glob(pattern):
-    if not remote.is_url(pattern):
+    if not is_url(pattern):
         return [os.path.abspath(path) for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
     fs, path = remote.filesystem(pattern)
     fs.invalidate_cache()  # the store now, not an earlier listing of this process

@@ -1,6 +1,6 @@
 """Images that arrive as a stream of (key, bytes) -> decoded uint8 batches, in order, overlapped.
 
-    items: (key, bytes or ImageError), ... e.g. parallel.inputs.tars.stream_members(tar, index)
+    items: (key, bytes or ImageError), ... e.g. parallel.inputs.tar_stream.stream_members(tar, index)
     items --StreamReader(batch_size, workers, prefetch_batches)--> Batch(paths, images, failures), ...
 
 The reader of a tar: its members are known only as the tar is read, so the batches cannot be cut

@@ -36,7 +36,7 @@ import threading
 
 import numpy as np
 
-from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger
+from parallel.jobs.ledger import LEDGER_SUFFIX
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection
 from parallel.inputs.tars import MEMBERS_SUFFIX
 from parallel.output import DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record

@@ -208,7 +208,7 @@ def insert_rows(features, target, keys, paths, values, column_prefix):
 
 
 def keep_last_copies(features, errors, entries, kept, renames):
-    """Rewrites a tar shard's attempt after a member name came twice (`parallel.inputs.tars.LaterCopies`): the
+    """Rewrites a tar shard's attempt after a member name came twice (`parallel.inputs.tar_stream.LaterCopies`): the
     rows and failures of the last copies only, under their members' keys, in the order of `entries`.
 
     Args:

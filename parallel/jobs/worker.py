@@ -17,7 +17,8 @@ from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
 from parallel.inputs.manifest import read_job
 from parallel.inputs.remote import ObjectChanged
-from parallel.inputs.tars import MEMBERS_FILE, LaterCopies, is_member, stream_members, write_index
+from parallel.inputs.tar_stream import LaterCopies, stream_members
+from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
 from parallel.jobs.identity import geometry_change
 from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
 from parallel.jobs.shards import SHARD_FEATURES
