@@ -1,4 +1,4 @@
-"""The command line: a model's features (VGG16 fc7 by default) of every image in a folder, written to a CSV, Parquet or npy file.
+"""The command line: a model's features (VGG16 fc7 by default) of every image in a folder, as CSV, Parquet or npy.
 
     python run_inference.py --gpus 0,1,2,3 --images photos/            # -> results/features.csv
     python run_inference.py --help                                     # the flags, examples, exit statuses
@@ -31,7 +31,8 @@ from parallel.inputs.resize import RESIZE_MODES  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
 from parallel.messages import first_line, one_line  # noqa: E402
 from parallel.output import FORMATS  # noqa: E402
-from parallel.signals import EXIT_INTERRUPTED, exit_now, exit_on_second_signal, exit_on_signal  # noqa: E402
+from parallel.signals import (EXIT_INTERRUPTED, by_a_signal, exit_now, exit_on_second_signal,  # noqa: E402
+                              exit_on_signal)
 from parallel.locations import is_url  # noqa: E402
 
 DEFAULT_FORMAT = "csv"
@@ -39,11 +40,13 @@ DEFAULT_FOLDER = "results"
 FILE_NAME = "features"  # + "." + format, when --output is a folder or not given
 
 DESCRIPTION = """\
-Computes the VGG16 features of every image in a folder (searched recursively) and
+Computes a model's features of every image in a folder (searched recursively) and
 writes them to one file: a row per image, keyed by its path relative to the folder.
-By default the features are fc7 (4096 floats per image), the weights are Keras's
-ImageNet weights (downloaded once, 553 MB), and every visible GPU is used, or the
-CPU when there is none.
+By default the model is VGG16 (--model chooses another), its features fc7 (4096
+floats per image), its weights the published ImageNet ones (downloaded once, 553 MB),
+and every visible GPU is used, or the CPU when there is none. To check that it runs
+offline, write seeded random weights (their features are meaningless) and use them:
+python -m models.weight_files random vgg16-random.npy, then --weights vgg16-random.npy.
 
 The output is written as the run goes. If the run stops (Ctrl-C, a crash, a full
 disk), the same command resumes it, computing only the images without a row yet.
@@ -78,6 +81,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, "run_inference: error: %s (see --help)\n" % message)
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """argparse's help, where --images reads as the one FOLDER it names (several values: tars the shell expanded)."""
+
+    def _format_args(self, action, default_metavar):
+        return "FOLDER" if action.dest == "images" else super()._format_args(action, default_metavar)
+
+
 def at_least_one(text):
     """argparse type: a whole number >= 1."""
     try:
@@ -110,8 +120,7 @@ def parse_args(argv=None):
     """The parsed flags; `output` and `output_format` are None when not given (see `resolve_output`)."""
     # No prog: argparse names the program after sys.argv[0], so the console script's help says
     # "usage: run-inference" and the script's "usage: run_inference.py".
-    parser = _Parser(description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(description=DESCRIPTION, epilog=EPILOG, formatter_class=_Help)
     parser.add_argument("--images", metavar="FOLDER", nargs="+",
                         help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...); "
                              "or a prefix of a store (s3://bucket/photos/); or tar shards: a .tar path or URL, "
@@ -152,13 +161,16 @@ def parse_args(argv=None):
                                "(Keras's 'fc2', Caffe's 'fc7')")
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
                         help="'imagenet' (default: the model's published pretrained weights, downloaded once: "
-                             "Keras's ImageNet file into ~/.keras/models; for DINOv2 the pinned Hugging Face "
-                             "checkpoint into the hub's cache), or the path of a weights file: for vgg16 a "
-                             "tensorflow-vgg vgg16.npy or a Keras vgg16_weights_tf_dim_ordering_tf_kernels.h5 "
-                             "(docs/models.md lists each model's)")
+                             "Keras's ImageNet file into ~/.keras/models; for DINOv2 and CLIP the pinned Hugging "
+                             "Face checkpoint into the hub's cache), or the path of a weights file (for vgg16 a "
+                             "tensorflow-vgg vgg16.npy or a Keras .h5; docs/models.md lists each model's), such as "
+                             "seeded random weights, which check that a model runs offline (their features are "
+                             "meaningless): python -m models.weight_files random FILE --model NAME")
     parser.add_argument("--resize", default="crop", choices=RESIZE_MODES,
-                        help="crop (default): the centre square, resized to 224x224; "
-                             "stretch: the whole image, resized to 224x224")
+                        help="crop (default): the centre 224x224: VGG16, ResNet50, EfficientNetB0 and ConvNeXt "
+                             "resize the centre square to 224x224; CLIP resizes the image to a short side of 224, "
+                             "DINOv2 to 256 (bicubic), then cuts its centre 224x224. stretch: the whole image "
+                             "resized to 224x224")
     parser.add_argument("--precision", default="fp32", choices=PRECISION_NAMES,
                         help="arithmetic on the devices; the output is float32 either way. fp32 (default): "
                              "IEEE float32 on every device, so features agree across GPU generations and with "
@@ -278,6 +290,9 @@ def main(argv=None):
     # The run's own log at INFO; the libraries' (botocore's "Found credentials ...", Ray's) only their warnings.
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.WARNING)
     logging.getLogger("parallel").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    if args.output_format is None and os.path.splitext(str(output))[1][1:].lower() not in FORMATS:
+        logging.warning("--output %s names no format (.csv, .parquet or .npy): it is written as CSV; --format "
+                        "parquet or --format npy chooses another", output)
 
     try:
         with exit_on_second_signal("run_inference: stopped at once; committed rows are kept: rerun the same "
@@ -292,7 +307,7 @@ def main(argv=None):
         _say("error: %s" % error)
         return EXIT_USAGE
     except Exception as error:
-        if _by_a_signal(error):  # e.g. ImportError("initialization failed") of an import a signal cut short
+        if by_a_signal(error):  # e.g. ImportError("initialization failed") of an import a signal cut short
             _say("interrupted; rerun the same command to resume")
             return EXIT_INTERRUPTED
         if args.verbose:
@@ -382,21 +397,6 @@ def _silence_native_logs():
         return
     sys.stderr = open(real_stderr, "w", buffering=1, encoding=sys.stderr.encoding,
                       errors="backslashreplace")
-
-
-def _by_a_signal(error):
-    """Whether `error` was raised because a signal's KeyboardInterrupt cut something short (its chain holds one).
-
-    A native module's initialisation (pybind11) turns the KeyboardInterrupt of a SIGTERM during
-    `import tensorflow` into ImportError("initialization failed"), raised from it.
-    """
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
 
 
 def console():

@@ -202,3 +202,18 @@ def exit_now(status):
         except (AttributeError, OSError, RuntimeError, ValueError):  # closed, or a write it interrupted
             pass
     os._exit(status)
+
+
+def by_a_signal(error):
+    """Whether `error` was raised because a signal's KeyboardInterrupt cut something short (its chain holds one).
+
+    A native module's initialisation (pybind11) turns the KeyboardInterrupt of a SIGTERM during
+    `import tensorflow` into ImportError("initialization failed"), raised from it.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False

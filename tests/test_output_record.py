@@ -48,7 +48,17 @@ def test_check_settings_names_each_difference_and_skips_the_ignored_keys(tmp_pat
     recorded = {"model": "vgg16", "layer": "fc7", "feature_size": "4096"}
     check_settings("out.csv", recorded, {"model": "vgg16", "layer": "fc7"}, ignore=("feature_size",))
     with pytest.raises(OutputError) as raised:
-        check_settings("out.csv", recorded, {"model": "vgg19", "layer": "fc7", "resize": "crop"},
+        check_settings("out.csv", recorded, {"model": "vgg16", "layer": "fc6", "resize": "crop"},
                        ignore=("feature_size",))
-    assert str(raised.value) == ("out.csv was written with other settings (model='vgg16', not 'vgg19'; resize=None, "
+    assert str(raised.value) == ("out.csv was written with other settings (layer='fc7', not 'fc6'; resize=None, "
                                  "not 'crop'): pass --overwrite to replace it or choose another --output")
+
+
+def test_an_output_of_another_model_is_refused_naming_the_two_models_only():
+    """Another model differs in its layer, preprocessing and weights too: the models say it all, in a short line."""
+    recorded = {"model": "vgg16", "layer": "fc7", "weights": "w.npy (553432024 bytes)", "preprocessing": "None"}
+    with pytest.raises(OutputError) as raised:
+        check_settings("out.csv", recorded, {"model": "efficientnet_b0", "layer": "avg_pool", "weights": "e.h5",
+                                             "preprocessing": "Keras EfficientNet: x/255, Normalization, ..."})
+    assert str(raised.value) == ("out.csv was written by another model (vgg16, not efficientnet_b0): pass "
+                                 "--overwrite to replace it or choose another --output")

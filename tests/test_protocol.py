@@ -160,6 +160,46 @@ def test_the_command_line_refuses_an_output_that_is_a_symbolic_link_with_exit_2(
     assert entries_under(tmp_path) == before
 
 
+def _unwritable(tmp_path, where):
+    """An output the job cannot write beside, and (the folder that refuses, why): under /proc, which takes no new
+    file even from root; under a regular file (a folder of it to create, or not); in a folder without write
+    permission (root writes there: not made as root)."""
+    if where == "proc":
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("no /proc on this system")
+        return Path("/proc/out.csv"), ("/proc", "takes no new file (No such file or directory)")
+    if where == "read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes in a folder without write permission")
+        folder = tmp_path / "locked"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder / "new" / "out.csv", (folder, "takes no new file (Permission denied)")
+    (tmp_path / "notes").write_text("a file, not a folder")
+    output = tmp_path / "notes" / ("out.csv" if where == "under a file" else "new/out.csv")
+    return output, (tmp_path / "notes", "is a file, not a folder")
+
+
+@pytest.mark.parametrize("output_format, distribution, overwrite", [
+    ("csv", None, False), ("parquet", None, True),
+    ("npy", jobs.Distribution(kind="static", rank=0, world_size=1), False),
+], ids=["csv", "parquet-overwrite", "npy-static-rank"])
+@pytest.mark.parametrize("where", ["proc", "under a file", "under a file, new folder", "read-only folder"])
+def test_an_output_the_job_cannot_write_is_one_line_naming_it_before_anything_is_loaded(
+        job_images, tmp_path, where, output_format, distribution, overwrite):
+    """Unchecked, the job failed as it took its lock (exit 1, "FileNotFoundError ... out.csv.lock") or wrote its
+    manifest: refused first, for every format and mode, saying which folder refuses and why."""
+    output, (folder, why) = _unwritable(tmp_path, where)
+    before = entries_under(tmp_path)
+    config = job_child.config(job_images, output, output_format, distribution)
+    config = dataclasses.replace(config, overwrite=overwrite,
+                                 model=dataclasses.replace(config.model, load_weights=_never_loaded))
+    with pytest.raises(ValueError) as refusal:
+        jobs.run(config)
+    assert str(refusal.value) == "output=%s cannot be written: %s %s; choose another output" % (output, folder, why)
+    assert entries_under(tmp_path) == before
+
+
 def test_overwrite_never_writes_over_a_tar_or_an_image_in_the_store(job_images, tars, s3):
     upload(job_images, s3.url("photos"))
     upload(tars[0].parent, s3.url("shards"))

@@ -48,6 +48,8 @@ def read(path):
 
 @pytest.mark.parametrize("make, flags, message", [
     (lambda tmp: tmp / "nowhere", [], "--images .*nowhere is not a folder"),
+    (lambda tmp: make_images(tmp) / "five.JPG", [], "--images .*five.JPG is a file, not a folder: to compute some "
+     "images, list their paths in a text file, one a line, and give it as --images-from$"),
     (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", [], "contains no images"),
     (make_images, ["--gpus", "3"], "GPU 3 not found; this machine has CPU:0"),
     (make_images, ["--devices", "tpu:0"], "must name a CPU or GPU"),
@@ -145,7 +147,13 @@ def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, wei
                            str(output), "--weights", str(weights_file), "--devices", "cpu:0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    other_model = tmp_path / "efficientnet_b0.h5"
+    other_model.write_bytes(b"never read: the output is checked first")
     for flags, message in ((["--images", str(first), "--layer", "relu7"], "written with other settings"),
+                           (["--images", str(first), "--model", "efficientnet_b0", "--weights", str(other_model),
+                             "--batch-size", "5"],  # no word of its step geometry: the job is not this one
+                            "%s was written by another model (vgg16, not efficientnet_b0): pass --overwrite to "
+                            "replace it or choose another --output\n" % output),
                            (["--images", str(second)], "holds the features of the images in")):
         done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--output", str(output),
                                "--weights", str(weights_file), "--devices", "cpu:0", *flags],
@@ -167,6 +175,25 @@ def test_a_refusal_that_quotes_data_is_still_a_short_line(tmp_path, monkeypatch,
     assert error.rstrip().endswith("more characters)")
 
 
+@pytest.mark.parametrize("where, output, refusal", [
+    ("proc", "/proc/features.csv", "/proc takes no new file (No such file or directory)"),
+    ("file", "{tmp}/notes.txt/runs/features.parquet", "{tmp}/notes.txt is a file, not a folder"),
+])
+def test_an_output_that_cannot_be_written_is_one_line_exit_2_before_anything_is_loaded(tmp_path, capsys, where,
+                                                                                       output, refusal):
+    """Was exit 1, "failed: FileNotFoundError: ... features.csv.lock" once the images and weights were read."""
+    if where == "proc" and not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc on this system")
+    (tmp_path / "notes.txt").write_text("a file")
+    weights = tmp_path / "vgg16.npy"
+    weights.write_bytes(b"never read: the output is checked first")
+    output, refusal = output.replace("{tmp}", str(tmp_path)), refusal.replace("{tmp}", str(tmp_path))
+    assert main("--images", make_images(tmp_path / "images", NAMES[:1]), "--output", output, "--weights", weights,
+                "--devices", "cpu:0") == engine.EXIT_USAGE
+    assert capsys.readouterr().err == ("run_inference: error: --output %s cannot be written: %s; choose another "
+                                       "output\n" % (output, refusal))
+
+
 # ----------------------------------------------------------------------------- flags, --help and the output path
 
 def help_text(monkeypatch, capsys, program="run_inference.py"):
@@ -181,7 +208,7 @@ def help_text(monkeypatch, capsys, program="run_inference.py"):
 @pytest.mark.parametrize("program", ["run-inference", "run_inference.py"])
 def test_help_is_named_after_the_command_that_was_run(monkeypatch, capsys, program):
     text = help_text(monkeypatch, capsys, program)
-    assert text.startswith("usage: %s [-h] [--images FOLDER [FOLDER ...]]" % program), text[:80]
+    assert text.startswith("usage: %s [-h] [--images FOLDER] [--images-from FILE]" % program), text[:80]
     assert "\n  %s --images photos/ " % program in text  # the examples too
 
 
@@ -211,6 +238,51 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
     listed = [int(number) for number in re.findall(r"^  (\d+) ", statuses, re.MULTILINE)]
     assert sorted(listed) == sorted([engine.EXIT_OK, engine.EXIT_FAILED, engine.EXIT_USAGE,
                                      engine.EXIT_SOME_FAILED, engine.EXIT_INTERRUPTED]), statuses
+
+
+def test_help_readme_and_package_speak_of_every_model_in_the_registry_order(monkeypatch, capsys):
+    """--help, setup.cfg and the README's title once said VGG16 alone, --weights left CLIP out, --resize described
+    the square crop only, random weights went unmentioned, and the README listed the models in another order."""
+    from models import registry
+    text = help_text(monkeypatch, capsys)
+    description = text.split("\n\n")[1]
+    assert "VGG16" in description and "--model chooses another" in description, description
+    assert "python -m models.weight_files random vgg16-random.npy" in " ".join(description.split())
+    blocks = {block.split()[0]: " ".join(block.split()) for block in re.split(r"\n(?=  -)", text) if
+              block.startswith("  --")}
+    assert "for DINOv2 and CLIP the pinned Hugging Face checkpoint" in blocks["--weights"]
+    assert "python -m models.weight_files random FILE --model NAME" in blocks["--weights"]
+    assert "CLIP resizes the image to a short side of 224, DINOv2 to 256 (bicubic), then cuts its centre 224x224" \
+        in blocks["--resize"]
+    assert "--images FOLDER folder of images" in blocks["--images"]
+    name = re.compile("|".join(sorted(registry.NAMES, key=len, reverse=True)))
+    for page in (blocks["--model"], (REPOSITORY / "README.md").read_text(),
+                 (REPOSITORY / "docs" / "command-line.md").read_text()):
+        lists = [list(dict.fromkeys(name.findall(line))) for line in page.splitlines()]
+        lists = [listed for listed in lists if sorted(listed) == sorted(registry.NAMES)]  # the lines naming all
+        assert lists and all(listed == list(registry.NAMES) for listed in lists), lists
+    setup = (REPOSITORY / "setup.cfg").read_text()
+    title = (REPOSITORY / "README.md").read_text().splitlines()[0]
+    families = ["VGG16", "ResNet50", "EfficientNetB0", "ConvNeXt", "DINOv2", "CLIP"]
+    for named in (re.search(r"^description = (.*)$", setup, re.MULTILINE).group(1), title):
+        assert re.findall("|".join(families), named) == families, named
+
+
+@pytest.mark.parametrize("flags, warned", [
+    (["--output", "x.txt"], "--output x.txt"),
+    (["--output", "feats"], "--output feats"),
+    (["--output", "x.txt", "--format", "csv"], None),
+    (["--output", "x.CSV"], None),
+    ([], None),
+])
+def test_an_output_whose_extension_names_no_format_says_csv_is_written(fake_run, caplog, flags, warned):
+    with caplog.at_level("WARNING"):
+        assert main("--images", ".", "--devices", "cpu:0", "--quiet", *flags) == 0
+    config, = fake_run.configs
+    assert config.output_format == "csv"
+    expected = [] if warned is None else ["%s names no format (.csv, .parquet or .npy): it is written as CSV; "
+                                          "--format parquet or --format npy chooses another" % warned]
+    assert [record.getMessage() for record in caplog.records if record.levelname == "WARNING"] == expected
 
 
 @pytest.mark.parametrize("flag", ["--batch-size", "--workers", "--prefetch"])

@@ -125,8 +125,8 @@ def parse_images(values):
 
     Raises:
       ValueError: no value, several values that are not all tars, a tar path holding "::", a
-        pattern or glob that names no tar, a URL of a scheme not read here, or a folder that does
-        not exist.
+        pattern or glob that names no tar, a URL of a scheme not read here, a folder that does
+        not exist, or a file (the message points to images_from=, which lists images).
     """
     if isinstance(values, (str, os.PathLike)):
         values = [values]
@@ -141,6 +141,9 @@ def parse_images(values):
         value = values[0]
         if is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
+        if os.path.isfile(value):
+            raise ValueError("images=%s is a file, not a folder: to compute some images, list their paths in a "
+                             "text file, one a line, and give it as images_from=" % value)
         return Source(FOLDER, str(Path(image_folder(value)).resolve()))
     others = [value for value in values if not is_tar(value)]
     if others:

@@ -153,9 +153,7 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
     if existed:  # before the generic comparison: a rank started with other flags is told which
         recorded = read_job(job.manifest)["job"]
         change = geometry_change(recorded, config.step_geometry)
-        if change and alone:
-            log.warning("%s was started with another step geometry (%s): the rows computed from now on may differ "
-                        "in float rounding from those of one uninterrupted run", config.output, change)
+        if change and alone:  # warned about once the job is known to be this one (`job.freeze` checks it)
             record.update((key, recorded[key]) for key in config.step_geometry if key in recorded)
         elif change:
             raise ValueError("%s is computed with another step geometry than this process's (%s): its rows would "
@@ -167,6 +165,9 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
     job.freeze(record, lambda: _scan(config, spilled=True), config.distribution.shard_size,
                config.distribution.wait_seconds, default_shard_size=tars_per_shard if tars else
                max(host_batch, DEFAULT_SHARD_SIZE // host_batch * host_batch))
+    if existed and change and alone:
+        log.warning("%s was started with another step geometry (%s): the rows computed from now on may differ "
+                    "in float rounding from those of one uninterrupted run", config.output, change)
     if job.shard_size % host_batch and not tars:
         log.warning("shards of %d images are not a multiple of the %d images of a step: a step that two shards "
                     "share is computed whole in each (the rows are a single process's; the devices do more work: "

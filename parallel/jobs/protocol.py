@@ -7,7 +7,8 @@ output (a local file, an object in a store), on one process or many (see `parall
                                 a tar, the list file, the weights, a wids index
     refuse_what_it_cannot_replace
                                 no name the job writes or removes (its output, a file or folder beside
-                                it) is held by a FIFO, a link, a device, a socket, or a folder for a file
+                                it) is held by a FIFO, a link, a device, a socket, or a folder for a file;
+                                and its folder takes new files (`refuse_unwritable`)
     read_locations(config)      those files and objects, with the flag that names each
 
 A run that fails one of these checks has written and removed nothing, whatever its flags
@@ -15,6 +16,7 @@ A run that fails one of these checks has written and removed nothing, whatever i
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 from parallel.inputs.discovery import has_image_extension
@@ -85,6 +87,7 @@ def refuse_what_it_cannot_replace(config):
     (never followed: what it points to may be an input) there is refused with or without --overwrite,
     which would not replace it either; found only once the job had been computed, it would stop the
     run with the job's files written (or, --overwrite, the others removed). A store output has none.
+    A folder the job cannot write in is refused too (`refuse_unwritable`).
     """
     if is_url(config.output):
         return
@@ -96,6 +99,33 @@ def refuse_what_it_cannot_replace(config):
         refuse_unless(Path(str(output) + suffix), REGULAR_FILE, advice)
     for suffix in JOB_FOLDERS:
         refuse_unless(Path(str(output) + suffix), FOLDER, advice)
+    refuse_unwritable(output)
+
+
+def refuse_unwritable(output):
+    """OutputError (one line, naming `output` and why) when the job cannot write its files beside `output`.
+
+    They all go in the output's folder (its lock first), created with its parents when missing: the
+    nearest folder on the way that exists must take a new file. It is tried by creating an empty
+    hidden file in it and removing it, which catches what permissions do not tell (a read-only
+    mount; /proc, which refuses new files even to root); a file where a folder is needed is named.
+
+    Args:
+      output: Path of a local output.
+    """
+    folder = output.parent
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError("output=%s cannot be written: %s is %s; choose another output"
+                          % (output, folder, "a file, not a folder" if folder.is_file() else "not a folder"))
+    try:
+        descriptor, probe = tempfile.mkstemp(prefix="." + output.name + ".", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise OutputError("output=%s cannot be written: %s takes no new file (%s); choose another output"
+                          % (output, folder, error.strerror or error)) from None
+    os.close(descriptor)
+    os.unlink(probe)
 
 
 def before_writing(config, load_weights=True):

@@ -75,10 +75,14 @@ def check_settings(output, recorded, expected, ignore=()):
       ignore: keys not known yet (e.g. "feature_size" before the graph is built).
 
     Raises:
-      OutputError: a setting differs; the message names each difference.
+      OutputError: a setting differs; the message names each difference, or only the models when they
+        differ (then every other setting may too: the layer, the preprocessing, the weights).
     """
     old = {key: value for key, value in recorded.items() if key not in ignore}
     new = {key: value for key, value in expected.items() if key not in ignore}
+    if None not in (old.get("model"), new.get("model")) and old["model"] != new["model"]:
+        raise OtherSettings("%s was written by another model (%s, not %s): pass --overwrite to replace it or "
+                            "choose another --output" % (output, old["model"], new["model"]))
     differences = ["%s=%r, not %r" % (key, old.get(key), new.get(key))
                    for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if differences:
