@@ -48,8 +48,9 @@ def load_weights(path, model, towers=("vision",)):
     Args:
       path: a safetensors file in Hugging Face's or open_clip's layout.
       model: a `clip_layers.Config` (the shapes expected).
-      towers: which parts to return: "vision" (the image tower and its projection), "text" (the text tower
-        and its projection), or both.
+      towers: which parts to return, any of "vision" (the image tower and its projection), "text" (the text
+        tower and its projection) and "logit_scale" (the contrastive loss's temperature, which neither tower
+        uses: a scalar, [] as in the published files, or [1] as the random command wrote it before).
 
     Returns:
       {Hugging Face name: float32 array in PyTorch's layout}, e.g. "visual_projection.weight": [512, 768].
@@ -61,11 +62,13 @@ def load_weights(path, model, towers=("vision",)):
     tensors = read_tensors(path)
     if "visual.conv1.weight" in tensors or "token_embedding.weight" in tensors:
         tensors = from_open_clip(tensors, model, path)
+    parts = {"vision": clip_layers.vision_parameters(model), "text": clip_layers.text_parameters(model),
+             "logit_scale": (clip_layers.LOGIT_SCALE,)}
     expected = ()
     for tower in towers:
-        if tower not in ("vision", "text"):
-            raise ValueError("towers=%r; expected 'vision' and/or 'text'" % (towers,))
-        expected += (clip_layers.vision_parameters if tower == "vision" else clip_layers.text_parameters)(model)
+        if tower not in parts:
+            raise ValueError("towers=%r; expected any of 'vision', 'text' and 'logit_scale'" % (towers,))
+        expected += parts[tower]
     return _checked(tensors, expected, path, model)
 
 
@@ -79,12 +82,14 @@ def _checked(tensors, expected, path, model):
                                "Hugging Face's or open_clip's layout?)" % (path, name, known, model.name,
                                                                           len(clip_layers.parameters(model))))
         array = tensors[name]
+        if tuple(shape) == () and tuple(array.shape) == (1,):
+            array = array.reshape(())  # a scalar stored as [1], as the random command wrote logit_scale before
         if tuple(array.shape) != tuple(shape):
             raise WeightsError("weights=%s: %s has shape %s; %s needs %s (a checkpoint of another CLIP model?)"
                                % (path, name, tuple(array.shape), model.name, tuple(shape)))
         if not np.issubdtype(array.dtype, np.floating):
             raise WeightsError("weights=%s: %s is %s, not floats" % (path, name, array.dtype))
-        weights[name] = np.ascontiguousarray(array, dtype=np.float32)
+        weights[name] = np.asarray(array, dtype=np.float32, order="C")  # not ascontiguousarray: it makes [] [1]
     return weights
 
 
@@ -168,7 +173,7 @@ def to_open_clip(weights, model):
         if not all(target in weights for target in targets):
             continue
         array = weights[targets[0]] if len(targets) == 1 else np.concatenate([weights[name] for name in targets])
-        arrays[source] = np.ascontiguousarray(array.T if source in ("visual.proj", "text_projection") else array)
+        arrays[source] = np.asarray(array.T if source in ("visual.proj", "text_projection") else array, order="C")
     return arrays
 
 

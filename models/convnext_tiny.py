@@ -26,10 +26,11 @@ gives every device its own copy; their values are loaded from host arrays, never
 Only the layers the requested endpoint needs are built and loaded.
 
 Which Keras output each endpoint equals:
-- `avg_pool` from the notop file is `ConvNeXtTiny(include_top=False, pooling="avg")`'s output: the global
-  average pool, then the LayerNorm Keras adds after the pooling, with the notop file's weights for it. From the
-  full file it is the output of `ConvNeXtTiny(include_top=True)`'s layer `convnext_tiny_head_layernorm`
-  (the classifier's own LayerNorm). The two files' LayerNorms are not the same weights (see docs/models.md).
+- `avg_pool` from the full file (what "imagenet" reads for it) is the output of `ConvNeXtTiny(include_top=True)`'s
+  layer `convnext_tiny_head_layernorm`: the global average pool, then the classifier's own, trained LayerNorm.
+  From the notop file (given as a path) it is `ConvNeXtTiny(include_top=False, pooling="avg")`'s output: the
+  same pool, then the LayerNorm Keras adds after it, whose weights in Keras's notop file were never trained
+  (gamma 1, beta 0: see docs/models.md).
 - `stage_3` is the input of that LayerNorm before the pooling (the last block's output);
 - `logits` is `ConvNeXtTiny(classifier_activation=None)`'s output, `predictions` the default softmax one.
 """
@@ -66,6 +67,7 @@ NOTOP_KERAS_FILE = KerasFile(
     what="ConvNeXt-Tiny ImageNet weights without the classifier (27.8 M parameters)", random_command=_RANDOM_COMMAND)
 
 _NEEDS_TOP = ("logits", "predictions")
+_NEEDS_TRAINED_HEAD_NORM = ("avg_pool",) + _NEEDS_TOP  # Keras's notop file has the head LayerNorm untrained
 
 
 def _check_endpoint(endpoint):
@@ -81,9 +83,10 @@ def layers_for(endpoint):
 
 
 def keras_file_for(endpoint):
-    """The Keras file "imagenet" means for `endpoint`: the notop one, unless the classifier is needed."""
+    """The Keras file "imagenet" means for `endpoint`: the full one for every endpoint after the head's LayerNorm
+    (avg_pool too: the notop file's LayerNorm is untrained, gamma 1 and beta 0), the notop one for stage_3."""
     _check_endpoint(endpoint)
-    return FULL_KERAS_FILE if endpoint in _NEEDS_TOP else NOTOP_KERAS_FILE
+    return FULL_KERAS_FILE if endpoint in _NEEDS_TRAINED_HEAD_NORM else NOTOP_KERAS_FILE
 
 
 def feature_size(endpoint):
@@ -215,8 +218,9 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
 
     Args:
       endpoint: one of ENDPOINTS (default avg_pool: global average pool + LayerNorm, 768 floats).
-      weights: "imagenet" (Keras's cache file, downloaded if absent: convnext_tiny_notop.h5, or convnext_tiny.h5
-        for logits and predictions) or the path of a file in their layout; read when the engine asks, once.
+      weights: "imagenet" (Keras's cache file, downloaded if absent: convnext_tiny.h5, whose head LayerNorm is
+        trained, or convnext_tiny_notop.h5 for stage_3, which needs no head) or the path of a file in their
+        layout; read when the engine asks, once.
       precision: one of PRECISION_NAMES (see `models.vgg16.feature_model`); outputs are float32 either way.
       cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).
 

@@ -105,3 +105,6 @@ def _build_table():
 LAYERS = _build_table()
 BODY = LAYERS[:-2]          # stem, stages, downsampling: what every endpoint needs
 HEAD_LAYER_NORM, HEAD_DENSE = LAYERS[-2:]
+# The layers with weights in this model's files (the full one's): what tells a file of ConvNeXt-Tiny from another
+# model's (`registry.looks_like`).
+WEIGHT_FILE_NAMES = frozenset(layer.keras_name for layer in LAYERS)

@@ -72,9 +72,7 @@ def load_weights(path, with_top=False):
 def _checked(groups, group_name, layer, path):
     """The arrays of `layer` from the file's group `group_name`, as float32, after checking them."""
     if group_name not in groups:
-        known = sum(layer.keras_name in groups for layer in LAYERS)
-        raise WeightsError("weights=%s has no layer %s (%s): it has %d of ConvNeXt-Tiny's %d layers with weights"
-                           % (path, group_name, layer.name, known, len(LAYERS)))
+        raise keras_h5.missing_layer(path, "%s (%s)" % (group_name, layer.name), "ConvNeXt-Tiny", list(groups))
     if len(groups[group_name]) != len(layer.arrays):  # said here to name our layer as well as Keras's
         raise WeightsError("weights=%s: layer %s has %d arrays; ConvNeXt-Tiny's %s has %d (%s)"
                            % (path, group_name, len(groups[group_name]), layer.name, len(layer.arrays),

@@ -213,6 +213,9 @@ def _build_keras_layers():
 # matches an .h5 file's layers by); the notop file holds all but the last.
 KERAS_LAYERS = _build_keras_layers()
 TOP_LAYERS = ("predictions",)
+# The layers with weights in this model's files (the full one's): what tells a file of EfficientNetB0 from another
+# model's (`registry.looks_like`).
+WEIGHT_FILE_NAMES = frozenset(layer.name for layer in KERAS_LAYERS)
 
 
 def keras_layers(include_top):

@@ -22,7 +22,6 @@ import numpy as np
 from models import keras_h5
 from models.efficientnet_b0_layers import (BLOCKS, IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS, TOP_LAYERS,
                                            keras_layers)
-from models.files import WeightsError
 
 _FILES = "efficientnetb0_notop.h5 or efficientnetb0.h5"  # Keras's two files, for messages
 _NORMALIZATION_WEIGHTS = {"mean", "variance", "count"}
@@ -57,11 +56,9 @@ def load_weights(path, include_top=False):
     for layer in keras_layers(include_top):
         file_name = file_names.get(layer.name, layer.name)
         if file_name not in layers:
-            hint = (" (the predictions layer is only in the full file, efficientnetb0.h5, not in the notop one)"
-                    if layer.name in TOP_LAYERS else "")
-            listing = (": " + ", ".join(list(layers)[:5]) + (", ..." if len(layers) > 5 else "")) if layers else ""
-            raise WeightsError("weights=%s has no layer %s%s; it has %d layers with weights%s"
-                               % (path, layer.name, hint, len(layers), listing))
+            note = (" (only in the full file, efficientnetb0.h5, not in the notop one)" if layer.name in TOP_LAYERS
+                    else " (mean, variance and count)" if layer.name == "normalization" else "")
+            raise keras_h5.missing_layer(path, layer.name + note, "EfficientNetB0", list(layers))
         shapes = tuple((name, shape, np.int64 if name == "count" else np.float32) for name, shape in layer.weights)
         arrays = keras_h5.checked(layers[file_name], shapes, path, file_name, "EfficientNetB0")
         arrays.pop("count", None)  # Keras's Normalization keeps it for adapt(); it changes no output

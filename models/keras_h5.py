@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models import registry  # the models' names and tables only: no model, no TensorFlow
 from models.files import HDF5_MAGIC, WeightsError, read_magic
 
 ATTRIBUTES = {"backend": b"tensorflow", "keras_version": b"2.0.0"}  # as in the files Keras 2 wrote
@@ -51,8 +52,8 @@ def read_weights(path, expected, model, expected_file):
     weights = {}
     for layer, shapes in expected.items():
         if layer not in layers:
-            raise WeightsError("weights=%s has no layer %s, which %s needs (expected %s; the file has %d layers: "
-                               "%s)" % (Path(path), layer, model, expected_file, len(layers), _some(list(layers))))
+            raise missing_layer(path, layer, model, [name for name, weights in layers.items() if weights],
+                                "expected %s; " % expected_file)
         weights[layer] = checked(layers[layer], shapes, path, layer, model)
     return weights
 
@@ -93,6 +94,27 @@ def read_layers(path, expected_file):
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise WeightsError("weights=%s cannot be read as a Keras .h5 weights file (truncated or damaged?): %s"
                            % (path, first_line)) from None
+
+
+def missing_layer(path, layer, model, names, expected=""):
+    """The WeightsError of a file without a layer the model needs, for every model's reader of Keras's files (and
+    VGG16's of tensorflow-vgg's .npy).
+
+    One line naming the file, the layer, a few of the file's own layers with weights and, when they are another
+    model's, whose file it looks like (`registry.looks_like`): "weights=resnet50.h5 has no layer conv1_1 (Keras:
+    block1_conv1), which VGG16 needs (the file has 107 layers with weights: conv1_conv, conv1_bn, conv2_block1_1_conv,
+    conv2_block1_1_bn, ...); it looks like a ResNet50 weights file: pass --model resnet50".
+
+    Args:
+      path: the file.
+      layer: the layer missing, as the message names it ("predictions (only in the full file)").
+      model: the model's title ("VGG16").
+      names: the file's names of its layers with weights, in its order.
+      expected: what to say first in the parentheses ("expected resnet50_..._kernels.h5; ").
+    """
+    return WeightsError("weights=%s has no layer %s, which %s needs (%sthe file has %d layers with weights: %s)%s"
+                        % (Path(path), layer, model, expected, len(names), _some(names),
+                           registry.looks_like(names, model)))
 
 
 def checked(weights, shapes, path, layer, model):

@@ -8,7 +8,8 @@ when its `ModelSpec` is built.
     spec = registry.feature_model("vgg16", layer="fc7", weights="vgg16.npy")   # a parallel.model.ModelSpec
 
 Each model is three modules:
-- its table (`layers`): ENDPOINTS, the names `--layer` takes, and DEFAULT_LAYER;
+- its table (`layers`): ENDPOINTS, the names `--layer` takes, and DEFAULT_LAYER; for a model whose files are
+  read by layer name (Keras's .h5), WEIGHT_FILE_NAMES, the names that tell its files from others' (`looks_like`);
 - its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
 - its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
   `write_random(path, seed)`.
@@ -34,6 +35,11 @@ class Entry:
     graph: str
     weights: str
     summary: str
+
+    @property
+    def title(self):
+        """The model's name in messages: the summary's first words ("ResNet50", "DINOv2 ViT-S/14")."""
+        return self.summary.split(" (")[0]
 
 
 ENTRIES = (
@@ -119,3 +125,30 @@ def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision=
 def weight_files(name):
     """What writes model `name`'s random weight files (a module, or an object): RANDOM_SUFFIXES, write_random."""
     return _load(entry(name).weights)
+
+
+def looks_like(names, model):
+    """Whose weights file holds these names, said in the message refusing a file that model `model` cannot read.
+
+    A file is another model's when more than half of its names are that model's WEIGHT_FILE_NAMES (the table's)
+    and no other model has as many of them: a ResNet50 file given to VGG16 shares one layer name with VGG16's
+    files (`predictions`), and all 107 with ResNet50's.
+
+    Args:
+      names: the file's names: its layers with weights (a Keras .h5 file) or its keys (tensorflow-vgg's .npy).
+      model: the model that refuses the file: its name or its title ("vgg16" or "VGG16").
+
+    Returns:
+      "; it looks like a ResNet50 weights file: pass --model resnet50" (a clause ending the refusal's line), or
+      "" when the file looks like no one model's, or like `model`'s own (damaged, or the notop file where the
+      full one is needed).
+    """
+    names = set(names)
+    counts = {entry: len(names.intersection(getattr(importlib.import_module(entry.layers), "WEIGHT_FILE_NAMES", ())))
+              for entry in ENTRIES}
+    most = max(counts.values())
+    owners = [entry for entry, count in counts.items() if count == most]
+    if 2 * most <= len(names) or len(owners) > 1 or model in (owners[0].name, owners[0].title):
+        return ""
+    return "; it looks like a%s %s weights file: pass --model %s" % (
+        "n" if owners[0].title[0] in "AEIOU" else "", owners[0].title, owners[0].name)

@@ -132,3 +132,8 @@ def weight_shapes(include_top=True):
         name, shape = PREDICTIONS
         shapes[name] = (("kernel", shape), ("bias", shape[-1:]))
     return shapes
+
+
+# The layers with weights in this model's files (the full one's): what tells a file of ResNet50 from another
+# model's (`registry.looks_like`).
+WEIGHT_FILE_NAMES = frozenset(weight_shapes(include_top=True))

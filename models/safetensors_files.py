@@ -128,14 +128,16 @@ def write_tensors(path, tensors, metadata=None):
 
     Args:
       path: the file to write (str or Path).
-      tensors: {name: np.ndarray}; written in their dtypes (float32 stays F32), in the library's order
-        (by dtype, then name).
+      tensors: {name: np.ndarray}; written in their dtypes (float32 stays F32) and shapes (a scalar's is []),
+        in the library's order (by dtype, then name).
       metadata: {str: str} for the header's `__metadata__` (Hugging Face writes {"format": "pt"}), or None.
     """
     from safetensors.numpy import save_file
 
     path = Path(path)
-    arrays = {name: np.ascontiguousarray(array) for name, array in tensors.items()}
+    # Not ascontiguousarray, which makes a scalar [1]: CLIP's logit_scale is [] in the published files, and
+    # transformers refuses a checkpoint where it is not.
+    arrays = {name: np.asarray(array, order="C") for name, array in tensors.items()}
     with temporary_then_rename(path) as temporary:
         save_file(arrays, str(temporary), metadata=metadata)
     fsync(path.parent)  # the rename is durable only once the folder is

@@ -54,3 +54,7 @@ def _build_table():
 
 
 LAYERS = _build_table()
+
+# The names this model's weight files hold (Keras's .h5 layers, tensorflow-vgg's .npy keys): what tells a file
+# of VGG16 from another model's (`registry.looks_like`).
+WEIGHT_FILE_NAMES = frozenset(name for layer in LAYERS for name in (layer.name, layer.keras_name))

@@ -52,19 +52,21 @@ def load_weights(path):
     magic = read_magic(path)
     if magic.startswith(_NPY_MAGIC):
         raw = _read_npy(path)
+        file_names = sorted(raw)
     elif magic == HDF5_MAGIC:
-        raw = _read_h5(path)
+        raw, file_names = _read_h5(path)
     else:
         raise WeightsError("weights=%s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
-    return _checked(raw, path)
+    return _checked(raw, path, file_names)
 
 
-def _checked(raw, path):
+def _checked(raw, path, file_names):
+    """The 16 layers of `raw` ({our name: [weights, biases]}) checked; `file_names` are the file's own names of its
+    layers with weights (Keras's in an .h5 file), for the message of a missing layer."""
     weights = {}
     for layer in LAYERS:
         if layer.name not in raw:
-            raise WeightsError("weights=%s has no layer %s (Keras: %s); it has: %s"
-                               % (path, layer.name, layer.keras_name, ", ".join(sorted(raw)) or "nothing"))
+            raise keras_h5.missing_layer(path, "%s (Keras: %s)" % (layer.name, layer.keras_name), "VGG16", file_names)
         arrays = raw[layer.name]
         if len(arrays) != 2:
             raise WeightsError("weights=%s: layer %s has %d arrays; expected 2 (weights, biases)"
@@ -151,17 +153,15 @@ def _read_npy(path):
 
 
 def _read_h5(path):
-    """Keras's legacy HDF5 layout (`keras_h5.read_layers`), as {layer name: [kernel, bias]} by our names."""
-
+    """Keras's legacy HDF5 layout (`keras_h5.read_layers`): ({our layer name: [kernel, bias]}, [the file's names of
+    its layers with weights])."""
     layers = keras_h5.read_layers(path, "vgg16_weights_tf_dim_ordering_tf_kernels.h5")
-    # A layer without weights is a missing layer (reported by _checked, with the layers that are there);
-    # kernel first, then bias, whatever the datasets are called (kernel:0, W_1:0, ...).
+    # A layer without weights is a missing layer (reported by _checked, with the file's own layers: by our names
+    # alone, another model's file would seem to hold fc8, which is its `predictions`); kernel first, then bias,
+    # whatever the datasets are called (kernel:0, W_1:0, ...).
     raw = {layer.name: sorted((array for _, array in layers[layer.keras_name]), key=lambda array: -array.ndim)
            for layer in LAYERS if layers.get(layer.keras_name)}
-    if not raw:
-        raise WeightsError("weights=%s has none of VGG16's layers (it has: %s)"
-                           % (path, ", ".join(layers) or "nothing"))
-    return raw
+    return raw, [name for name, weights in layers.items() if weights]
 
 
 # ----------------------------------------------------------------------------- writing

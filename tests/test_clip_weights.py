@@ -77,6 +77,29 @@ def test_a_missing_array_a_wrong_shape_or_another_file_is_one_line_naming_it(wei
         clip_weights.load_weights(missing, SMALL, ("image",))
 
 
+def test_logit_scale_is_written_a_scalar_as_published_and_read_as_one_in_either_shape(weights, tmp_path):
+    """transformers' CLIPModel.from_pretrained refuses a logit_scale of shape [1], which the random command wrote
+    (np.ascontiguousarray gives every array a dimension): the published files have [], open_clip's too."""
+    from safetensors import safe_open
+
+    clip_weights.RandomFiles(SMALL).write_random(tmp_path / "random.safetensors")
+    clip_weights.write_checkpoint(weights, tmp_path / "open_clip.safetensors", layout="open_clip", model=SMALL)
+    for name in ("random.safetensors", "open_clip.safetensors"):
+        with safe_open(tmp_path / name, framework="numpy") as file:
+            assert file.get_slice("logit_scale").get_shape() == [], name
+            assert file.get_tensor("logit_scale").shape == (), name
+    for shape in ((), (1,)):
+        path = tmp_path / ("logit_scale_%d.safetensors" % len(shape))
+        write_tensors(path, dict(weights, logit_scale=np.full(shape, np.log(100.0), np.float32)))
+        assert read_tensors(path)["logit_scale"].shape == shape  # written as given
+        read = clip_weights.load_weights(path, SMALL, ("vision", "logit_scale"))
+        assert read["logit_scale"].shape == () and read["logit_scale"] == np.float32(np.log(100.0))
+        assert len(read) == len(clip_layers.vision_parameters(SMALL)) + 1
+    write_tensors(tmp_path / "two.safetensors", dict(weights, logit_scale=np.ones(2, np.float32)))
+    with pytest.raises(WeightsError, match=r"logit_scale has shape \(2,\); clip_small needs \(\)"):
+        clip_weights.load_weights(tmp_path / "two.safetensors", SMALL, ("logit_scale",))
+
+
 def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_path, capsys, monkeypatch):
     """model.safetensors of ViT-B/32 has the byte size of the published file (605,157,884 bytes, as a public
     listing of huggingface_hub's cache gives it for openai/clip-vit-base-patch32 at c237dc49): the same

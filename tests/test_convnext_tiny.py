@@ -1,6 +1,7 @@
 """ConvNeXt-Tiny: the graph against keras.applications.ConvNeXtTiny on the same files, the endpoints, the engine's
 devices, precision and static ranks."""
 
+import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -153,15 +154,39 @@ def test_bad_arguments_are_refused_naming_the_value(graph, files):
 
 
 def test_settings_name_the_model_its_file_and_preprocessing(files):
-    notop, full = (convnext_tiny.feature_model(endpoint) for endpoint in ("avg_pool", "predictions"))
+    notop, pooled, full = (convnext_tiny.feature_model(endpoint) for endpoint in ("stage_3", "avg_pool", "predictions"))
     assert "convnext_tiny_notop.h5, sha256 d547c096" in notop.settings["weights"]
-    assert "convnext_tiny.h5, sha256 8ae6e78c" in full.settings["weights"]
+    assert "convnext_tiny.h5, sha256 8ae6e78c" in pooled.settings["weights"] == full.settings["weights"]
     spec = convnext_tiny.feature_model(weights=str(files["full"]), precision="bf16")
     assert (spec.name, spec.output_name, spec.image_size, spec.files) == (
         "convnext_tiny", "avg_pool", (224, 224), (str(files["full"]),))
     assert spec.settings["model"] == "convnext_tiny" and spec.settings["precision"] == "bf16"
     assert "convnext_tiny.h5 (" in spec.settings["weights"] and "ImageNet mean" in spec.settings["preprocessing"]
     assert convnext_tiny.feature_model(weights=str(files["notop"])).settings["weights"] != spec.settings["weights"]
+
+
+def test_imagenet_avg_pool_reads_the_full_file_s_trained_head_layernorm(files, tmp_path):
+    """Keras's notop file holds the LayerNorm after the pooling untrained (gamma 1, beta 0): "imagenet" reads
+    avg_pool's from the full file, the classifier's own; stage_3, which needs no head, from the notop file."""
+    import shutil
+
+    cache = tmp_path / "models"
+    cache.mkdir()
+    (cache / "convnext_tiny.h5").symlink_to(files["full"])
+    notop = shutil.copy(files["notop"], cache / "convnext_tiny_notop.h5")
+    with h5py.File(notop, "r+") as file:  # as in Keras's notop file
+        for name, value in (("gamma", 1.0), ("beta", 0.0)):
+            dataset = file["layer_normalization"]["layer_normalization/%s:0" % name]
+            dataset[...] = np.full(dataset.shape, value, np.float32)
+    full = load_weights(files["full"])["head/layernorm"]
+    values = convnext_tiny.feature_model("avg_pool", weights="imagenet", cache_dir=tmp_path).load_weights()
+    np.testing.assert_array_equal(values["convnext_tiny/head/layernorm/gamma"], full[0])
+    np.testing.assert_array_equal(values["convnext_tiny/head/layernorm/beta"], full[1])
+    assert not np.any(full[0] == 1.0) and not np.any(full[1] == 0.0)  # the notop file's would be told apart
+    assert np.all(load_weights(notop)["head/layernorm"][0] == 1.0)
+    stage_3 = convnext_tiny.feature_model("stage_3", weights="imagenet", cache_dir=tmp_path)
+    assert "convnext_tiny_notop.h5" in stage_3.settings["weights"] and not any("head" in name for name in (
+        stage_3.load_weights()))
 
 
 # ----------------------------------------------------------------------------- devices, precision, ranks

@@ -76,8 +76,10 @@ def _notop(tmp_path):
 def test_a_notop_file_reads_without_the_top_and_is_refused_for_it(tmp_path):
     notop = _notop(tmp_path)
     assert len(files.load_weights(notop)) == len(KERAS_LAYERS) - 1
-    with pytest.raises(WeightsError, match=r"efficientnetb0_notop.h5 has no layer predictions \(the predictions "
-                                           r"layer is only in the full file, efficientnetb0.h5"):
+    with pytest.raises(WeightsError, match=r"efficientnetb0_notop.h5 has no layer predictions \(only in the full "
+                                           r"file, efficientnetb0.h5, not in the notop one\), which EfficientNetB0 "
+                                           r"needs \(the file has 131 layers with weights: normalization, stem_conv, "
+                                           r"stem_bn, block1a_dwconv, ...\)$"):
         files.load_weights(notop, include_top=True)
 
 
@@ -122,8 +124,9 @@ def test_another_model_s_file_is_refused_naming_the_first_missing_layer(tmp_path
         file.create_group("block1_pool").attrs["weight_names"] = np.array([], dtype="S1")
         file.create_group("block1_conv1").attrs["weight_names"] = [b"block1_conv1/kernel:0"]
         file["block1_conv1"].create_dataset("block1_conv1/kernel:0", data=np.zeros((3, 3, 3, 64), np.float32))
-    with pytest.raises(WeightsError, match=r"other.h5 has no layer normalization; it has 1 layers with weights: "
-                                           r"block1_conv1$"):
+    with pytest.raises(WeightsError, match=r"other.h5 has no layer normalization \(mean, variance and count\), "
+                                           r"which EfficientNetB0 needs \(the file has 1 layers with weights: "
+                                           r"block1_conv1\); it looks like a VGG16 weights file: pass --model vgg16$"):
         files.load_weights(tmp_path / "other.h5")
 
 

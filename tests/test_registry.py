@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from models import registry
+from models.files import WeightsError
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -33,6 +34,71 @@ def test_the_checks_of_model_and_layer_import_no_tensorflow():
             "print(sorted({'tensorflow', 'keras', 'h5py'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+KERAS_H5_MODELS = ("vgg16", "resnet50", "efficientnet_b0", "convnext_tiny")
+
+
+def keras_file_of_one_floats(model, path):
+    """`model`'s weights file in the real layout, written by its own writer (every layer of the full file, under
+    Keras's names), with every weight one float: the layout of a random file, in kilobytes."""
+    from models import (convnext_tiny_layers, convnext_tiny_weights, efficientnet_b0_layers, efficientnet_b0_weights,
+                        resnet50_layers, resnet50_weights, vgg16_layers, weight_files)
+
+    one = np.zeros(1, np.float32)
+    if model == "vgg16":
+        weight_files.save_h5({layer.name: (one, one) for layer in vgg16_layers.LAYERS}, path)
+    elif model == "resnet50":
+        resnet50_weights.save_h5({layer: {name: one for name, _ in shapes}
+                                  for layer, shapes in resnet50_layers.weight_shapes().items()}, path)
+    elif model == "efficientnet_b0":
+        efficientnet_b0_weights.save_h5({layer.name: {name: one for name, _ in layer.weights}
+                                         for layer in efficientnet_b0_layers.KERAS_LAYERS}, path)
+    else:
+        convnext_tiny_weights.save_h5({layer.name: (one,) * len(layer.arrays) for layer in convnext_tiny_layers.LAYERS},
+                                      path)
+    return path
+
+
+@pytest.mark.parametrize("given", KERAS_H5_MODELS)
+def test_another_keras_model_s_file_is_refused_in_one_line_naming_its_model(given, tmp_path):
+    path = keras_file_of_one_floats(given, tmp_path / ("%s.h5" % given))
+    for model in KERAS_H5_MODELS:
+        if model == given:
+            continue
+        with pytest.raises(WeightsError) as refused:
+            registry.weight_files(model).load_weights(path)
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith("weights=%s has no layer " % path), message
+        assert message.endswith("; it looks like a%s %s weights file: pass --model %s" % (
+            "n" if given == "efficientnet_b0" else "", registry.entry(given).title, given)), message
+        assert "which %s needs" % registry.entry(model).title in message, message
+
+
+def test_a_random_file_of_another_model_is_named_not_described_by_vgg16_s_names(tmp_path):
+    """The issue's case: VGG16 said "has no layer conv1_1 ...; it has: fc8" of an EfficientNetB0 (or ResNet50)
+    file, its own name for the one layer the files share (`predictions`)."""
+    from models import weight_files
+
+    path = tmp_path / "efficientnet_b0-random.h5"
+    assert weight_files.main(["random", str(path), "--model", "efficientnet_b0"]) == 0
+    with pytest.raises(WeightsError) as refused:
+        weight_files.load_weights(path)
+    assert str(refused.value) == (
+        "weights=%s has no layer conv1_1 (Keras: block1_conv1), which VGG16 needs (the file has 132 layers with "
+        "weights: normalization, stem_conv, stem_bn, block1a_dwconv, ...); it looks like an EfficientNetB0 weights "
+        "file: pass --model efficientnet_b0" % path)
+
+
+def test_a_file_of_the_model_itself_is_never_said_to_be_another_s(tmp_path):
+    from models import resnet50_layers
+
+    full, notop = resnet50_layers.WEIGHT_FILE_NAMES, resnet50_layers.WEIGHT_FILE_NAMES - {"predictions"}
+    assert registry.looks_like(full, "resnet50") == registry.looks_like(notop, "ResNet50") == ""
+    assert registry.looks_like(notop, "vgg16") == "; it looks like a ResNet50 weights file: pass --model resnet50"
+    # One name the models share, or a file mostly of names no model has, is nobody's.
+    assert registry.looks_like(["predictions"], "convnext_tiny") == ""
+    assert registry.looks_like(["conv1_conv", "dense", "dense_1"], "vgg16") == ""
 
 
 def test_vgg16_by_name_is_the_model_vgg16_builds(tmp_path):
