@@ -105,7 +105,8 @@ def parse_args(argv=None):
     neighbours.add_argument("index", metavar="INDEX")
     neighbours.add_argument("queries", nargs="*", metavar="QUERY",
                             help="a path of the indexed output, a .npy of a vector [D] or vectors [Q, D], or "
-                                 "an image file (or none, with --text)")
+                                 "an image file (one of the indexed images, unchanged, is answered by its row); "
+                                 "none, with --text")
     _search_flags(neighbours)
     _query_flags(neighbours)
 
@@ -137,6 +138,9 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.command == "neighbours" and not args.queries and not args.text:
         parser.error("neighbours: give a QUERY or --text SENTENCE")
+    if any(not sentence.strip() for sentence in getattr(args, "text", ())):
+        parser.error("%s: --text %r has no words: give a sentence" % (args.command, next(
+            sentence for sentence in args.text if not sentence.strip())))
     return args
 
 
@@ -273,8 +277,9 @@ def _add(args, bars):
 
 def _query_vectors(index, queries, args):
     """[(label, image path or None, float32 [D] normalised)] for every query, in order, then every --text."""
+    from search.image_rows import ImageRows
     from search.index import SearchError
-    resolved, images = [], []
+    resolved, images, image_rows, notes = [], [], ImageRows(index), []
     for query in queries:
         if _in_index(index, query):
             resolved.append((query, query, index.stored([index.row(query)])[0]))
@@ -282,8 +287,11 @@ def _query_vectors(index, queries, args):
             vectors = index.prepare(np.load(query))
             resolved.extend(("%s[%d]" % (query, row), None, vector) for row, vector in enumerate(vectors))
         elif Path(query).is_file():
-            resolved.append((query, str(Path(query).resolve()), None))
-            images.append(query)
+            row, why = image_rows.row(query)  # an image of the output, unchanged: its row, not the model
+            notes.append("%s: %s" % (query, "its indexed row %s, unchanged since it was computed" % index.paths[row]
+                                         if why is None else "computed by the model: %s" % why))
+            resolved.append((query, str(Path(query).resolve()), None if why else index.stored([row])[0]))
+            images += [query] if why else []
         else:
             raise SearchError("query %r is not a path in the index, a .npy file or an image file" % query)
     if args.text:
@@ -294,6 +302,8 @@ def _query_vectors(index, queries, args):
                     for label, image, vector in resolved]
     if args.text:
         resolved += [(sentence, None, vector) for sentence, vector in zip(args.text, _text_vectors(index, args))]
+    for note in notes:  # which image files their rows answered, once every query has its vector
+        _say(note)
     return resolved
 
 
@@ -321,11 +331,23 @@ def _query_model(index, args):
                                    precision=settings.get("precision", "fp32"))
     if model.settings.get("weights") != settings.get("weights"):
         if args.weights is None:
-            raise SearchError("the output was computed with weights %r: pass that file with --weights"
-                              % settings.get("weights"))
+            raise SearchError(_weights_needed(settings.get("weights"), Path(index.meta["source"]["output"])))
         raise SearchError("--weights %s is not the weights the output was computed with (%s)"
                           % (weights, settings.get("weights")))
     return model, weights
+
+
+def _weights_needed(recorded, output):
+    """Why --weights is needed: the weights the output records; for a file, its name and fingerprint, not where
+    it is: a file of that fingerprint found here or near the output (models.files), or the name to look for."""
+    from models.files import find_fingerprinted, fingerprinted_name
+    name = fingerprinted_name(recorded)
+    if name is None:
+        return "the output was computed with weights %r: pass them with --weights" % recorded
+    found = find_fingerprinted(recorded, [Path("."), output.parent, output.parent.parent])
+    return "the output was computed with the weights file %s; its record names the file, not where it is: pass " \
+        "--weights %s" % (recorded, "%s (found there: that size and content)" % found[0] if found else
+                          "PATH, the path of that %s" % name)
 
 
 def _check_text_queries(index):

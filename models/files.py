@@ -3,6 +3,9 @@ that tells a file's layout, and a file's identity by content.
 """
 
 import hashlib
+import os
+import re
+from pathlib import Path
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -36,3 +39,46 @@ def fingerprint(path):
     except OSError as error:
         raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
     return "%s (%d bytes, sha256 of ends %s)" % (path.name, size, digest.hexdigest()[:16])
+
+
+_FINGERPRINT = re.compile(r"(?P<name>.+) \((?P<size>\d+) bytes, sha256 of ends [0-9a-f]{16}\)")
+
+
+def fingerprinted_name(identity):
+    """The file name a `fingerprint` records (what an output's settings keep of a weights file: not where
+    it is), or None when `identity` is not a file's fingerprint (Keras's or the hub's published weights)."""
+    match = _FINGERPRINT.fullmatch(identity) if isinstance(identity, str) else None
+    return match.group("name") if match else None
+
+
+def find_fingerprinted(identity, folders):
+    """The files whose `fingerprint` is `identity`, looked for by its name in `folders` and their subfolders
+    (one level: a checkpoint's folder), in that order: where an output's weights file may still be.
+
+    Args:
+      identity: a `fingerprint` (an output's settings["weights"]).
+      folders: Paths to look in; one that cannot be listed is passed over.
+
+    Returns:
+      list of Path (as `folders` name them), without duplicates; [] for an identity that is no fingerprint.
+    """
+    name = fingerprinted_name(identity)
+    if name is None:
+        return []
+    size = int(_FINGERPRINT.fullmatch(identity).group("size"))
+    found, seen = [], set()
+    for folder in folders:
+        try:
+            below = sorted(entry.path for entry in os.scandir(folder) if entry.is_dir())
+        except OSError:
+            continue
+        for candidate in [Path(folder) / name] + [Path(path) / name for path in below]:
+            try:
+                same = candidate.stat().st_size == size and candidate.resolve() not in seen \
+                    and fingerprint(candidate) == identity
+            except (OSError, WeightsError):
+                continue
+            if same:
+                seen.add(candidate.resolve())
+                found.append(candidate)
+    return found

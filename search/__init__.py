@@ -19,13 +19,15 @@ The modules, one job each:
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report and its thumbnails
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM
+    image_rows.py   an image file given as a query that is an indexed image, unchanged (the output's
+                    manifest says): its row answers, instead of the model
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
-only `parallel.output`'s readers and `parallel.messages`, which import neither, and the table of
-`models.text_queries` (which layers are in a text tower's space: not centred, centre.py). faiss is
-imported on first use (`pip install -e '.[search]'`). Computing the vector of a new image or of a
-sentence is the command line's business (search_features.py), through the engine's public API and
-`models.text_queries`.
+only `parallel.output`'s readers, `parallel.messages` and the manifest (`parallel.inputs.manifest`),
+which import neither, and the table of `models.text_queries` (which layers are in a text tower's
+space: not centred, centre.py). faiss is imported on first use (`pip install -e '.[search]'`).
+Computing the vector of a new image or of a sentence is the command line's business
+(search_features.py), through the engine's public API and `models.text_queries`.
 """
 
 from parallel.lazy import lazy_exports

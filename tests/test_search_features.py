@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import os
 import shutil
 import signal
 import socket
@@ -175,18 +176,99 @@ def test_an_image_file_is_computed_with_the_settings_of_the_indexed_output(photo
     assert run("neighbours", folder / "query.index", query, "-k", "2", "--weights", seeded_files["npy"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert rows[0]["path"] == "photo2-crop.jpg" and float(rows[0]["score"]) > 0.999
-    assert run("neighbours", folder / "query.index", query) == 2  # weights a file: --weights is needed
-    assert "pass that file with --weights" in capsys.readouterr().err
+    weights = Path(seeded_files["npy"])
+    recorded = "the output was computed with the weights file %s (" % weights.name
+    with pytest.MonkeyPatch.context() as patch:  # weights a file: --weights is needed, and where it is
+        patch.chdir(weights.parent)
+        assert run("neighbours", folder / "query.index", query) == 2
+    _one_line_error(capsys, recorded, "its record names the file, not where it is: pass --weights %s (found there: "
+                    "that size and content)" % weights.name)
+
+
+def test_the_weights_file_an_output_records_is_looked_for_here_and_near_the_output(tmp_path, monkeypatch):
+    from models.files import fingerprint
+    weights = tmp_path / "kept" / "clip" / "model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"weights " * 1000)
+    recorded = fingerprint(weights)
+    output = tmp_path / "kept" / "results" / "f.npy"  # the output's folder, its parent and theirs are looked in
+    output.parent.mkdir()
+    here = tmp_path / "here"
+    (here / "other").mkdir(parents=True)
+    (here / "other" / "model.safetensors").write_bytes(b"WEIGHTS " * 1000)  # its name and size, not its content
+    monkeypatch.chdir(here)
+    found = search_features._weights_needed(recorded, output)
+    assert found == "the output was computed with the weights file %s; its record names the file, not where it " \
+        "is: pass --weights %s (found there: that size and content)" % (recorded, weights)
+    weights.rename(tmp_path / "model.safetensors")  # no longer near the output: its name, to look for
+    assert search_features._weights_needed(recorded, output).endswith(
+        "pass --weights PATH, the path of that model.safetensors")
+    (here / "model.safetensors").write_bytes(b"weights " * 1000)  # in the current folder: named as it is there
+    assert search_features._weights_needed(recorded, output).endswith("--weights model.safetensors (found there: "
+                                                                      "that size and content)")
+    assert search_features._weights_needed("imagenet (vgg16_weights.h5, md5 ...)", output) == (
+        "the output was computed with weights 'imagenet (vgg16_weights.h5, md5 ...)': pass them with --weights")
+
+
+def test_an_indexed_image_given_by_its_file_is_answered_by_its_row_unless_it_changed(photo_output, seeded_files,
+                                                                                    capsys, monkeypatch):
+    import models.registry
+    import parallel
+    folder, images, _ = photo_output
+    index = folder / "rows.index"
+    assert run("--quiet", "index", folder / "f.npy", "--index", index, "--overwrite") == 0
+    capsys.readouterr()
+    assert run("neighbours", index, "photo2-crop.jpg", "-k", "5") == 0  # by its key
+    by_key = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    computed = []
+
+    def extract(model, files, **kwargs):  # the engine, as search_features calls it: watched, never run
+        computed.append([str(file) for file in files])
+        return files, np.ones((len(files), 4096), np.float32)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(parallel, "extract", extract)
+    monkeypatch.setattr(models.registry, "feature_model", no_model)
+    file = images / "photo2-crop.jpg"
+    spelled = folder / "elsewhere" / ".." / "images" / "photo2-crop.jpg"  # the same file, resolved
+    (folder / "elsewhere").mkdir(exist_ok=True)
+    for query in (file, spelled):
+        assert run("neighbours", index, query, "-k", "5") == 0  # no --weights: none is read
+        out, err = capsys.readouterr()
+        assert err == "search_features: %s: its indexed row photo2-crop.jpg, unchanged since it was computed\n" \
+            % query
+        by_file = list(csv.DictReader(io.StringIO(out)))
+        assert [(row["rank"], row["score"], row["path"]) for row in by_file] == [
+            (row["rank"], row["score"], row["path"]) for row in by_key] and by_file[0]["query"] == str(query)
+    assert computed == []
+    # Changed since the output computed it (its time; the manifest records size and time): computed again.
+    monkeypatch.undo()
+    monkeypatch.setattr(parallel, "extract", extract)
+    times = file.stat()
+    os.utime(file, ns=(times.st_atime_ns, times.st_mtime_ns + 10**9))
+    try:
+        assert run("neighbours", index, file, "-k", "5", "--weights", seeded_files["npy"]) == 0
+    finally:
+        os.utime(file, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert computed == [[str(file)]]
+    assert capsys.readouterr().err == ("search_features: %s: computed by the model: changed since its row "
+                                       "photo2-crop.jpg was computed (size or modification time)\n" % file)
 
 
 def test_an_image_query_prints_no_tensorflow_log(photo_output, seeded_files):
     folder, images, _ = photo_output
     assert run("--quiet", "index", folder / "f.npy", "--index", folder / "quiet.index", "--overwrite") == 0
+    query = folder / "half.jpg"
+    shutil.copyfile(images / "photo1-half.jpg", query)  # outside the indexed folder: computed by the model
     result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "neighbours",
-                             str(folder / "quiet.index"), str(images / "photo1-half.jpg"), "-k", "1", "--weights",
+                             str(folder / "quiet.index"), str(query), "-k", "1", "--weights",
                              str(seeded_files["npy"])],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert result.returncode == 0 and result.stderr == "", result.stderr  # TensorFlow's C++ log hidden
+    assert result.returncode == 0, result.stderr  # TensorFlow's C++ log hidden: our one line only
+    assert result.stderr == "search_features: %s: computed by the model: not under the indexed images folder " \
+        "%s\n" % (query, images.resolve()), result.stderr
     assert result.stdout.splitlines()[1].endswith(",photo1-half.jpg")
 
 
@@ -452,8 +534,8 @@ def test_a_text_query_needs_the_output_s_weights_and_an_uncentred_index(clip_out
     assert run("--quiet", "index", folder / "f.npy", "--index", index) == 0
     capsys.readouterr()
     assert run("neighbours", index, "--text", "a dog") == 2  # computed with a folder: --weights is needed
-    _one_line_error(capsys, "the output was computed with weights 'model.safetensors (",
-                    "pass that file with --weights")
+    _one_line_error(capsys, "the output was computed with the weights file model.safetensors (",
+                    "pass --weights %s (found there: that size and content)" % (weights / "model.safetensors"))
     other = write_small_clip(tmp_path / "other", seed=1)
     assert run("neighbours", index, "--text", "a dog", "--weights", other) == 2
     _one_line_error(capsys, "--weights %s is not the weights the output was computed with" % other)
@@ -463,6 +545,22 @@ def test_a_text_query_needs_the_output_s_weights_and_an_uncentred_index(clip_out
     assert run("neighbours", tmp_path / "centred.index", "--text", "a dog", "--weights", weights) == 2
     _one_line_error(capsys, "is centred on its rows' mean, which a sentence's embedding cannot be "
                                          "compared with")
+
+
+def test_an_empty_or_blank_sentence_is_refused_in_one_line(clip_output, capsys):
+    folder, weights, _ = clip_output
+    index = folder / "blank.index"
+    assert run("--quiet", "index", folder / "f.npy", "--index", index) == 0
+    capsys.readouterr()
+    assert run("neighbours", index, "--text", "a dog", "-k", "1", "--weights", weights) == 0  # a sentence is taken
+    capsys.readouterr()
+    for texts, blank in ((("",), "''"), (("a dog", " \t "), "' \\t '"), (("\n", "a dog"), "'\\n'")):
+        flags = [flag for text in texts for flag in ("--text", text)]
+        assert run("neighbours", index, *flags, "--weights", weights) == 2
+        _one_line_error(capsys, "neighbours: --text %s has no words: give a sentence" % blank)
+    assert run("page", index, "--text", "", "--weights", weights) == 2
+    _one_line_error(capsys, "page: --text '' has no words")
+    assert not (index / "page").exists()
 
 
 def test_a_page_shows_a_text_query_with_its_images(clip_output, capsys):
