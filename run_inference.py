@@ -59,7 +59,7 @@ examples:
   %(prog)s --images photos/ --gpus 0,1        on GPUs 0 and 1 only
   %(prog)s --images photos/ --format parquet  -> results/features.parquet
   %(prog)s --images photos/ --output runs/    -> runs/features.csv
-  %(prog)s --images photos/ --output feats.npy --weights vgg16.npy
+  %(prog)s --images photos/ --output feats.npy --weights vgg16-random.npy
                                               npy output, weights from a file (offline)
   srun %(prog)s --images photos/ --distributed static --output /shared/feats.parquet
                                               one rank per Slurm task (see docs/many-hosts.md)

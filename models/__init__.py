@@ -1,9 +1,8 @@
 """Models for the engine: each builds a `parallel.model.ModelSpec`, and imports the engine never.
 
-Quiet by default, as `parallel` is: TensorFlow's C++ log is read once, when TensorFlow is imported, which
-a model module does first. A value the user set is kept.
+Quiet by default, as `parallel` is: importing that package (which imports no TensorFlow) makes the first
+`import tensorflow`, which a model module may be the first to write, print only what TF_CPP_MIN_LOG_LEVEL
+lets through (parallel/native_log.py).
 """
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import parallel  # noqa: F401 -- for its import's effect above

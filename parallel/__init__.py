@@ -13,13 +13,12 @@ The names below are imported on first use (PEP 562): `import parallel` or `impor
 imports no TensorFlow, so that models, the output layer and tools that only read outputs load fast.
 """
 
-import os
+from parallel import native_log
+from parallel.lazy import lazy_exports
 
-# Quiet by default: TensorFlow's C++ log (oneDNN notices, "failed call to cuInit") is read once, when
-# TensorFlow is imported, which this package's modules do first. A value the user set is kept.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from parallel.lazy import lazy_exports  # noqa: E402
+# Quiet by default: the first `import tensorflow` (this package's modules', a model's) prints only what
+# TF_CPP_MIN_LOG_LEVEL lets through, 3 unless the user set it (parallel/native_log.py).
+native_log.quiet_first_import()
 
 # Exported name -> the submodule that defines it.
 _EXPORTS = {

@@ -215,7 +215,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
 
         from models import vgg16
         from parallel import extract
-        paths, features = extract(vgg16.feature_model(weights="vgg16.npy"), "photos/")
+        paths, features = extract(vgg16.feature_model(weights="vgg16-random.npy"), "photos/")
 
     Args:
       model: ModelSpec (e.g. `models.vgg16.feature_model(...)`).

@@ -36,12 +36,14 @@ NOT_RUN = re.compile(r"^<!-- not run: (\S.*\S) -->$")
 # (page, the block's first line) -> the test that runs the block as written.
 RUNS = {
     ("README.md", "pip install -e . "): "test_the_readme_first_commands_run_offline_as_written",
-    ("README.md", "import pandas as pd"): "test_the_readme_first_commands_run_offline_as_written",
+    ("README.md", "from collections import defaultdict"):
+        "test_the_readme_first_commands_run_offline_as_written",
     ("README.md", "python search_features.py index results/features.csv"):
         "test_the_readme_first_commands_run_offline_as_written",
     ("README.md", "from parallel.inputs.tars import read_member"): "test_a_tar_member_is_read_back_as_the_docs_show",
     ("docs/images.md", "import io"): "test_a_tar_member_is_read_back_as_the_docs_show",
-    ("docs/outputs.md", "import pandas as pd"): "test_a_csv_output_is_read_as_the_outputs_page_shows",
+    ("docs/outputs.md", "from collections import defaultdict"):
+        "test_a_csv_output_is_read_as_the_outputs_page_shows",
     ("docs/many-hosts.md", "import pandas as pd"): "test_kept_shards_are_read_as_the_many_hosts_page_shows",
     ("docs/python-api.md", "from models import vgg16"):
         "tests/test_engine.py::test_the_python_api_page_example_runs",
@@ -226,9 +228,10 @@ def test_the_readme_first_commands_run_offline_as_written(tmp_path, clone, monke
 
     monkeypatch.chdir(clone)
     namespace = {}
-    exec(compile(code("README.md", "import pandas as pd"), "README.md", "exec"), namespace)
+    exec(compile(code("README.md", "from collections import defaultdict"), "README.md", "exec"), namespace)
     assert namespace["features"].shape == (8, 4096) and list(namespace["features"].index) == [
         "%d.jpg" % index for index in range(8)]
+    assert set(namespace["features"].dtypes) == {np.dtype(np.float32)}  # as the README says: not float64
 
     search = code("README.md", "python search_features.py index results/features.csv")
     search = subprocess.run(["bash", "-e", "-c", search], cwd=clone, env=env, capture_output=True, text=True,
@@ -302,9 +305,16 @@ def test_a_csv_output_is_read_as_the_outputs_page_shows(tmp_path, monkeypatch):
     assert summary.written == 4
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(compile(code("docs/outputs.md", "import pandas as pd"), "docs/outputs.md", "exec"), namespace)
-    assert list(namespace["features"].index) == ["a/img_01.png", "a/img_03.png", "b/img_00.png", "b/img_04.png"]
-    assert namespace["features"].shape == (4, 6)
+    exec(compile(code("docs/outputs.md", "from collections import defaultdict"), "docs/outputs.md", "exec"),
+         namespace)
+    features = namespace["features"]
+    assert list(features.index) == ["a/img_01.png", "a/img_03.png", "b/img_00.png", "b/img_04.png"]
+    assert features.shape == (4, 6) and set(features.dtypes) == {np.dtype(np.float32)}  # as the page says
+    from colour_jobs import MODEL
+    from parallel import extract
+    paths, computed = extract(MODEL, tmp_path / "images")  # each value is the one computed
+    assert paths == list(features.index)
+    np.testing.assert_array_equal(features.to_numpy(), computed.reshape(4, 6))
 
 
 def test_kept_shards_are_read_as_the_many_hosts_page_shows(tmp_path, monkeypatch):
