@@ -287,6 +287,8 @@ def main(argv=None):
         return EXIT_USAGE
     if not args.verbose:
         _silence_native_logs()
+    else:  # TensorFlow's own log, its start-up lines too (parallel.native_log keeps what the level lets through)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
     # The run's own log at INFO; the libraries' (botocore's "Found credentials ...", Ray's) only their warnings.
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.WARNING)
     logging.getLogger("parallel").setLevel(logging.WARNING if args.quiet else logging.INFO)
