@@ -39,7 +39,8 @@ import numpy as np
 from parallel.jobs.ledger import LEDGER_SUFFIX
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection
 from parallel.inputs.tars import MEMBERS_SUFFIX
-from parallel.output import DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record
+from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record,
+                             remove_output)
 from parallel.output.durable import beside
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, sidecar_path
 
@@ -139,6 +140,11 @@ class Assembly:
                 ledger.forget(everything=True)
             return []
         record = read_record(self.job.output)
+        if record is not None and self._feature_size(record) is None:  # a record no writer wrote: nothing of O holds
+            log.warning("%s cannot be resumed (its %s records no feature size): it is written afresh",
+                        self.job.location, sidecar_path(self.job.output).name)
+            remove_output(self.job.output)
+            record = None
         if record is None:  # O and its record are gone: none of its rows is left
             lost = sorted(claims)
         else:
@@ -169,7 +175,12 @@ class Assembly:
 
     @staticmethod
     def _feature_size(record):
-        return int(record["settings"]["feature_size"])
+        """The feature size `record` (an output's commit record) holds, or None where it holds none."""
+        try:
+            size = int(record["settings"]["feature_size"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return size if size > 0 else None
 
     def catch_up(self):
         """Appends the committed shards that come next, in order, up to the first not committed.

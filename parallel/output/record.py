@@ -57,8 +57,6 @@ def read_record(output):
             raise ValueError(record.get("version"))
         for key in ("state", "rows", "bytes", "parts"):
             record[key]  # noqa: B018 -- a missing key is a damaged sidecar
-        if int(record["settings"]["feature_size"]) < 1:  # every writer records it: what a resume opens with
-            raise ValueError(record["settings"]["feature_size"])
     except (ValueError, KeyError, AttributeError, TypeError):
         raise DamagedOutput("%s is damaged or from another version: pass --overwrite to start afresh or choose "
                             "another --output" % path) from None

@@ -55,7 +55,7 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
         # With or without --overwrite: it would not replace them either, so the way out is another output.
         refuse_unless(path, REGULAR_FILE, "choose another --output")
     if overwrite:
-        _remove_everything(output)
+        remove_output(output)
     record = read_record(output)
     if record is not None:
         check_settings(output, record["settings"], recorded)
@@ -95,8 +95,9 @@ def _validate(output, output_format, column_prefix, feature_size, settings):
     return output, dict(settings, **own)
 
 
-def _remove_everything(output):
-    """--overwrite: the data before the sidecar, so that a kill part-way leaves no foreign-looking file.
+def remove_output(output):
+    """Removes the output (a Path) and its files (--overwrite, or an output its job starts afresh): the data before
+    the sidecar, so that a kill part-way leaves no foreign-looking file.
 
     Everything is checked before anything is removed: a name held by something other than a
     regular file (the parts: a real folder) stops --overwrite with nothing removed.
