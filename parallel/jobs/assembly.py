@@ -99,10 +99,12 @@ class Assembly:
     for the next process to go on from).
     """
 
-    def __init__(self, job, output_format, column_prefix, settings, remove_shards=False, afresh=False):
+    def __init__(self, job, output_format, column_prefix, settings, remove_shards=False, afresh=False,
+                 feature_size=None):
         """Args:
           job: the frozen ShardedJob (a local one; the caller holds O.lock).
           output_format, column_prefix, settings: as for `open_writer`.
+          feature_size: the model's, where the caller knows it (None: read from a shard, or O's record).
           remove_shards: remove each shard once its rows are in O (see the module docstring).
           afresh: O was reopened (a shard of it was retried): it is written anew from every shard.
         """
@@ -110,6 +112,7 @@ class Assembly:
         self.output_format, self.column_prefix, self.settings = output_format, column_prefix, settings
         self.remove_shards = remove_shards and not afresh  # written anew: every shard stays until it is written
         self.afresh = afresh
+        self.feature_size = feature_size
         self._writer = None
         self._thread = self._error = None  # the catch-up in the background, and what it raised
 
@@ -151,12 +154,12 @@ class Assembly:
             changed = _changed_since_closed(self.job.output, record, ledger.complete())
             if changed:
                 log.warning("%s is not the output closed (%s): it is written afresh", self.job.location, changed)
-            writer = self._open(None, feature_size=self._feature_size(record), overwrite=bool(changed))
+            writer = self._open(self._first_features(), overwrite=bool(changed))
             lost = [index for index in sorted(claims) if not self._rows_in(index, claims[index], writer)]
         if lost and self.job.tars and self._writer is not None:  # its rows are in stream order: O starts afresh
             self._writer.abort()
             self._writer = None
-            self._open(None, feature_size=self._feature_size(record), overwrite=True)
+            self._open(self._first_features(), overwrite=True)
             lost = sorted(claims)
         if lost:
             log.warning("%s does not hold the rows its ledger records of %s: %s computed again", self.job.location,
@@ -246,6 +249,7 @@ class Assembly:
         writer repairs) is started afresh, with a warning: what the ledger claims of it is then proven not to
         hold."""
         if self._writer is None:
+            feature_size = feature_size or self.feature_size  # the model's: a record that says otherwise is damaged
             if feature_size is None and features is not None:
                 import pyarrow.parquet as pq
                 feature_size = pq.read_schema(features).field(self.column_prefix).type.list_size

@@ -179,7 +179,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
             contextlib.ExitStack() as stack:
         if one_host:
             log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
-        assembly = None if is_url(config.output) else _prove(config, job, one_host)
+        assembly = None if is_url(config.output) else _prove(config, job, one_host, worker.runner.feature_size)
         if assembly is not None:
             stack.enter_context(assembly)
         if job.retried_in_output():
@@ -205,7 +205,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
         return summary
 
 
-def _prove(config, job, one_host):
+def _prove(config, job, one_host, feature_size):
     """What the job's ledger claims of its output, checked against it before anything trusts it (`Assembly.prove`):
     by the job's only process, or by a rank that finds no other writing the output.
 
@@ -214,7 +214,7 @@ def _prove(config, job, one_host):
       the shards go as their rows are in it), or None.
     """
     assembly = job.assembly(config.output_format, config.model.output_name, config.settings,
-                            config.distribution.keep_shards)
+                            config.distribution.keep_shards, feature_size=feature_size)
     try:
         with job.output_lock():
             assembly.prove()

@@ -571,9 +571,11 @@ class ShardedJob:
         actors retry in them (`keep_failed`)."""
         return self.retries_in_output() and not keep_shards and not keep_failed
 
-    def assembly(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False):
-        """The output's Assembly from this job's shards (the caller holds the output's lock)."""
-        return Assembly(self, output_format, column_prefix, settings,
+    def assembly(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False,
+                 feature_size=None):
+        """The output's Assembly from this job's shards (the caller holds the output's lock; `feature_size`: the
+        model's, where this process knows it)."""
+        return Assembly(self, output_format, column_prefix, settings, feature_size=feature_size,
                         remove_shards=self.assembles_as_it_goes(keep_shards, keep_failed), afresh=self.is_reopened())
 
     def assemble(self, output_format, column_prefix, settings, keep_shards=False, keep_failed=False, assembly=None):
