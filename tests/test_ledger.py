@@ -20,7 +20,8 @@ def _written(ledger):
 def test_what_is_appended_is_read_back_in_order(ledger):
     read = _written(ledger)
     assert read.damaged == 0
-    assert read.shards() == {0: [], 1: [("a/bad.png", "corrupt", "cannot identify"), ("b/\udcff.png", "missing", "gone")],
+    assert read.shards() == {0: [],
+                             1: [("a/bad.png", "corrupt", "cannot identify"), ("b/\udcff.png", "missing", "gone")],
                              2: [("c.png", "corrupt", "truncated")]}
     assert [row[0] for row in read.failures()] == ["a/bad.png", "b/\udcff.png", "c.png"]
     assert read.complete() is None

@@ -18,7 +18,7 @@ so a line changed, cut or removed fails its check (a removed one makes the next 
         record (O.run.json) of these bytes
 
 Nothing in it is trusted because it says so: a rerun checks O against it before acting on it
-(`parallel.jobs.assembly.prove`): a shard whose rows are not all in O is forgotten (its entry
+(`parallel.jobs.assembly.Assembly.prove`): a shard whose rows are not all in O is forgotten (its entry
 dropped, the ledger rewritten) and computed again; a line that fails its check is dropped the
 same way, with a warning. An entry is appended (and synced) only after what it records is
 durable, so a line cut by a kill records nothing that happened.
