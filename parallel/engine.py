@@ -102,6 +102,9 @@ def extract_into(config, runner, writer, paths, positions, stop=None, progress=N
 def extract_stream(config, runner, writer, items, stop=None, progress=None, remote=False):
     """`extract_into` for images that arrive as a stream: a tar's members, read front to back once.
 
+    Items whose key `writer` has committed (a resumed attempt's) are read past, not decoded or computed:
+    their slots in their steps hold zeros, so the others' rows are those of one uninterrupted run.
+
     Args:
       config, runner, writer, stop, progress: as extract_into.
       items: iterable of (key, bytes or ImageError), e.g. `parallel.inputs.tar_stream.stream_members`:
@@ -117,11 +120,12 @@ def extract_stream(config, runner, writer, items, stop=None, progress=None, remo
         reader = stages.enter_context(StreamReader(
             items, config.host_batch, size=tuple(config.model.image_size),
             resize=_resize_of(config.model, config.resize), workers=_workers(config.workers, remote),
-            prefetch_batches=config.prefetch_batches))
+            prefetch_batches=config.prefetch_batches, done=writer.completed))
         sink = stages.enter_context(WriterThread(writer))
         summary = run_loop(reader, runner, sink, errors, images=0, strict=config.strict, stop=stop, progress=progress)
-    reached = summary.written + summary.failed
-    return dataclasses.replace(summary, discovered=reader.count, skipped=reader.count - reached)
+    reached = summary.written + summary.failed + reader.done_count
+    return dataclasses.replace(summary, discovered=reader.count, already_done=reader.done_count,
+                               skipped=reader.count - reached)
 
 
 def extract_rows(config, runner, keys, positions, total, decode=None, versions=None):

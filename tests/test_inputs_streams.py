@@ -32,6 +32,18 @@ def test_batches_of_the_stream_in_order_with_failures_in_place(tmp_path):
     assert (batches[1].images[1] == load_image(tmp_path / "k4.png", size=(4, 4))).all()
 
 
+def test_keys_done_are_read_past_their_slots_zeros_and_a_step_of_only_those_is_not_given():
+    items = [("k%d" % index, png(index * 10 + 5)) for index in range(7)]
+    done = {"k0", "k2", "k3", "k4", "k5"}
+    with StreamReader(iter(items), batch_size=3, size=(4, 4), workers=2, done=done) as reader:
+        batches = list(reader)
+    assert [batch.paths for batch in batches] == [["k1"], ["k6"]]  # steps k0-k2, k6 (k3-k5 all done)
+    assert [batch.images.shape[0] for batch in batches] == [3, 1]  # each the step of an uninterrupted read
+    assert not batches[0].images[[0, 2]].any() and batches[0].images[1].all()
+    assert batches[0].rows.tolist() == [1] and batches[1].rows is None  # k6 is the whole of its step
+    assert (reader.count, reader.done_count) == (7, 5)
+
+
 def test_the_stream_is_read_ahead_no_further_than_its_bound_and_closing_stops_it():
     taken = []
 

@@ -41,12 +41,15 @@ class StreamReader:
     """
 
     def __init__(self, items, batch_size, size=(224, 224), resize="crop", workers=None, prefetch_batches=2,
-                 max_pixels=MAX_PIXELS):
+                 max_pixels=MAX_PIXELS, done=frozenset()):
         """Checks the arguments; no thread starts before iteration.
 
         Args:
           items: iterable of (key, data), data bytes or an ImageError.
           batch_size, size, resize, workers, prefetch_batches, max_pixels: as ImageReader's.
+          done: keys computed already (a resumed attempt's rows): read past, not decoded; their slots in
+            their batch hold zeros, so that each batch is the step of an uninterrupted read of the stream,
+            and a batch of only such keys is not given at all.
         """
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError("batch_size must be at least 1; got %r" % (batch_size,))
@@ -59,6 +62,7 @@ class StreamReader:
         self.batch_size, self.workers, self.prefetch_batches = int(batch_size), int(workers), int(prefetch_batches)
         self.size, self.resize, self.max_pixels = check_image_arguments(size, resize, max_pixels)
         self.count = 0  # items read so far
+        self.done, self.done_count = done, 0  # keys read past, and how many were
         self._stop = threading.Event()
         self._thread = self._executor = None
         self._started = False
@@ -124,20 +128,26 @@ class StreamReader:
                     elif isinstance(chunk, BaseException):
                         raise chunk
                     else:
-                        pending.append(self._submit(chunk))
+                        submitted = self._submit(chunk)
+                        if submitted[0]:  # a chunk of keys all done is no step to compute
+                            pending.append(submitted)
                 if not pending:
                     return
                 yield collect_batch(*pending.popleft())
         finally:
-            for _, _, futures in pending:
+            for _, _, futures, _ in pending:
                 for future in futures:
                     future.cancel()
             self.close()
 
     def _submit(self, chunk):
-        images = np.empty((len(chunk),) + self.size + (3,), np.uint8)
-        futures = [self._executor.submit(decode_bytes_row, data, images, row, self.size, self.resize,
-                                         self.max_pixels) for row, (_, data) in enumerate(chunk)]
+        """(the keys to compute, the step's images, their decodes' futures, their slots in the step)."""
+        todo = [(slot, key, data) for slot, (key, data) in enumerate(chunk) if key not in self.done]
         self.count += len(chunk)
-        return [key for key, _ in chunk], images, futures
+        self.done_count += len(chunk) - len(todo)
+        allocate = np.empty if len(todo) == len(chunk) else np.zeros  # the slots of keys done hold zeros
+        images = allocate((len(chunk),) + self.size + (3,), np.uint8)
+        futures = [self._executor.submit(decode_bytes_row, data, images, slot, self.size, self.resize,
+                                         self.max_pixels) for slot, _, data in todo]
+        return [key for _, key, _ in todo], images, futures, [slot for slot, _, _ in todo]
 

@@ -34,7 +34,8 @@ store), on one process or many; the number of processes only decides who compute
 
 An output in an object store (s3://) commits without a rename (store_shards); a job of tars
 freezes the tars, a shard being a fixed group of consecutive tars (identity.tars_per_shard) read
-front to back once (engine.extract_stream, parallel.inputs.tars), whose members are its images.
+front to back once (engine.extract_stream, parallel.inputs.tars), whose members are its images; a
+resumed attempt reads them again and reads past the members it has a row of.
 
     runner.run(config)    this process alone (rank 0 of 1, holding O.lock), or one of many
     protocol              the checks before anything is written or removed, for every mode

@@ -330,9 +330,9 @@ class ShardedJob:
 
     def resumes_attempts(self):
         """Whether an attempt is resumed by the next run when its process dies (`attempt(resume=True)`): a local
-        attempt at a shard of listed images, whose writer commits batch by batch, so that a kill costs at most
-        a batch. A tar's members are known only as it is read: its attempts start afresh."""
-        return not self.tars
+        attempt, whose writer commits batch by batch, so that a kill costs at most a batch (a tar's stream is
+        read again, its members with a row skipped by their key: `engine.extract_stream`)."""
+        return True
 
     def _attempt_folder(self, index):
         return self.attempts / ("shard-%06d.%s.%d" % (index, socket.gethostname(), os.getpid()))

@@ -24,7 +24,7 @@ from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, ke
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
 from parallel.loop import Summary
-from parallel.output import ErrorLog, OutputError, open_writer
+from parallel.output import ErrorLog, OutputError, open_writer, read_record
 
 log = logging.getLogger("parallel")
 
@@ -58,7 +58,8 @@ class ShardWorker:
         Returns:
           Summary of the shard: discovered (its images), written, failed, already_done (all of
           them when another process had committed it), skipped and interrupted. An interrupted
-          attempt is discarded: nothing of it counts as written or failed, all of it as skipped.
+          attempt is kept, its committed rows counted as written: the next run given the shard resumes it
+          (a tar's stream is read again, its members with a row skipped, not decoded or computed).
         """
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
@@ -80,13 +81,12 @@ class ShardWorker:
                                                  progress=progress, remote=any(map(is_url, images.paths)))
                     except ObjectChanged as error:  # no row of either version: the attempt goes
                         writer.abort()
+                        shutil.rmtree(attempt, ignore_errors=True)
                         raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
                                        "it as it is now" % (index, error)) from None
-                    if summary.interrupted:  # its rows are dropped with the attempt: a rerun computes them
+                    if summary.interrupted:  # the rows its writer committed stay: the next run skips their members
                         writer.abort()
-                        shutil.rmtree(attempt, ignore_errors=True)
-                        return dataclasses.replace(summary, discovered=len(entries), written=0, failed=0,
-                                                   skipped=len(entries))
+                        return summary
                 else:
                     summary = self._compute(index, images, writer, stop, progress)
                     if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
@@ -108,6 +108,9 @@ class ShardWorker:
                        feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
                        record_digests=not self.job.tars)  # checked on resume (a tar's is rewritten: keep_last_copies)
         try:
+            if self.job.tars and (read_record(attempt / SHARD_FEATURES) or {}).get("state") == "complete":
+                # Closed by a process killed before its commit, and maybe rewritten (keep_last_copies) since.
+                raise OutputError("closed, not committed")
             return open_writer(attempt / SHARD_FEATURES, **options)
         except OutputError as error:  # damaged, or its record changed (its _attempt.json proved it this job's)
             log.warning("shard %d: the attempt %s cannot be resumed (%s): it is computed again", index, attempt.name,
@@ -140,7 +143,8 @@ class ShardWorker:
                 failed = len(error_rows(errors)) if errors.exists() else 0
                 log.info("%d members of the shard's tars are earlier copies of a name a later one has: the last copy "
                          "counts", len(copies.entries) - len(entries))
-                summary = dataclasses.replace(summary, written=len(entries) - failed, failed=failed)
+                summary = dataclasses.replace(summary, written=len(entries) - failed - summary.already_done,
+                                              failed=failed)
             write_index(attempt / MEMBERS_FILE, entries)
         return entries, summary
 
