@@ -48,9 +48,8 @@ def assert_each_image_once(files, output_format, images):
 
 
 @pytest.mark.parametrize("output_format", ["csv", "parquet", "npy"])
-def test_a_store_output_killed_after_three_shards_keeps_them_and_the_rerun_is_exact(job_images, single_outputs, s3,
-                                                                                     small_shards, monkeypatch,
-                                                                                     output_format):
+def test_a_store_output_killed_mid_shard_keeps_its_shards_and_batches_and_the_rerun_is_exact(
+        job_images, single_outputs, s3, small_shards, monkeypatch, output_format):
     name = "out." + output_format
     config = job_child.config(job_images, s3.url(name), output_format)  # this process alone
     with monkeypatch.context() as patch:  # killed in shard 3, its first batch handed to the attempt's writer
@@ -60,7 +59,8 @@ def test_a_store_output_killed_after_three_shards_keeps_them_and_the_rerun_is_ex
     committed = sorted({path.split("/")[1] for path in s3.objects() if path.endswith("/_shard.json")})
     assert committed == ["shard-000000", "shard-000001", "shard-000002"] and name not in s3.objects()
     summary = jobs.run(config)
-    assert (summary.written, summary.failed, summary.already_done) == (11, 1, 12)  # shards 3 to 5 only
+    # Shards 0 to 2, and the row of shard 3's first batch, resumed from its attempt (a/bad.png is its other image).
+    assert (summary.written, summary.failed, summary.already_done) == (10, 1, 13)
     files = store_outputs(s3, name)
     assert files == single_outputs[output_format]
     assert_each_image_once(files, output_format, image_paths(job_images))

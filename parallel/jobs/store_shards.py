@@ -34,10 +34,13 @@ process uploads again. The process's staging folder (a temporary folder) holds t
 shards it reads and the attempt it computes; it is removed when the job object goes.
 
 A job on one host to a store is this protocol with one process (rank 0 of 1): it resumes at the
-first shard not committed.
+first shard not committed. A shard is computed in an attempt folder outside the staging folder
+(`attempts_folder`, the output's on this host), resumed after its last committed batch by the next
+process on this host given the shard, as a local output's O.attempts is.
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -63,6 +66,7 @@ log = logging.getLogger("parallel")
 
 REJECTED = "_rejected"
 STAGING_PREFIX = "parallel-store-"  # a process's staging folder: parallel-store-<pid>-<random>
+ATTEMPTS_PREFIX = "parallel-store-attempts"  # the attempts of each output in a store, on this host
 _PARTS = (SHARD_FEATURES, SHARD_ERRORS)
 
 
@@ -88,6 +92,13 @@ def remove_dead_staging():
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def attempts_folder(url):
+    """Where this host's processes compute the shards of the output `url` (TMPDIR/parallel-store-attempts/<its
+    digest>): a folder of the job's, not of a process, so that an attempt a killed process left is resumed."""
+    digest = hashlib.sha256(str(url).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / ATTEMPTS_PREFIX / digest
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)
@@ -101,15 +112,12 @@ def _alive(pid):
 class StoreShardedJob(ShardedJob):
     """The files of a sharded job whose output is the store object `url` (see the module docstring).
 
-    The local paths of ShardedJob (`output`, `manifest`, `shards`, `attempts`) are in a staging
-    folder of this process; `location` is the output's URL, the store holds what is committed.
+    The local paths of ShardedJob (`output`, `manifest`, `shards`) are in a staging folder of this
+    process, its `attempts` in the output's folder of attempts on this host (`attempts_folder`);
+    `location` is the output's URL, the store holds what is committed.
     """
 
     verify_files = False  # each part is verified against its marker as it is fetched (`_fetch`)
-
-    def resumes_attempts(self):
-        """Its attempts are in the staging folder of their process, removed with it: they start afresh."""
-        return False
 
     def __init__(self, url):
         self.store, self.name = open_store(url)
@@ -126,6 +134,9 @@ class StoreShardedJob(ShardedJob):
         staging = tempfile.mkdtemp(prefix="%s%d-" % (STAGING_PREFIX, os.getpid()))
         self._cleanup = weakref.finalize(self, shutil.rmtree, staging, True)
         super().__init__(Path(staging) / self.name)
+        # Attempts outlive their process, as O.attempts does beside a local output: the next process on this
+        # host given the shard resumes one after its last committed batch (a kill costs at most a batch).
+        self.attempts = attempts_folder(self.store.url(self.name))
         self._chosen = {}  # shard -> the attempt chosen (a committed attempt stays committed)
         self._fetched = {}  # shard -> (attempt, with its features) of the staging copy
 
@@ -435,6 +446,7 @@ class StoreShardedJob(ShardedJob):
         with Assembly(self, output_format, column_prefix, settings, afresh=afresh) as assembly:  # the shards stay
             assembly.catch_up()
             assembly.finish()
+        self.remove_dead_attempts()  # of processes killed on this host (every shard is committed), then the folder
         for suffix in ("", PATHS_SUFFIX, ERRORS_SUFFIX):
             local = Path(str(self.output) + suffix)
             if local.exists():
