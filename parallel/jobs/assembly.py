@@ -37,7 +37,7 @@ import threading
 import numpy as np
 
 from parallel.jobs.ledger import LEDGER_SUFFIX
-from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection
+from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection, shard_keys
 from parallel.inputs.tars import MEMBERS_SUFFIX
 from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record,
                              remove_output)
@@ -121,12 +121,13 @@ class Assembly:
     def prove(self):
         """Checks what the job's ledger claims of O against O, before anything trusts it.
 
-        A finished O is proven by its record and the sizes of its files (a bit flipped inside its
-        data is the disk's to catch); otherwise O's writer is opened (it checks its own files: a
-        part that changed is set aside) and each shard the ledger records as in O must have all its
-        rows there. A shard that does not is forgotten, so that it is computed again (its rows still
-        in O are not written twice); O that cannot be resumed at all is started afresh. Lines of the
-        ledger that fail their check are dropped the same way.
+        A finished O is proven by the ledger's entries (every shard, then O closed), its record and
+        the sizes of its files (a bit flipped inside its data is the disk's to catch); otherwise O's
+        writer is opened (it checks its own files: a part that changed is set aside) and each shard
+        the ledger records as in O must have all its rows there. A shard that does not is forgotten,
+        so that it is computed again (its rows still in O are not written twice); O that cannot be
+        resumed at all is started afresh. Lines of the ledger that fail their check are dropped the
+        same way.
 
         Returns:
           list of the shards forgotten.
@@ -143,7 +144,7 @@ class Assembly:
                 ledger.forget(everything=True)
             return []
         record = read_record(self.job.output)
-        if record is not None and self._feature_size(record) is None:  # a record no writer wrote: nothing of O holds
+        if record is not None and self._feature_size(record) is None:  # no writer wrote it: nothing of O holds
             log.warning("%s cannot be resumed (its %s records no feature size): it is written afresh",
                         self.job.location, sidecar_path(self.job.output).name)
             remove_output(self.job.output)
@@ -164,12 +165,11 @@ class Assembly:
         if lost:
             log.warning("%s does not hold the rows its ledger records of %s: %s computed again", self.job.location,
                         _shards(lost), "it is" if len(lost) == 1 else "they are")
-            ledger.forget(claims if lost == sorted(claims) else lost)
+            ledger.forget(lost)
         return lost
 
     def _rows_in(self, index, failed, writer):
         """Whether every image of shard `index` but its `failed` ones has a row in O (`writer`'s)."""
-        from parallel.jobs.shard_record import shard_keys
         keys = shard_keys(self.job, index)
         if keys is None:
             return False

@@ -409,7 +409,8 @@ class StoreShardedJob(ShardedJob):
         """Marks the chosen attempt of shard `index` superseded by a retry (no warning: nothing is wrong with it)."""
         attempt = self._chosen.pop(index)
         self._fetched.pop(index, None)
-        self.store.write(self._prefix(index) + attempt + "/" + REJECTED, b"superseded by a retry of its failed images\n")
+        self.store.write(self._prefix(index) + attempt + "/" + REJECTED,
+                         b"superseded by a retry of its failed images\n")
 
     def remove_parts(self):
         self.store.remove(self.store.list(self.name + SHARDS_SUFFIX + "/"))
