@@ -5,6 +5,11 @@ server and an HTTP server on loopback."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# One OpenMP thread in each test process and its children, set before numpy and faiss load their libraries.
+# Three test processes share the cores (setup.cfg): faiss's OpenMP threads, each spinning while it waits for
+# the others to get a core, made tests/test_search_index.py cost 103 s of CPU beside two busy processes,
+# 16 s with one thread (31 s with OMP_WAIT_POLICY=PASSIVE). The test processes are the parallelism.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _import_tensorflow_quietly():
@@ -80,22 +85,32 @@ def photographs():
 
 
 @pytest.fixture(scope="session")
-def _seeded_vgg16(tmp_path_factory):
-    from weights import random_weight_files
-
-    return random_weight_files(tmp_path_factory.mktemp("weights"))
-
-
-@pytest.fixture(scope="session")
-def seeded_weights(_seeded_vgg16):
+def seeded_weights():
     """Seeded random VGG16 weights (seed 0): {layer name: (float32 weights, float32 biases)}."""
-    return _seeded_vgg16[0]
+    from models.weight_files import random_weights
+
+    return random_weights(seed=0)
 
 
 @pytest.fixture(scope="session")
-def seeded_files(_seeded_vgg16):
-    """`seeded_weights` in both real on-disk layouts: {"npy": vgg16.npy, "h5": Keras's .h5 file}."""
-    return _seeded_vgg16[1]
+def seeded_files(tmp_path_factory):
+    """`seeded_weights` in both real on-disk layouts: {"npy": vgg16.npy, "h5": Keras's .h5 file}.
+
+    Written once for the whole run, in a folder its test processes share (pytest-xdist gives each a
+    basetemp of its own in the run's): 1.1 GB and 4 s of CPU, which each process needing them wrote
+    again. The first to come writes them; the others wait on the lock, then read them."""
+    import fcntl
+    from weights import random_weight_files, weight_files_in
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "seeded-vgg16"
+    with open(str(folder) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not (folder / "written").exists():
+            folder.mkdir(exist_ok=True)
+            random_weight_files(folder, seed=0)
+            (folder / "written").touch()
+    return weight_files_in(folder)
 
 
 @pytest.fixture(scope="session")

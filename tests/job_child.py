@@ -16,6 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+from hangs import HANG_SECONDS  # noqa: E402 -- tests/, this script's folder
 
 SIZE = (8, 8)
 WEIGHTS = {"colour/scale": np.array([1.0, 0.5, 0.25], np.float32)}
@@ -79,7 +80,7 @@ def main():
     parser.add_argument("--marker")
     parser.add_argument("--keep-shards", action="store_true")
     parser.add_argument("--images-from")
-    parser.add_argument("--wait-seconds", type=float, default=60.0)
+    parser.add_argument("--wait-seconds", type=float, default=HANG_SECONDS)  # for the manifest: a hang guard only
     args = parser.parse_args()
     import logging
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)

@@ -4,10 +4,12 @@ import re
 
 import tensorflow as tf
 
+from hangs import HANG_SECONDS
+
 tf1 = tf.compat.v1
 
-# A step that waits on an input that never comes fails the test instead of hanging it.
-_OPTIONS = tf1.RunOptions(output_partition_graphs=True, timeout_in_ms=60_000)
+# A step that waits on an input that never comes fails the test instead of hanging it (a hang guard only).
+_OPTIONS = tf1.RunOptions(output_partition_graphs=True, timeout_in_ms=HANG_SECONDS * 1000)
 
 
 class CrossingRecorder:

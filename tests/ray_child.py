@@ -3,31 +3,33 @@
     unshare -n sh -c 'ip link set lo up && python tests/ray_child.py IMAGES FOLDER FORMAT:GPUS[:FAULT] ...'
 
 Runs only inside a network namespace that has nothing but loopback (Ray binds the machine's
-own address even when told 127.0.0.1). The cluster has 2 nodes of 2 CPUs and 2 logical GPUs each
+own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each
 (`ray start --num-gpus` on machines without a GPU: a worker given them is refused), started without
-TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it. Each job writes
+TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it. A CPU worker takes a
+node's CPU: 2 workers, one on each node, the fewest that are still two nodes and two workers, since each
+worker is a process that imports TensorFlow (what the jobs here cost). Each job writes
 FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images (2 for interrupt), with GPUS GPUs
 per worker (0 here: CPU workers) and job_child's colour model, and FAULT:
     kill          the first worker to start a step is SIGKILLed mid-shard, once its attempt has committed a
                   batch (the actor given the shard next resumes the attempt after it)
-    interrupt     SIGINT to the driver once the first shard is committed, then a rerun
+    interrupt     the output in an S3 store (moto, started by this driver on 127.0.0.1 before the
+                  cluster, so that every node's workers reach it, each committing through the store's
+                  protocol): s3://bucket/ray/interrupt.FORMAT; SIGINT to the driver once the first shard is
+                  committed there, then a rerun; the store's objects then copied into FOLDER/store-copy/
+                  for the test to read
     badweights    the weights load in the driver but not in the workers
-    cli           the command line (run_inference.py, job_child's model for VGG16's) in a process of
-                  its own: first with GPUS + 1 GPUs per worker (logical ones: refused), then with GPUS
-    store         the output in an S3 store (moto, started by this driver on 127.0.0.1 before the
-                  cluster, so that every node's workers reach it): s3://bucket/ray/store.FORMAT, its
-                  objects then copied into FOLDER/store-copy/ for the test to read
-    tars          the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard
-    efficientnet  EfficientNetB0 instead of the colour model, with seeded random weights written by the driver
-                  in FOLDER/efficientnet_b0.h5 (`efficientnet_model`): a model of models/ on the cluster
+    cli           the command line (run_inference.py, job_child's model for VGG16's: tests/cli_child.py) in
+                  a process of its own: first with GPUS + 1 GPUs per worker (logical ones: refused), then
+                  with GPUS
+    tars          the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard, computed
+                  by a model of models/: EfficientNetB0 instead of the colour model, with seeded random weights
+                  written by the driver in FOLDER/efficientnet_b0.h5 (`efficientnet_model`)
 
 Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
 summary's counts, the workers the driver logged (and the interrupted run's status, counts and
 workers), [pid, graphs built] of each process that built a graph, the pid killed and the rows its
 attempt had committed ("kept"); for cli, the stderr and status of both runs and the files left by
 the first.
-
-    python tests/ray_child.py cli [run_inference flags]     the command line, with job_child's model
 """
 
 import argparse
@@ -44,8 +46,10 @@ import time
 from pathlib import Path
 
 import job_child
+from hangs import HANG_SECONDS
 
-CLUSTER = {"num_cpus": 2, "num_gpus": 2}
+CLUSTER = {"num_cpus": 1, "num_gpus": 2}
+CLI_CHILD = str(Path(__file__).resolve().parent / "cli_child.py")
 COUNTS = ("discovered", "written", "failed", "already_done", "skipped", "interrupted", "pending_shards")
 
 
@@ -87,22 +91,14 @@ def weights_in(pid):
     return load_weights
 
 
-def cli(argv):
-    """run_inference.main(argv), with job_child's colour model for VGG16 (what --weights etc. give is ignored)."""
-    import types
-    # In place of models.vgg16, not patched into it: importing it would import TensorFlow before the
-    # command line silences its log.
-    sys.modules["models.vgg16"] = types.SimpleNamespace(feature_model=lambda **flags: job_child.colour_model())
-    import run_inference
-    return run_inference.main(argv)
-
-
 def run_cli(images, output, address, gpus_per_worker):
     """(exit status, stderr) of the command line in a process of its own, a driver of the cluster at `address`."""
-    command = [sys.executable, __file__, "cli", "--images", str(images), "--output", str(output),
+    command = [sys.executable, CLI_CHILD, "--images", str(images), "--output", str(output),
                "--distributed", "ray", "--ray-address", address, "--gpus-per-worker", str(gpus_per_worker),
                "--shard-size", "5", "--devices", "cpu:0", "--batch-size", "2", "--workers", "1"]
-    child = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    # Run in tests/: Ray puts its driver's current folder on its workers' sys.path, and the model's functions
+    # reach them as references to job_child, which is there. (A hang guard only: tests/hangs.py.)
+    child = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS, cwd=Path(CLI_CHILD).parent)
     return child.returncode, child.stderr
 
 
@@ -117,13 +113,14 @@ def cli_job(images, folder, job, address):
     return result
 
 
-def when(condition, action, deadline_seconds=60):
-    """Calls `action()` once `condition()` holds (polling), unless the deadline comes first."""
-    deadline = time.monotonic() + deadline_seconds
+def when(condition, action, poll_seconds=0.02):
+    """Calls `action()` once `condition()` holds (polling), unless HANG_SECONDS pass first (a hang guard only:
+    the test then fails on what the action did not do)."""
+    deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline:
         if condition():
             return action()
-        time.sleep(0.02)
+        time.sleep(poll_seconds)
 
 
 def first_step(steps):
@@ -154,7 +151,7 @@ def kill_first_stepper(steps, output, result):
     pid = first_step(steps)
     os.kill(pid, signal.SIGKILL)
     result["killed"].append(pid)
-    when(lambda: is_dead(pid), lambda: result.update(kept=attempt_rows(output, pid)), deadline_seconds=10)
+    when(lambda: is_dead(pid), lambda: result.update(kept=attempt_rows(output, pid)))
 
 
 def efficientnet_model(folder):
@@ -188,18 +185,18 @@ def run_job(images, folder, job, address):
     output, builds, steps = folder / ("%s.%s" % (fault, output_format)), folder / (fault + ".builds"), None
     if fault in ("kill", "interrupt"):  # slow steps: the fault lands mid-job
         steps = folder / (fault + ".steps")
-    if fault == "store":
-        output = "s3://%s/ray/store.%s" % (BUCKET, output_format)
+    if fault == "interrupt":
+        output = "s3://%s/ray/interrupt.%s" % (BUCKET, output_format)
     if fault == "tars":
         from stores import write_tars
         write_tars(images, folder / "tars", 8)
         images = str(folder / "tars" / "*.tar")
-    # Interrupt: shards of 2, more than the 4 workers take at once, so that Ctrl-C after the first leaves some.
+    # Interrupt: shards of 2, more than the 2 workers take at once, so that Ctrl-C after the first leaves some.
     distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, wait_seconds=30, ray_address=address,
                                        shard_size={"tars": 1, "interrupt": 2}.get(fault, 5))
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)
-    model = counting_builds(efficientnet_model(folder) if fault == "efficientnet" else config.model, builds)
+    model = counting_builds(efficientnet_model(folder) if fault == "tars" else config.model, builds)
     if fault == "badweights":
         model = dataclasses.replace(model, load_weights=weights_in(os.getpid()))
     config = dataclasses.replace(config, model=model)
@@ -208,17 +205,17 @@ def run_job(images, folder, job, address):
     if fault == "kill":
         threading.Thread(target=when, args=(lambda: first_step(steps) and attempt_rows(output, first_step(steps)),
                                             lambda: kill_first_stepper(steps, output, result)), daemon=True).start()
-    if fault == "interrupt":
-        shards = Path(str(output) + ".shards")
-        threading.Thread(target=when, args=(shards.exists, lambda: os.kill(os.getpid(), signal.SIGINT)),
-                         daemon=True).start()
+    if fault == "interrupt":  # a shard's marker in the store: it is committed (parallel/jobs/store_shards.py)
+        markers = "%s/ray/interrupt.%s.shards/shard-*/*/_shard.json" % (BUCKET, output_format)
+        threading.Thread(target=when, args=(lambda: store().glob(markers), lambda: os.kill(os.getpid(), signal.SIGINT),
+                                            0.2), daemon=True).start()
         result["first_status"], result["first_summary"] = run(config)
         result["first_workers"], workers.infos = workers.infos, []
     try:
         result["status"], result["summary"] = run(config)
     finally:
         logging.getLogger("parallel").removeHandler(workers)
-    if fault == "store":  # what the store holds, for the test (its server ends with this process)
+    if fault == "interrupt":  # what the store holds, for the test (its server ends with this process)
         copy = folder / "store-copy"
         copy.mkdir()
         for name in store().ls("%s/ray" % BUCKET):
@@ -249,8 +246,6 @@ def store():
 
 
 def main():
-    if sys.argv[1:2] == ["cli"]:
-        return cli(sys.argv[2:])
     parser = argparse.ArgumentParser()
     parser.add_argument("images", type=Path)
     parser.add_argument("folder", type=Path)
@@ -260,7 +255,7 @@ def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
     import ray.cluster_utils
-    if any(job.endswith(":store") for job in args.jobs):  # before the cluster: its workers inherit the variables
+    if any(job.endswith(":interrupt") for job in args.jobs):  # before the cluster: its workers inherit the variables
         start_store()
     os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)  # set by job_child: the nodes' workers would inherit it
     cluster = ray.cluster_utils.Cluster(initialize_head=True, head_node_args=CLUSTER)

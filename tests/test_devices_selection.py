@@ -1,12 +1,14 @@
 import configparser
 import functools
 import os
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
 
+from hangs import HANG_SECONDS
 from parallel import jobs
 from parallel.devices import (CPU_BATCH, GPU_BATCH, GPU_INSTALL, DeviceError, list_nvidia_gpus, resolve_devices,
                               set_float32_precision)
@@ -122,11 +124,16 @@ def test_no_device_file_and_no_gpu_from_nvidia_smi_is_no_gpu(fake_machine, body)
     assert fake_machine() == []
 
 
-def test_a_hanging_nvidia_smi_costs_at_most_the_timeout(fake_machine):
-    fake_machine.smi("exec sleep 30")
-    started = time.monotonic()
+def test_a_hanging_nvidia_smi_costs_at_most_the_timeout(fake_machine, monkeypatch):
+    """This nvidia-smi names a GPU, but only once the test would have hung (HANG_SECONDS): finding none, the probe
+    gave up on it, after the timeout it asked for, whatever the machine's load."""
+    fake_machine.smi("exec %s -c 'import time; time.sleep(%d); print(\"GPU 0: NVIDIA A100-SXM4-80GB\")'"
+                     % (sys.executable, HANG_SECONDS))
+    asked, real_run = [], subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *args, **options: asked.append(options.get("timeout"))
+                        or real_run(*args, **options))
     assert list_nvidia_gpus(dev_folder=str(fake_machine.dev), timeout=0.5) == []
-    assert time.monotonic() - started < 10
+    assert asked == [0.5]
 
 
 INSTALL = r"it was installed without CUDA support or cannot load CUDA; fix: pip install -e '\.\[gpu\]'"

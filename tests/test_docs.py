@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hangs import HANG_SECONDS
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -221,7 +223,7 @@ def test_the_readme_first_commands_run_offline_as_written(tmp_path, clone, monke
     assert len(commands) == 3, first
     env = offline_environment(home)
     done = subprocess.run(["bash", "-e", "-c", "\n".join(commands)], cwd=clone, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HANG_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"^8 images: 8 written, 0 failed, 0 already done, 0 skipped in .* -> results/features.csv",
                      done.stderr, re.M), done.stderr[-3000:]
@@ -235,7 +237,7 @@ def test_the_readme_first_commands_run_offline_as_written(tmp_path, clone, monke
 
     search = code("README.md", "python search_features.py index results/features.csv")
     search = subprocess.run(["bash", "-e", "-c", search], cwd=clone, env=env, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=HANG_SECONDS)
     assert search.returncode == 0 and "nearest-neighbour cosine of 8 images" in search.stdout, search.stderr[-3000:]
 
     left = sorted(path.relative_to(clone).as_posix() for path in clone.rglob("*") if path.is_file()

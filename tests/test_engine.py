@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from hangs import HANG_SECONDS
 from colour_jobs import MODEL, SIZE, WEIGHTS, config_for, make_images, read_rows
 from long_paths import make_deep_folder, write_relative
 from parallel import engine, jobs
@@ -327,7 +328,7 @@ def test_extract_from_python_prints_no_tensorflow_log(tmp_path, first, level):
     environment = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     if level is not None:
         environment["TF_CPP_MIN_LOG_LEVEL"] = level
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS,
                           cwd=str(Path(__file__).parent.parent), env=environment)
     assert done.returncode == 0 and done.stdout.split() == ["3", "(3,", "6)", "3"], done.stderr
     if level is None:

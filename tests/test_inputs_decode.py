@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile, JpegImagePlugin
 
+from hangs import HANG_SECONDS
 from image_files import BLUE, GREEN, RED, WHITE, noise_jpeg, solid, write_bad_files
 from parallel.inputs.decode import (KINDS, MAX_BYTES, MAX_PIXELS, ImageError, decode_bytes_row, decode_row,
                                     failure_of, load_image)
@@ -403,7 +404,7 @@ def test_a_fifo_is_not_a_file_and_does_not_hang(tmp_path):
     outcome = []
     worker = threading.Thread(target=lambda: outcome.append(kind_of(tmp_path / "fifo.jpg")), daemon=True)
     worker.start()
-    worker.join(10)
+    worker.join(HANG_SECONDS)  # a guard against a hang only (tests/hangs.py)
     if worker.is_alive():  # unblock it before failing
         os.close(os.open(tmp_path / "fifo.jpg", os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("load_image blocked on a FIFO")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from hangs import HANG_SECONDS
 from image_files import BLUE, RED, solid, write_bad_files
 from parallel.inputs import reader
 from parallel.inputs.decode import ImageError, decode_row, load_image
@@ -190,8 +191,8 @@ def counted():
     return Counting(fill_with_index)
 
 
-def _wait_for(condition, timeout=5):
-    deadline = time.monotonic() + timeout
+def _wait_for(condition):
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while not condition():
         if time.monotonic() > deadline:
             return False

@@ -297,12 +297,16 @@ class FailingStore:
 @pytest.mark.parametrize("scheme", ["s3", "http"])
 @pytest.mark.parametrize("mode", ["503", "silent"])
 def test_a_store_that_fails_every_get_is_given_up_after_our_tries_only(s3_store, monkeypatch, mode, scheme):
-    import time
+    """What bounds the time a failing store costs, counted rather than timed: the requests (one a try), the waits
+    between tries (recorded: time.sleep is patched), and each request's read timeout as its client holds it."""
     failing = FailingStore(mode)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", failing.url)
     monkeypatch.setattr(remote, "READ_TIMEOUT_SECONDS", 0.3, raising=False)  # a try of the silent store: 0.3 s
     url = "s3://bucket/k.png" if scheme == "s3" else failing.url + "/k.png"
-    started = time.monotonic()
+    clients = []
+    real_filesystem = remote.filesystem
+    monkeypatch.setattr(remote, "filesystem", lambda url: clients.append(real_filesystem(url)) or clients[-1])
+    waits = no_waits(monkeypatch)  # anyone's time.sleep in this process: ours, or a store client's own backoff
     try:
         for pinned in ({}, {"version": "0123456789abcdef0123456789abcdef"}):  # and pinned to a recorded ETag
             before = failing.requests
@@ -312,4 +316,13 @@ def test_a_store_that_fails_every_get_is_given_up_after_our_tries_only(s3_store,
             assert failing.requests - before == remote.TRIES  # one request a try: no retries inside ours
     finally:
         failing.close()
-    assert time.monotonic() - started < 2 * remote.TRIES * (0.3 + 0.1) + 2  # no wait of the stores' own
+    backoff = [remote.BACKOFF_SECONDS * 2 ** attempt for attempt in range(remote.TRIES - 1)]
+    assert waits == backoff + backoff  # our waits between tries, and no wait of the stores' own
+    assert clients and all(read_timeout(fs) == 0.3 for fs, _ in clients)  # a silent try ends after 0.3 s
+
+
+def read_timeout(fs):
+    """The read timeout of the requests fsspec filesystem `fs` makes: botocore's for S3, aiohttp's for HTTP."""
+    if hasattr(fs, "client_kwargs") and "timeout" in fs.client_kwargs:  # fsspec's HTTPFileSystem: aiohttp's
+        return fs.client_kwargs["timeout"].sock_read
+    return fs.s3.meta.config.read_timeout  # s3fs: its botocore client, made by the first request

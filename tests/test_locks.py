@@ -4,12 +4,12 @@ no lock file left behind by a run that let go."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import job_child
+from hangs import HANG_SECONDS
 from parallel import jobs
 from parallel.jobs import locks
 from parallel.output import OutputError
@@ -21,14 +21,31 @@ def lock_files(folder):
     return sorted(path.relative_to(folder).as_posix() for path in Path(folder).rglob("*.lock"))
 
 
-def test_a_second_holder_is_refused_or_waits_for_the_first(tmp_path):
+class Clock:
+    """time.monotonic and time.sleep for the locks module: a sleep advances the clock, and is recorded."""
+
+    def __init__(self):
+        self.now, self.waits = 1000.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.waits.append(seconds)
+        self.now += seconds
+        assert len(self.waits) < 1000, "still waiting after %.1f s of the clock" % sum(self.waits)
+
+
+def test_a_second_holder_is_refused_or_waits_for_the_first(tmp_path, monkeypatch):
     path = tmp_path / "out.lock"
     with locks.exclusive(path):
-        started = time.monotonic()
+        clock = Clock()
+        monkeypatch.setattr(locks, "time", clock)
         with pytest.raises(locks.Busy, match="out.lock is held by another process"):
-            with locks.exclusive(path, wait_seconds=0.3):
+            with locks.exclusive(path, wait_seconds=0.3, poll_seconds=0.1):
                 pass
-        assert time.monotonic() - started >= 0.3
+        assert len(clock.waits) == 3 and sum(clock.waits) >= 0.3  # it tried every 0.1 s for the 0.3 s asked for
+        monkeypatch.undo()
     with locks.exclusive(path, wait_seconds=0):  # released
         pass
 
@@ -57,7 +74,7 @@ def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
     path = tmp_path / "out.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; "
                                "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); "
-                               "print('held', flush=True); time.sleep(60)", str(path)],
+                               "print('held', flush=True); time.sleep(%d)" % HANG_SECONDS, str(path)],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
     with pytest.raises(locks.Busy):
@@ -80,7 +97,7 @@ sys.path.insert(0, sys.argv[1])
 from parallel.jobs import locks
 path, inside, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4])
 for _ in range(rounds):
-    with locks.exclusive(path, wait_seconds=60, poll_seconds=0.0002):
+    with locks.exclusive(path, wait_seconds=float(sys.argv[5]), poll_seconds=0.0002):
         try:
             os.close(os.open(inside, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
         except FileExistsError:
@@ -92,10 +109,11 @@ for _ in range(rounds):
 
 def test_processes_contending_while_the_holder_removes_the_file_never_hold_it_together(tmp_path):
     path, inside = tmp_path / "out.lock", tmp_path / "inside"
-    contenders = [subprocess.Popen([sys.executable, "-c", CONTENDER, str(REPOSITORY), str(path), str(inside), "400"],
+    contenders = [subprocess.Popen([sys.executable, "-c", CONTENDER, str(REPOSITORY), str(path), str(inside), "400",
+                                    str(HANG_SECONDS)],
                                    stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for contender in contenders:
-        _, errors = contender.communicate(timeout=120)
+        _, errors = contender.communicate(timeout=HANG_SECONDS)
         assert contender.returncode == 0, errors
     assert os.listdir(tmp_path) == []
 

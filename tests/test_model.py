@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hangs import HANG_SECONDS
 import parallel
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -17,7 +18,8 @@ HEAVY = ("tensorflow", "keras", "PIL", "polars", "pyarrow", "h5py")
 @pytest.mark.parametrize("module", ["parallel", "parallel.model", "parallel.output.durable", "parallel.messages"])
 def test_importing_the_package_or_the_model_interface_imports_nothing_heavy(module):
     code = "import sys, %s; print(sorted(set(%r) & set(sys.modules)))" % (module, HEAVY)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=HANG_SECONDS)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 
 

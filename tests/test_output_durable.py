@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hangs import HANG_SECONDS
 from parallel.output.durable import (FOLDER, REGULAR_FILE, OutputError, is_disk_full, refuse_unless,
                                      replace_atomically, temporary_then_rename)
 
@@ -18,7 +19,8 @@ def test_importing_it_loads_only_the_standard_library():
     code = ("import sys; before = set(sys.modules); import parallel.output.durable; "
             "print(sorted(name for name in set(sys.modules) - before "
             "if name.split('.')[0] not in sys.stdlib_module_names | {'parallel'}))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=HANG_SECONDS)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 
 

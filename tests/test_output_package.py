@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hangs import HANG_SECONDS
 import parallel.output
 from parallel.output import FORMATS, FeatureWriter, open_writer, writer
 
@@ -17,7 +18,8 @@ PACKAGE = REPOSITORY / "parallel" / "output"
 def test_importing_the_output_package_and_every_name_it_exports_imports_no_tensorflow():
     code = ("import sys, parallel.output; [getattr(parallel.output, name) for name in parallel.output.__all__]; "
             "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=HANG_SECONDS)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 
 

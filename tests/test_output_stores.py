@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hangs import HANG_SECONDS
 import s3_server
 from parallel.output import OutputError
 from parallel.output.stores import LocalStore, ObjectStore, StoreError, is_url, open_store
@@ -89,7 +90,7 @@ def _check_in_child(url, env):
             "store, name = open_store(sys.argv[1])\n"
             "try:\n    store.check(name)\n"
             "except ValueError as error:\n    print(error, file=sys.stderr); sys.exit(2)\n")
-    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=60,
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=HANG_SECONDS,
                           env=dict(env, PYTHONPATH=str(REPOSITORY)))
     return done.returncode, done.stderr
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hangs import HANG_SECONDS
 import job_child
 from faults import NODE_KINDS
 from outputs import entries_under, job_outputs
@@ -265,7 +266,8 @@ def test_the_command_line_shows_no_store_client_chatter(job_images, s3, tmp_path
     weights.write_bytes(b"never read: the store is checked first")
     command = [sys.executable, str(Path(job_child.__file__).parent.parent / "run_inference.py"), "--images",
                str(job_images), "--output", "s3://%s-none/out.csv" % s3.bucket, "--weights", str(weights)]
-    result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **s3.env), timeout=120)
+    result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **s3.env),
+                            timeout=HANG_SECONDS)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "does not exist" in result.stderr and "Found credentials" not in result.stderr
 

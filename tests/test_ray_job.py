@@ -31,6 +31,7 @@ import ray_child
 from parallel.jobs import ray_job
 from parallel.jobs import Distribution
 from parallel.loop import Summary
+from hangs import HANG_SECONDS
 from outputs import job_outputs as outputs
 
 CHILD = str(Path(__file__).resolve().parent / "ray_child.py")
@@ -52,8 +53,7 @@ def isolated_network():
 
 # FORMAT:GPUS per worker:FAULT. The cluster's GPUs are logical ones (no machine here has a GPU): workers compute
 # on the CPU, and the cli job's first run, with a GPU per worker, is refused.
-JOBS = ("csv:0:kill", "parquet:0:interrupt", "csv:0:badweights", "csv:0:cli", "npy:0:store", "parquet:0:tars",
-        "csv:0:efficientnet")
+JOBS = ("csv:0:kill", "npy:0:interrupt", "csv:0:badweights", "csv:0:cli", "csv:0:tars")
 # Lines that are not the driver's own: Ray's and TensorFlow's logs (dated, or absl's "I0000 00:00"), an
 # actor's output forwarded by Ray ("(ShardActor pid=...)", "(raylet)"), Python warnings ("file.py:12:").
 NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\((?:raylet|autoscaler|gcs_server)"
@@ -62,7 +62,8 @@ NOISE = re.compile(r"^\[?\d{4}-\d\d-\d\d|^[IWEF]\d{4} \d\d:|\((?:\w+ )?pid=\d+|\
 
 @pytest.fixture(scope="module")
 def ray_runs(job_images, tmp_path_factory):
-    """{fault: result of tests/ray_child.py}, the JOBS run one after the other on one 2-node cluster."""
+    """{fault: result of tests/ray_child.py}, the JOBS run one after the other on one 2-node cluster (one child
+    process for all: the cluster starts once)."""
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed (pip install -e '.[ray]')")
     prefix, reason = isolated_network()
@@ -73,7 +74,8 @@ def ray_runs(job_images, tmp_path_factory):
     ray_files = tempfile.mkdtemp(prefix="ray-test-")
     command = "%s && exec %s" % (LOOPBACK_UP, shlex.join([sys.executable, CHILD, str(job_images), str(folder), *JOBS]))
     try:
-        child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=900,
+        # A guard against a hang only (tests/hangs.py), for all the jobs of the one child.
+        child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=2 * HANG_SECONDS,
                                cwd=REPOSITORY, env=dict(os.environ, RAY_TMPDIR=ray_files, TF_CPP_MIN_LOG_LEVEL="3"))
     finally:
         shutil.rmtree(ray_files, ignore_errors=True)
@@ -110,7 +112,7 @@ def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exac
     assert result["first_status"] == 130 and first["interrupted"] and first["skipped"] > 0, first
     assert first["written"] + first["failed"] + first["skipped"] == 24
     assert result["status"] == 3 and done(result)["already_done"] == first["written"]
-    assert outputs(result["output"]) == single_outputs["parquet"]
+    assert outputs(Path(result["log_folder"]) / "store-copy" / "interrupt.npy") == single_outputs["npy"]
 
 
 def test_a_worker_that_cannot_load_the_weights_fails_the_run_as_one_process_would(ray_runs):
@@ -131,37 +133,42 @@ def test_a_ray_usage_error_leaves_nothing_and_the_corrected_run_is_quiet_and_exa
 
 
 def test_an_output_in_an_object_store_is_the_single_host_one(ray_runs, single_outputs):
-    result = ray_runs["store"]  # workers on two nodes, committing through the store's protocol, no shared folder
-    assert result["status"] == 3 and done(result) == {"discovered": 24, "written": 23, "failed": 1,
-                                                      "already_done": 0, "skipped": 0}, result["summary"]
+    """The interrupt job's output is in the store: workers on two nodes commit through the store's protocol, no
+    shared folder, and the rerun resumes from the shards committed there."""
+    result = ray_runs["interrupt"]
+    assert result["output"].startswith("s3://") and result["status"] == 3, result["summary"]
+    counts = done(result)
+    assert (counts["discovered"], counts["failed"], counts["skipped"]) == (24, 1, 0), counts
+    assert counts["written"] + counts["already_done"] == 23 and counts["already_done"] > 0, counts
     copy = Path(result["log_folder"]) / "store-copy"
-    assert outputs(copy / "store.npy") == single_outputs["npy"]
-    assert sorted(path.name for path in copy.iterdir()) == ["store.npy" + suffix for suffix in
+    assert outputs(copy / "interrupt.npy") == single_outputs["npy"]
+    assert sorted(path.name for path in copy.iterdir()) == ["interrupt.npy" + suffix for suffix in
                                                             ("", ".errors.csv", ".manifest.parquet", ".paths.csv",
                                                              ".run.json")]  # the shards gone
 
 
-def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, tmp_path):
+@pytest.fixture(scope="module")
+def one_process_tars(ray_runs, tmp_path_factory):
+    """What one process writes for the tars job: its output (CSV), with EfficientNetB0 and the same weights."""
     from parallel import jobs
+    folder = ray_runs["tars"]["log_folder"]
+    single = tmp_path_factory.mktemp("one_process_tars") / "single.csv"
+    config = job_child.config(str(Path(folder) / "tars" / "*.tar"), single, "csv",
+                              Distribution(kind="static", rank=0, world_size=1, shard_size=1))
+    jobs.run(dataclasses.replace(config, model=ray_child.efficientnet_model(folder)))
+    return single
+
+
+def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, one_process_tars):
     result = ray_runs["tars"]
     assert result["status"] == 3 and (done(result)["written"], done(result)["failed"]) == (23, 1)
-    single = tmp_path / "single.parquet"
-    jobs.run(job_child.config(str(Path(result["log_folder"]) / "tars" / "*.tar"), single, "parquet",
-                              Distribution(kind="static", rank=0, world_size=1, shard_size=1)))
-    assert outputs(result["output"]) == outputs(single)
-    members = [Path(str(output) + ".members.parquet").read_bytes() for output in (result["output"], single)]
+    members = [Path(str(output) + ".members.parquet").read_bytes() for output in (result["output"], one_process_tars)]
     assert members[0] == members[1]
 
 
-def test_a_model_of_the_registry_on_the_cluster_gives_one_process_s_bytes(ray_runs, job_images, tmp_path):
-    from parallel import jobs
-    result = ray_runs["efficientnet"]  # EfficientNetB0: its spec pickled to the actors, its weights read there
-    assert result["status"] == 3 and (done(result)["written"], done(result)["failed"]) == (23, 1)
-    single = tmp_path / "single.csv"
-    config = job_child.config(job_images, single, "csv", Distribution(kind="static", rank=0, world_size=1,
-                                                                        shard_size=5))
-    jobs.run(dataclasses.replace(config, model=ray_child.efficientnet_model(result["log_folder"])))
-    assert outputs(result["output"]) == outputs(single)
+def test_a_model_of_the_registry_on_the_cluster_gives_one_process_s_bytes(ray_runs, one_process_tars):
+    result = ray_runs["tars"]  # EfficientNetB0: its spec pickled to the actors, its weights read there
+    assert outputs(result["output"]) == outputs(one_process_tars)
     assert Path(result["output"]).read_text().split("\n")[0].endswith(",avg_pool_1279")
 
 
@@ -174,10 +181,14 @@ def test_each_worker_builds_its_graph_once_on_a_cpu_device_of_its_own(ray_runs):
         assert ready <= set(builds) and (ready or fault == "badweights"), (ready, builds)
     killed, interrupted = ray_runs["kill"], ray_runs["interrupt"]
     # The workers of one run of the driver, less the one killed: a CPU each, none of the node's (logical) GPUs.
+    checked = []
     for workers in (killed["workers"], interrupted["first_workers"], interrupted["workers"]):
         alive = [worker for worker in workers if worker["pid"] not in killed["killed"]]
         assert alive and all(worker["devices"] == "CPU:0" and worker["gpu_ids"] == [] for worker in alive), alive
-    assert len([worker for worker in killed["workers"] if worker["pid"] not in killed["killed"]]) >= 2
+        checked += alive
+    # Workers of both nodes among them. (Not of both in each run: a worker still starting when the last shard is
+    # done is stopped unannounced, as the kill's replacement may be.)
+    assert len({worker["node"] for worker in checked}) == 2, checked
 
 
 def test_an_actor_s_devices_are_its_ray_gpus_as_tensorflow_numbers_them():

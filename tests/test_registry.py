@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hangs import HANG_SECONDS
 from models import registry
 from models.files import WeightsError
 
@@ -32,7 +33,8 @@ def test_the_checks_of_model_and_layer_import_no_tensorflow():
     code = ("import sys; from models import registry\n"
             "for name in registry.NAMES: registry.check_layer(name, None); registry.weight_files(name)\n"
             "print(sorted({'tensorflow', 'keras', 'h5py'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=HANG_SECONDS)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 
 

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+from hangs import HANG_SECONDS
 from models import resnet50_layers, resnet50_weights
 from models.files import WeightsError
 
@@ -84,7 +85,8 @@ def test_a_kernel_of_another_shape_names_the_file_layer_and_both_shapes(files, t
 def test_the_random_command_writes_either_layout_and_refuses_another_suffix(tmp_path):
     def command(output):
         return subprocess.run([sys.executable, "-m", "models.weight_files", "random", str(output), "--model",
-                               "resnet50", "--seed", "3"], cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+                               "resnet50", "--seed", "3"], cwd=REPOSITORY, capture_output=True, text=True,
+                              timeout=HANG_SECONDS)
 
     done = command(tmp_path / "r_notop.h5")
     assert done.returncode == 0 and "RANDOM resnet50 weights (seed 3) in Keras's layout" in done.stderr, done.stderr

@@ -18,6 +18,7 @@ from PIL import Image
 import run_inference
 from parallel import engine, jobs
 from parallel.devices import available_gpus
+from hangs import HANG_SECONDS
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NAMES = ["a/one.jpg", "a/two, with comma.png", "b/日本.jpg", "b/c/=four.jpg", "five.JPG"]
@@ -140,13 +141,12 @@ def test_other_settings_are_refused_until_overwrite(tmp_path, capsys, weights_fi
 
 
 def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, weights_file):
-    """Run as users run it (a process of its own, with its log on stderr)."""
+    """The reruns run as users run them (a process of its own, with its log on stderr); the first run, which
+    writes the output they are refused, in this process."""
     first, second = make_images(tmp_path / "first", NAMES[:1]), make_images(tmp_path / "second", NAMES[:1])
     output = tmp_path / "features.csv"
-    done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(first), "--output",
-                           str(output), "--weights", str(weights_file), "--devices", "cpu:0"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
+                "--quiet") == 0
     other_model = tmp_path / "efficientnet_b0.h5"
     other_model.write_bytes(b"never read: the output is checked first")
     for flags, message in ((["--images", str(first), "--layer", "relu7"], "written with other settings"),
@@ -157,7 +157,7 @@ def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, wei
                            (["--images", str(second)], "holds the features of the images in")):
         done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--output", str(output),
                                "--weights", str(weights_file), "--devices", "cpu:0", *flags],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=HANG_SECONDS)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("run_inference: error: "), done.stderr
         assert message in done.stderr and "--overwrite" in done.stderr
@@ -214,7 +214,7 @@ def test_help_is_named_after_the_command_that_was_run(monkeypatch, capsys, progr
 
 def test_help_run_as_a_script(tmp_path):
     done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--help"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=HANG_SECONDS)
     assert done.returncode == 0 and done.stdout.startswith("usage: run_inference.py "), done
 
 
@@ -360,7 +360,8 @@ def test_output_contradicting_format_is_refused_before_tensorflow_is_imported(tm
     check = ("import sys, run_inference; status = run_inference.main(sys.argv[1:]); "
              "print('tensorflow' in sys.modules, 'parallel.engine' in sys.modules); sys.exit(status)")
     done = subprocess.run([sys.executable, "-c", check, "--images", str(tmp_path), *flags], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPOSITORY)))
+                          text=True, cwd=tmp_path, timeout=HANG_SECONDS,
+                          env=dict(os.environ, PYTHONPATH=str(REPOSITORY)))
     assert done.returncode == 2, done
     assert done.stderr.startswith("run_inference: error: " + message) and done.stderr.count("\n") == 1, done
     assert done.stdout == "False False\n"
@@ -484,16 +485,25 @@ def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_ou
 
 
 # ----------------------------------------------------------------------------- signals, in real processes
+# The command line as a program of its own, with a model that costs nothing to load or compute
+# (tests/cli_child.py: job_child's colour model in VGG16's place, its steps slowed by a sleep inside
+# Session.run): what these tests prove is the plumbing (the status, the messages, what a rerun resumes).
+# VGG16 itself runs end to end in the tests above.
 
-def start(images, output, weights_file, *flags):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+CLI_CHILD = REPOSITORY / "tests" / "cli_child.py"
+STEP_SECONDS = 0.2  # about a step of VGG16 with one image on the CPU: a signal or a kill lands mid-run
+
+
+def start(images, output, *flags, step_seconds=STEP_SECONDS, load_seconds=0):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CLI_CHILD_STEP_SECONDS=str(step_seconds),
+               CLI_CHILD_LOAD_SECONDS=str(load_seconds))
     # The child starts with SIGINT at its default, as from a terminal, even when the suite was started with it
     # ignored (a background job): handled here, it is reset to the default by exec; ignored, it would stay so.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return subprocess.Popen(
-            [sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(images), "--output", str(output),
-             "--weights", str(weights_file), "--devices", "cpu:0", "--batch-size", "1", *flags],
+            [sys.executable, str(CLI_CHILD), "--images", str(images), "--output", str(output), "--devices", "cpu:0",
+             "--batch-size", "1", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPOSITORY)
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -501,7 +511,7 @@ def start(images, output, weights_file, *flags):
 
 def importing_tensorflow(child):
     """Whether process `child` has begun to import TensorFlow (its library is mapped), which the CLI does in
-    the run, once its signal handling is in place; the import, the graph and the weights take seconds more."""
+    the run, once its signal handling is in place."""
     return "libtensorflow_framework" in Path("/proc/%d/maps" % child.pid).read_text()
 
 
@@ -511,11 +521,11 @@ def rows_in(output):
     return committed_rows(output)
 
 
-def wait_for_rows(child, output, rows, timeout=120):
-    deadline = time.monotonic() + timeout
+def wait_for_rows(child, output, rows):
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while rows_in(output) < rows:
         assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, "no rows after %d s" % timeout
+        assert time.monotonic() < deadline, "no rows after %d s" % HANG_SECONDS
         time.sleep(0.05)
 
 
@@ -526,46 +536,49 @@ def many_images(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(many_images, weights_file, tmp_path_factory):
+def uninterrupted(many_images, tmp_path_factory):
     images, _ = many_images
     output = tmp_path_factory.mktemp("reference") / "features.csv"
-    child = start(images, output, weights_file, "--quiet")
-    assert child.wait(timeout=300) == 0, child.communicate()
+    child = start(images, output, "--quiet", step_seconds=0)
+    assert child.wait(timeout=HANG_SECONDS) == 0, child.communicate()
     return output.read_bytes()
 
 
-def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, many_images, weights_file, uninterrupted):
-    """Ctrl-C in the loop, end to end; SIGTERM takes the same way (one policy: tests/test_signals.py, with a
-    model that costs nothing to load, stops a run in the loop with it)."""
+def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, many_images, uninterrupted):
+    """Ctrl-C in the loop, end to end; SIGTERM takes the same way (one policy: tests/test_signals.py stops a
+    run in the loop with it)."""
     images, names = many_images
     output = tmp_path / "features.csv"
-    child = start(images, output, weights_file)
+    child = start(images, output)
     wait_for_rows(child, output, 2)
     child.send_signal(signal.SIGINT)
-    _, error = child.communicate(timeout=120)
+    _, error = child.communicate(timeout=HANG_SECONDS)
     assert child.returncode == 130, error
     assert "Rerun the same command to resume" in error and "Traceback" not in error
     done = rows_in(output)
     assert 2 <= done < len(names)
-    rerun = start(images, output, weights_file)
-    _, error = rerun.communicate(timeout=300)
+    rerun = start(images, output, step_seconds=0)
+    _, error = rerun.communicate(timeout=HANG_SECONDS)
     assert rerun.returncode == 0, error
     assert "%d already done" % done in error
     assert output.read_bytes() == uninterrupted
 
 
-def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_images, weights_file):
+def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_images):
+    """The weights take as long as the test needs (they never finish loading): the signal lands in the start-up
+    whatever the machine's load."""
     images, _ = many_images
-    child = start(images, tmp_path / "features.csv", weights_file)
-    deadline = time.monotonic() + 60
+    child = start(images, tmp_path / "features.csv", load_seconds=HANG_SECONDS)
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while not importing_tensorflow(child):  # the run's own signal handling is in place: it imports TensorFlow
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
         time.sleep(0.01)
     child.send_signal(signal.SIGTERM)
-    _, error = child.communicate(timeout=60)
+    _, error = child.communicate(timeout=HANG_SECONDS)
     assert child.returncode == 130, error  # not 143: killed by the signal, without a word
     assert error.strip().splitlines()[-1] == "run_inference: interrupted; rerun the same command to resume"
     assert "Traceback" not in error
+    assert not (tmp_path / "features.csv").exists()  # nothing written: the run was still starting
 
 
 def test_an_import_a_signal_cut_short_is_an_interruption_not_a_failure(fake_run, capsys):
@@ -584,26 +597,25 @@ def test_an_import_a_signal_cut_short_is_an_interruption_not_a_failure(fake_run,
     assert main("--images", ".", "--devices", "cpu:0", "--quiet") == 1
 
 
-def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, many_images, weights_file,
-                                                                             uninterrupted):
+def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, many_images, uninterrupted):
     images, names = many_images
     output = tmp_path / "features.csv"
     rng = random.Random(4)
     kills = 0
     while kills < 3:
-        child = start(images, output, weights_file, "--quiet")
+        child = start(images, output, "--quiet")
         before = max(rows_in(output), 0)
         if before >= len(names) - 2:
-            child.wait(timeout=300)
+            child.wait(timeout=HANG_SECONDS)
             break
         wait_for_rows(child, output, before + 1)
-        time.sleep(rng.uniform(0, 0.4))  # somewhere inside a later batch, a write or a commit
+        time.sleep(rng.uniform(0, 2 * STEP_SECONDS))  # somewhere inside a later batch, a write or a commit
         child.send_signal(signal.SIGKILL)
-        child.wait(timeout=60)
+        child.wait(timeout=HANG_SECONDS)
         kills += 1
     committed = rows_in(output)
-    final = start(images, output, weights_file)
-    _, error = final.communicate(timeout=300)
+    final = start(images, output, step_seconds=0)
+    _, error = final.communicate(timeout=HANG_SECONDS)
     assert final.returncode == 0, error
     assert kills >= 3
     # Only the images without a committed row were computed again.

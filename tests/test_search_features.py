@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from hangs import HANG_SECONDS
 import run_inference
 import search_features
 from search_data import clustered, with_near_copy, write_npy
@@ -45,7 +46,7 @@ def output(tmp_path):
 
 def test_help_lists_the_subcommands_examples_and_statuses():
     result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "--help"], capture_output=True,
-                            text=True, timeout=60, cwd=ROOT)
+                            text=True, timeout=HANG_SECONDS, cwd=ROOT)
     assert result.returncode == 0
     for text in ("index", "neighbours", "--calibrate", "serve", "exit status", "130", "docs/search.md"):
         assert text in result.stdout
@@ -265,7 +266,7 @@ def test_an_image_query_prints_no_tensorflow_log(photo_output, seeded_files):
     result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "neighbours",
                              str(folder / "quiet.index"), str(query), "-k", "1", "--weights",
                              str(seeded_files["npy"])],
-                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+                            capture_output=True, text=True, timeout=HANG_SECONDS, cwd=ROOT)
     assert result.returncode == 0, result.stderr  # TensorFlow's C++ log hidden: our one line only
     assert result.stderr == "search_features: %s: computed by the model: not under the indexed images folder " \
         "%s\n" % (query, images.resolve()), result.stderr
@@ -277,7 +278,8 @@ def test_the_python_example_of_docs_search_runs(tmp_path):
     code = page.split("## Python API")[1].split("```python\n")[1].split("```")[0]
     (tmp_path / "results").mkdir()
     write_npy(tmp_path / "results" / "features.npy", clustered(300))
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=HANG_SECONDS)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "exact 300 1.0" and lines[1].startswith("img/00000.jpg 1.0")
@@ -298,7 +300,7 @@ def _serving(page, sigint):
 
 
 def _fetch(url):
-    with urllib.request.urlopen(url + "index.html", timeout=10) as response:
+    with urllib.request.urlopen(url + "index.html", timeout=HANG_SECONDS) as response:
         return response.status, response.read()
 
 
@@ -316,7 +318,7 @@ def test_serve_shows_the_page_on_loopback_until_stopped(page, stop):
         status, body = _fetch(url)
         assert status == 200 and b"f.npy" in body
         server.send_signal(stop)
-        assert server.wait(timeout=30) == 0  # a signal is how it is stopped: not a failure
+        assert server.wait(timeout=HANG_SECONDS) == 0  # a signal is how it is stopped: not a failure
         assert server.stderr.read() == ""  # no traceback
     finally:
         server.kill()
@@ -330,7 +332,7 @@ def test_serve_started_with_sigint_ignored_keeps_it_ignored_and_stops_on_sigterm
         assert _fetch(url)[0] == 200
         assert server.poll() is None
         server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=30) == 0
+        assert server.wait(timeout=HANG_SECONDS) == 0
         assert server.stderr.read() == ""
     finally:
         server.kill()
@@ -343,7 +345,7 @@ def test_serve_a_port_in_use_is_one_line_and_status_2(page):
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port",
-                                 str(port)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+                                 str(port)], capture_output=True, text=True, timeout=HANG_SECONDS, cwd=ROOT)
     assert result.returncode == 2
     assert result.stderr.startswith("search_features: error: port=%d on 127.0.0.1 cannot be opened" % port)
     assert result.stderr.count("\n") == 1, result.stderr

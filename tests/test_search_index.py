@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hangs import HANG_SECONDS
 from search.index import Index, SearchError, choose_kind, normalise
 from search_data import SETTINGS, clustered, hard, with_near_copy, write_npy
 
@@ -125,8 +126,8 @@ def test_no_search_module_imports_tensorflow_or_the_engine():
             "bad = sorted(name for name in sys.modules if name.split('.')[0] in ('tensorflow', 'keras') or "
             "name.startswith(('parallel.engine', 'parallel.jobs', 'parallel.runner', 'models')))\n"
             "print(len(%r), bad)\n" % modules)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "%d []" % len(modules)
 
@@ -414,7 +415,7 @@ def test_building_an_index_of_a_clip_output_imports_no_tensorflow(tmp_path):
     code = ("import sys\nfrom search import Index\nIndex.build(%r, %r)\n"
             "print(sorted(name for name in sys.modules if name.split('.')[0] in ('tensorflow', 'keras', 'models')))"
             % (str(tmp_path / "clip.npy"), str(tmp_path / "clip.index")))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['models', 'models.text_queries']"  # the table only

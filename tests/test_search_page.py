@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from hangs import HANG_SECONDS
 from search.duplicates import histogram
 from search.page import GROUPS_PER_PAGE, THUMBS, make_thumbnail, write_page
 from search.server import make_server
@@ -113,7 +114,7 @@ def test_the_server_serves_the_page_on_loopback_only(report):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as response:
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=HANG_SECONDS) as response:
             assert b"<svg" in response.read()
     finally:
         server.shutdown()
@@ -122,13 +123,13 @@ def test_the_server_serves_the_page_on_loopback_only(report):
         make_server(page.parent / "thumbs")
 
 
-def wait_for_images(page, seconds=15):
+def wait_for_images(page):
     """Returns once every image of `page` is complete. Polled from here: Playwright's wait_for_function
     evaluates its predicate again with eval, which the page's Content-Security-Policy (no 'unsafe-eval')
     refuses whenever the first check comes before the images."""
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while not page.evaluate("Array.from(document.images).every(img => img.complete)"):
-        assert time.monotonic() < deadline, "the page's images did not load in %d s" % seconds
+        assert time.monotonic() < deadline, "the page's images did not load in %d s" % HANG_SECONDS
         page.wait_for_timeout(50)
 
 
@@ -137,9 +138,11 @@ def _browse(url, screenshot):
     from playwright.sync_api import sync_playwright
     errors, requests = [], []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS,
+                                             timeout=HANG_SECONDS * 1000)
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.set_default_timeout(HANG_SECONDS * 1000)  # Playwright's 30 s: hang guards, not bounds on speed
             page.on("console", lambda message: message.type == "error" and errors.append(message.text))
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.on("request", lambda request: requests.append(request.url))
@@ -252,7 +255,7 @@ def test_a_page_is_not_written_over_an_index_html_it_did_not_write(tmp_path):
 def _get(port, path, host=None):
     """(status, body) of GET `path` from 127.0.0.1:`port`, with `host` as the Host header if given."""
     import http.client
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=HANG_SECONDS)
     try:
         connection.putrequest("GET", path, skip_host=host is not None)
         if host is not None:

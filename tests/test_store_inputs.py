@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 import pytest
 
+from hangs import HANG_SECONDS
 import job_child
 from outputs import committed_rows, job_outputs
 from parallel import engine, jobs
@@ -142,7 +143,7 @@ def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_on
                               "--rank", "1", "--world-size", "3", "--shard-size", "1", "--step-seconds", "0.5",
                               "--marker", str(marker)],
                              stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while marker.read_text().count("step") < 2:  # tar 1 (4 steps of 2 images) under way
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
         time.sleep(0.05)
@@ -316,7 +317,7 @@ def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(l
     child = subprocess.Popen([sys.executable, CHILD, pattern, str(output), "csv", "--distributed", "static",
                               "--rank", "0", "--world-size", "1", "--shard-size", "2", "--step-seconds", "0.3",
                               "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while marker.read_text().count("step") < 6 or committed_rows(output) < 1:  # tar 1 of the group under way
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
         time.sleep(0.05)

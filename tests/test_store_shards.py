@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hangs import HANG_SECONDS
 import job_child
 from parallel import engine, jobs
 from parallel.jobs.identity import job_record
@@ -75,7 +76,7 @@ def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, singl
     marker.write_text("")
     slow = child(job_images, url, "npy", s3.env, "--distributed", "static", "--rank", "1", "--world-size", "2",
                  "--shard-size", "5", "--step-seconds", "0.5", "--marker", str(marker))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while marker.read_text().count("step") < 4:  # shard 1 committed (3 steps), shard 3 under way
         assert slow.poll() is None and time.monotonic() < deadline, slow.communicate()
         time.sleep(0.05)
@@ -235,13 +236,13 @@ def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_i
                     "--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "5",
                     "--step-seconds", "0.3", "--marker", str(marker))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
         while not any(name.endswith("/_shard.json") for name in s3.objects()):
             assert running.poll() is None and time.monotonic() < deadline, running.communicate()
             time.sleep(0.1)
     finally:
         server.stop()
-    _, error = running.communicate(timeout=60)
+    _, error = running.communicate(timeout=HANG_SECONDS)
     assert running.returncode == 1, error
     failed = [line for line in error.splitlines() if line.startswith("failed:")]
     assert len(failed) == 1 and "the store is not reachable" in failed[0] and "rerun" in failed[0], error

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
+from hangs import HANG_SECONDS
 from models import weight_files
 from models.vgg16_layers import LAYERS
 
@@ -104,7 +105,7 @@ def test_truncated_weight_files_are_refused(seeded_files, tmp_path, kind):
 
 def run_command(*arguments, **popen_options):
     return subprocess.run([sys.executable, "-m", "models.weight_files", *map(str, arguments)], cwd=REPOSITORY,
-                          capture_output=True, text=True, timeout=120, **popen_options)
+                          capture_output=True, text=True, timeout=HANG_SECONDS, **popen_options)
 
 
 def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meaningless(seeded_weights, tmp_path):
@@ -149,5 +150,6 @@ def test_the_random_command_refuses_before_writing_anything(tmp_path, capsys, na
 def test_reading_and_writing_weight_files_imports_no_tensorflow():
     code = ("import sys, models.weight_files, models.imagenet_download; "
             "print(sorted({'tensorflow', 'h5py', 'keras'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=HANG_SECONDS)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr

@@ -20,7 +20,12 @@ def random_weight_files(folder, seed=0):
       {"npy": folder/vgg16.npy (tensorflow-vgg's layout), "h5": folder/<VGG16_FILE.name> (Keras's)}.
     """
     weights = random_weights(seed)
-    paths = {"npy": folder / "vgg16.npy", "h5": folder / VGG16_FILE.name}
+    paths = weight_files_in(folder)
     save_npy(weights, paths["npy"])
     save_h5(weights, paths["h5"])
     return weights, paths
+
+
+def weight_files_in(folder):
+    """The files `random_weight_files` writes in `folder`: {"npy": vgg16.npy, "h5": <VGG16_FILE.name>}."""
+    return {"npy": folder / "vgg16.npy", "h5": folder / VGG16_FILE.name}
