@@ -110,7 +110,7 @@ def committed_rows(output):
     counts them), in committed shards not yet in it, and in attempts (their writers commit batch by batch);
     -1 before any of these exists. For tests that wait for a run to commit rows, or count what a stopped run
     kept."""
-    from parallel.jobs.shard_record import SHARD_FEATURES, SHARD_RECORD
+    from parallel.jobs.shard_record import SHARD_RECORD
     from parallel.output import read_record
     output = Path(output)
     counts = []
@@ -122,11 +122,21 @@ def committed_rows(output):
             counts.append(int(json.loads((folder / SHARD_RECORD).read_text(encoding="utf-8"))["rows"]))
         except (OSError, ValueError, KeyError):
             pass  # being committed: counted in its attempt, or next time
-    for folder in sorted(Path(str(output) + ".attempts").glob("shard-*")):
+    attempts = Path(str(output) + ".attempts")
+    if any(attempts.glob("shard-*")):
+        counts.append(attempt_rows(attempts))
+    return sum(counts) if counts else -1
+
+
+def attempt_rows(folder):
+    """The rows the shard attempts in `folder` (an output's attempts folder) have committed, batch by batch."""
+    from parallel.jobs.shard_record import SHARD_FEATURES
+    from parallel.output import read_record
+    rows = 0
+    for attempt in sorted(Path(folder).glob("shard-*")):
         try:
-            record = read_record(folder / SHARD_FEATURES)
+            record = read_record(attempt / SHARD_FEATURES)
         except ValueError:
             record = None
-        if record is not None:
-            counts.append(record["rows"])
-    return sum(counts) if counts else -1
+        rows += record["rows"] if record is not None else 0
+    return rows
