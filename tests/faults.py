@@ -34,6 +34,23 @@ def make_node():
         os.close(descriptor)
 
 
+def in_place_of(path, kind, make_node, elsewhere, link_to_folder=False):
+    """Puts `kind` (one of NODE_KINDS, or "folder") at `path`, once a regular file or folder there is moved
+    away. A link points to an image in `elsewhere` (made here, holding precious.jpg: an input the test keeps
+    an eye on), or to `elsewhere` itself with `link_to_folder`. Returns what a refusal calls it."""
+    elsewhere.mkdir(exist_ok=True)
+    (elsewhere / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    if kind == "folder":
+        path.mkdir()
+        return "a folder"
+    make_node(path, kind, elsewhere if link_to_folder else elsewhere / "precious.jpg")
+    return NODE_KINDS[kind]
+
+
 def failing(real, error_number, after):
     """`real`, raising OSError(error_number) from its call number `after` + 1 on."""
     calls = {"count": 0}

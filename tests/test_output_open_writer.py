@@ -3,11 +3,10 @@
 import errno
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from faults import NODE_KINDS
+from faults import NODE_KINDS, in_place_of
 from outputs import SETTINGS, assert_same_content, entries_under, make_batch, run_job
 
 from parallel.output import ErrorLog, OutputError, open_writer, sidecar_path
@@ -65,15 +64,8 @@ def test_overwrite_removes_nothing_when_a_name_is_not_a_regular_file(tmp_path, m
     writer.abort()
     with ErrorLog(output) as log:
         log.add("bad.jpg", "decode", "truncated")
-    elsewhere = tmp_path / "elsewhere"  # what a link points to: an input image, or a folder of them
-    elsewhere.mkdir()
-    (elsewhere / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
-    node = Path(str(output) + suffix)
-    if node.is_dir():
-        shutil.rmtree(node)
-    elif node.exists():
-        node.unlink()
-    make_node(node, kind, elsewhere if suffix == ".parts" else elsewhere / "precious.jpg")
+    node = Path(str(output) + suffix)  # a link points to an input image, or a folder of them
+    in_place_of(node, kind, make_node, tmp_path / "elsewhere", link_to_folder=suffix == ".parts")
     before = entries_under(tmp_path)
     with pytest.raises(OutputError) as raised:
         open_writer(output, format="npy", feature_size=64, settings=SETTINGS, overwrite=True)

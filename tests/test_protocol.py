@@ -16,7 +16,7 @@ import pytest
 
 from hangs import HANG_SECONDS
 import job_child
-from faults import NODE_KINDS
+from faults import in_place_of
 from outputs import entries_under, job_outputs
 from parallel import jobs
 from parallel.engine import RunError
@@ -83,22 +83,13 @@ def _never_loaded():
 
 
 def _with_a_node(output, suffix, kind, make_node):
-    """Puts `kind` (a FIFO, a symbolic link, a folder) at the job's name `output` + `suffix`, once a regular file
-    or folder there is moved away; a link points to an image beside the output's folder (a folder of them, for
-    a folder's name). Returns (the node's path, what the refusal calls it)."""
-    elsewhere = output.parent.parent / "elsewhere"
-    elsewhere.mkdir(exist_ok=True)
-    (elsewhere / "precious.jpg").write_bytes(b"\xff\xd8 a photo")
+    """Puts `kind` (a FIFO, a symbolic link, a folder) at the job's name `output` + `suffix` (`faults.in_place_of`);
+    a link points to an image beside the output's folder (a folder of them, for a folder's name). Returns (the
+    node's path, what the refusal calls it)."""
     node = Path(str(output) + suffix)
-    if node.is_dir():
-        shutil.rmtree(node)
-    elif node.exists():
-        node.unlink()
-    if kind == "folder":
-        node.mkdir()
-        return node, "a folder"
-    make_node(node, kind, elsewhere if suffix in (".shards", ".attempts", ".parts") else elsewhere / "precious.jpg")
-    return node, NODE_KINDS[kind]
+    what = in_place_of(node, kind, make_node, output.parent.parent / "elsewhere",
+                       link_to_folder=suffix in (".shards", ".attempts", ".parts"))
+    return node, what
 
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["resume", "overwrite"])
