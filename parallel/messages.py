@@ -29,6 +29,18 @@ def counted(count, noun):
     return "%d %s%s" % (count, noun, "" if count == 1 else "s")
 
 
+def listed(indexes, shown=10):
+    """"0, 4, 8", the first `shown` of `indexes` and ", ..." after them if there are more."""
+    return ", ".join(str(index) for index in indexes[:shown]) + (", ..." if len(indexes) > shown else "")
+
+
+def which_shards(indexes):
+    """"no shard", "shard 3", "shards 0, 4, 8"."""
+    if not indexes:
+        return "no shard"
+    return "shard%s %s" % ("" if len(indexes) == 1 else "s", listed(indexes))
+
+
 class Progress:
     """A tqdm bar on stderr, or nothing when `enabled` is false (a log file, --quiet).
 

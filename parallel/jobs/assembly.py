@@ -42,6 +42,7 @@ from parallel.inputs.tars import MEMBERS_SUFFIX
 from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record,
                              remove_output)
 from parallel.output.durable import beside
+from parallel.messages import which_shards
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, sidecar_path
 
 log = logging.getLogger("parallel")
@@ -164,7 +165,7 @@ class Assembly:
             lost = sorted(claims)
         if lost:
             log.warning("%s does not hold the rows its ledger records of %s: %s computed again", self.job.location,
-                        _shards(lost), "it is" if len(lost) == 1 else "they are")
+                        which_shards(lost), "it is" if len(lost) == 1 else "they are")
             ledger.forget(lost)
         return lost
 
@@ -331,12 +332,6 @@ def _changed_since_closed(output, record, complete):
             return "%s%s is %s, not %s" % (output.name, suffix, "%d bytes" % now[suffix] if suffix in now else "gone",
                                            "%d bytes" % then[suffix] if suffix in then else "absent")
     return None
-
-
-def _shards(indexes, shown=10):
-    """"shard 3", "shards 0, 4, 8"."""
-    return "shard%s %s" % ("" if len(indexes) == 1 else "s", ", ".join(map(str, indexes[:shown]))
-                           + (", ..." if len(indexes) > shown else ""))
 
 
 def _copy_rows(features, writer, column_prefix):

@@ -30,7 +30,7 @@ from parallel.jobs.store_shards import open_job
 from parallel.jobs.worker import ShardWorker, add
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
-from parallel.messages import Progress, counted, first_line
+from parallel.messages import Progress, counted, first_line, listed, which_shards
 from parallel.output import OutputError, read_record, sidecar_path
 from parallel.output.record import SIDECAR_SUFFIX
 from parallel.signals import StopRequest
@@ -68,20 +68,9 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
     else:
         log.info("%d of %s %s not committed yet (%s): the output is written by the process that commits the "
                  "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
-                 "is" if len(missing) == 1 else "are", _some(missing))
+                 "is" if len(missing) == 1 else "are", listed(missing))
     return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location,
                                pending_shards=tuple(missing))
-
-
-def _which_shards(indexes):
-    """"no shard", "shard 3", "shards 0, 4, 8"."""
-    if not indexes:
-        return "no shard"
-    return "shard%s %s" % ("" if len(indexes) == 1 else "s", _some(indexes))
-
-
-def _some(indexes, shown=10):
-    return ", ".join(str(index) for index in indexes[:shown]) + (", ..." if len(indexes) > shown else "")
 
 
 def run(config, weights=None, one_host=False, overwrite=False):
@@ -170,7 +159,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
                  config.devices.describe(config.per_device_batch))
     else:
         log.info("rank %d of %d (from %s): %s of %d; devices: %s", rank.rank, rank.world_size, rank.source,
-                 _which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
+                 which_shards(mine), job.shard_count, config.devices.describe(config.per_device_batch))
     summary = Summary()
     started = time.perf_counter()
     images = sum(_shard_length(job, index) for index in mine)
@@ -247,7 +236,7 @@ def _compute_rejected_again(error, worker):
     if not getattr(error, "rejected_shards", ()):
         raise error
     log.warning("%s; computing %s again now", first_line(error).split(": ", 1)[0],
-                _which_shards(list(error.rejected_shards)))
+                which_shards(list(error.rejected_shards)))
     for index in error.rejected_shards:
         worker.process(index)
 
