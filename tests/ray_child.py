@@ -205,7 +205,7 @@ def run_job(images, folder, job, address):
     if fault == "kill":
         threading.Thread(target=when, args=(lambda: first_step(steps) and attempt_rows(output, first_step(steps)),
                                             lambda: kill_first_stepper(steps, output, result)), daemon=True).start()
-    if fault == "interrupt":  # a shard's marker in the store: it is committed (parallel/jobs/store_shards.py)
+    if fault == "interrupt":  # a shard's marker in the store: it is committed (parallel/jobs/commits.py)
         markers = "%s/ray/interrupt.%s.shards/shard-*/*/_shard.json" % (BUCKET, output_format)
         threading.Thread(target=when, args=(lambda: store().glob(markers), lambda: os.kill(os.getpid(), signal.SIGINT),
                                             0.2), daemon=True).start()
@@ -213,6 +213,11 @@ def run_job(images, folder, job, address):
         result["first_workers"], workers.infos = workers.infos, []
     try:
         result["status"], result["summary"] = run(config)
+        if fault == "kill":  # finished, an image failed, the shards gone: a rerun retries it into the output
+            result["shards_after"] = sorted(path.name for path in Path(str(output) + ".shards").glob("*"))
+            before = len(workers.infos)
+            result["rerun_status"], result["rerun_summary"] = run(config)
+            result["rerun_workers"] = len(workers.infos) - before
     finally:
         logging.getLogger("parallel").removeHandler(workers)
     if fault == "interrupt":  # what the store holds, for the test (its server ends with this process)

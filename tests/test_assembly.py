@@ -4,7 +4,6 @@ removes each shard once its rows are in it; a kill at any step leaves a state th
 import random
 import shutil
 import threading
-import types
 
 import pytest
 from PIL import Image
@@ -68,8 +67,8 @@ def _kill_at(monkeypatch, moment):
         monkeypatch.setattr(ledger.Ledger, "add_shard", on_shard_three(ledger.Ledger.add_shard,
                                                                        lambda args: args[1] == 3))
     else:  # the shard removed: the next step would be shard 4
-        monkeypatch.setattr(assembly, "shutil", types.SimpleNamespace(rmtree=on_shard_three(
-            shutil.rmtree, lambda args: "shard-000003" in str(args[0]))))
+        monkeypatch.setattr(ShardedJob, "remove_shard", on_shard_three(ShardedJob.remove_shard,
+                                                                       lambda args: args[1] == 3))
 
 
 @pytest.mark.parametrize("moment", ["rows appended", "ledger recorded", "shard removed"])

@@ -21,7 +21,7 @@ from outputs import entries_under, job_outputs
 from parallel import jobs
 from parallel.engine import RunError
 from parallel.jobs.shards import ShardedJob
-from parallel.jobs.store_shards import STAGING_PREFIX
+from parallel.jobs.store_commits import STAGING_PREFIX
 from stores import upload, write_tars
 
 
@@ -298,21 +298,24 @@ def test_a_failed_image_repaired_and_retried_gives_the_bytes_of_a_clean_run(repa
 
 @pytest.mark.parametrize("where", ["local", "store"])
 def test_a_failed_image_is_retried_by_a_one_host_store_or_sharded_job(repaired, tmp_path, s3, where):
-    """The sharded protocol (an output in a store, static ranks) retries failed images as one process does:
-    the shard is committed anew with the image's row, the finished output written afresh, bytes of a clean run."""
+    """The sharded protocol (an output in a store, static ranks) retries failed images as one process does: into
+    the output itself, its shards gone once it is written (in the store, the output read back, the image's row
+    merged in its place, written whole), bytes of a clean run."""
     broken, image, clean = repaired
     output = s3.url("out.csv") if where == "store" else tmp_path / "out.csv"
     distribution = None if where == "store" else jobs.Distribution(kind="static", rank=0, world_size=1,
                                                                    shard_size=6)
     first = jobs.run(_batch_dependent(broken, output, distribution=distribution))
     assert (first.written, first.failed) == (23, 1)
-    if where == "local":  # the failed image is retried in the output itself: no copy of its rows stays beside it
+    # The failed image is retried in the output itself: no copy of its rows stays beside it.
+    if where == "local":
         assert not ShardedJob(output).shards.exists()
+    else:
+        assert not [name for name in s3.objects() if ".shards/" in name]
     (broken / "a" / "bad.png").write_bytes(image)
     rerun = jobs.run(_batch_dependent(broken, output, distribution=distribution))
-    # The repaired image changed: the manifest takes it as it is now. Locally only the image is computed, its
-    # row merged into the output in its place; a store's shard (the whole job) is computed again.
-    assert (rerun.written, rerun.already_done, rerun.failed) == ((1, 23, 0) if where == "local" else (24, 0, 0))
+    # The repaired image changed: the manifest takes it as it is now; only the image is computed.
+    assert (rerun.written, rerun.already_done, rerun.failed) == (1, 23, 0)
     written = s3.filesystem.cat_file(output[len("s3://"):]) if where == "store" else output.read_bytes()
     assert written == clean
     again = jobs.run(_batch_dependent(broken, output, distribution=distribution))

@@ -103,7 +103,11 @@ def test_a_worker_killed_mid_shard_is_replaced_and_the_output_is_the_single_host
                                                       "already_done": kept, "skipped": 0}  # the bad image
     assert outputs(result["output"]) == single_outputs["csv"]
     assert not Path(result["output"] + ".attempts").exists()
-    assert Path(result["output"] + ".shards").exists()  # kept while an image failed: every rerun retries it
+    # The shards go once the output is written, an image failed or not: a rerun retries it in the output, by an actor.
+    assert result["shards_after"] == [] and not Path(result["output"] + ".shards").exists()
+    rerun = result["rerun_summary"]
+    assert result["rerun_status"] == 3 and (rerun["written"], rerun["already_done"], rerun["failed"]) == (0, 23, 1)
+    assert result["rerun_workers"] == 1  # one actor, which tried bad.png again: it still fails
 
 
 def test_ctrl_c_on_the_driver_stops_handing_out_shards_and_a_rerun_finishes_exactly(ray_runs, single_outputs):
@@ -143,8 +147,8 @@ def test_an_output_in_an_object_store_is_the_single_host_one(ray_runs, single_ou
     copy = Path(result["log_folder"]) / "store-copy"
     assert outputs(copy / "interrupt.npy") == single_outputs["npy"]
     assert sorted(path.name for path in copy.iterdir()) == ["interrupt.npy" + suffix for suffix in
-                                                            ("", ".errors.csv", ".manifest.parquet", ".paths.csv",
-                                                             ".run.json")]  # the shards gone
+                                                            ("", ".errors.csv", ".ledger.jsonl", ".manifest.parquet",
+                                                             ".paths.csv", ".run.json")]  # the shards gone
 
 
 @pytest.fixture(scope="module")

@@ -74,9 +74,9 @@ def test_an_attempt_that_is_not_its_shard_is_never_committed(job):
 @pytest.mark.parametrize("damage, problem", [
     (lambda folder: (folder / SHARD_RECORD).unlink(), "it has no _shard.json"),
     (lambda folder: (folder / SHARD_RECORD).write_text("{"), "its _shard.json cannot be read"),
-    (lambda folder: (folder / SHARD_ERRORS).write_text(""), "_errors.csv lists 0 failed images, not the 1 committed"),
-    (lambda folder: write_features(folder / SHARD_FEATURES, ["d.png"]), "features.parquet holds 1 rows, not the 2"),
-    (lambda folder: (folder / SHARD_FEATURES).write_bytes(b"junk"), "it cannot be read"),
+    (lambda folder: (folder / SHARD_ERRORS).write_text(""), "its _errors.csv is not the size its _shard.json records"),
+    (lambda folder: write_features(folder / SHARD_FEATURES, ["d.png"]), "its features.parquet is not the size its _shard.json records"),
+    (lambda folder: (folder / SHARD_FEATURES).unlink(), "its features.parquet is missing"),
 ])
 def test_a_damaged_shard_is_set_aside_when_it_is_counted(job, caplog, damage, problem):
     commit(job, 1, failed=["e.png"])
@@ -163,7 +163,7 @@ def test_set_aside_takes_the_next_free_name_and_kept_shards_still_read_as_a_data
 
 def dead_attempt(job, index, name, content=None):
     """An attempt at shard `index` left by a process that died (its lock free), holding `content` as its job."""
-    from parallel.jobs.shards import ATTEMPT_JOB
+    from parallel.jobs.attempts import ATTEMPT_JOB
     folder = job.attempts / ("shard-%06d.%s" % (index, name))
     folder.mkdir(parents=True)
     (folder / ATTEMPT_JOB).write_text(job._attempt_job(index) if content is None else content, encoding="utf-8")
@@ -173,7 +173,7 @@ def dead_attempt(job, index, name, content=None):
 
 def test_a_dead_process_s_attempt_at_the_same_images_is_resumed_and_a_stale_one_removed(job):
     from parallel.jobs import locks
-    from parallel.jobs.shards import ATTEMPT_LOCK
+    from parallel.jobs.attempts import ATTEMPT_LOCK
     alive = dead_attempt(job, 1, "a-host.0")  # first in name order, but its process holds its lock
     stale = dead_attempt(job, 1, "old-host.1", content=job._attempt_job(1).replace(job.shard_digest(1), "0" * 64))
     other_shard = dead_attempt(job, 2, "old-host.2")
@@ -199,7 +199,7 @@ def test_a_resumable_attempt_is_kept_when_its_block_raises_and_a_fresh_one_is_no
 
 
 def test_an_attempt_killed_while_it_was_being_committed_is_not_resumed(job):
-    from parallel.jobs.shards import COMMITTING
+    from parallel.jobs.attempts import COMMITTING
     folder = dead_attempt(job, 0, "old-host.4")
     (folder / COMMITTING).mkdir()
     with job.attempt(0, resume=True) as fresh:

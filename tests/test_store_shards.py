@@ -1,4 +1,4 @@
-"""A job whose output is in an object store (parallel.jobs.store_shards), against an S3-compatible server on
+"""A job whose output is in an object store (parallel.jobs.commits.ObjectCommits), against an S3-compatible server on
 127.0.0.1 (moto) that s3fs reaches over real HTTP: the bytes of a local run, on one host and on three static
 ranks, through kills, unfinished attempts and attempts computed twice."""
 
@@ -13,9 +13,9 @@ import pytest
 
 from hangs import HANG_SECONDS
 import job_child
-from parallel import engine, jobs
+from parallel import jobs
 from parallel.jobs.identity import job_record
-from parallel.jobs.store_shards import REJECTED, StoreShardedJob, open_job
+from parallel.jobs.commits import FolderCommits
 from parallel.jobs.shards import ShardedJob
 
 CHILD = str(Path(job_child.__file__))
@@ -51,11 +51,11 @@ def test_one_host_writes_the_bytes_of_a_local_run_into_the_store(job_images, sin
     assert (summary.written, summary.failed, str(summary.output)) == (23, 1, s3.url(name))
     assert store_outputs(s3, name) == single_outputs[output_format]
     extra = [".paths.csv"] if output_format == "npy" else []
-    assert [name for name in s3.objects() if ".shards/" not in name] == sorted(
-        name + suffix for suffix in ["", ".errors.csv", ".manifest.parquet", ".run.json"] + extra)
-    assert open_job(s3.url(name)).retriable() == [0]  # kept while an image failed: every rerun retries it
-    again = jobs.run(job_child.config(job_images, s3.url(name), output_format))  # finished: nothing computed
-    assert (again.written, again.already_done, again.exit_status) == (0, 23, 3)
+    # The shards go once the output is written, an image failed or not: its failures are retried into it.
+    assert s3.objects() == sorted(
+        name + suffix for suffix in ["", ".errors.csv", ".ledger.jsonl", ".manifest.parquet", ".run.json"] + extra)
+    again = jobs.run(job_child.config(job_images, s3.url(name), output_format))  # finished: bad.png tried again
+    assert (again.written, again.already_done, again.failed, again.exit_status) == (0, 23, 1, 3)
     assert store_outputs(s3, name) == single_outputs[output_format]
 
 
@@ -82,7 +82,7 @@ def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, singl
         time.sleep(0.05)
     slow.send_signal(signal.SIGKILL)
     slow.wait()
-    job = open_job(url)
+    job = ShardedJob(url)
     job.freeze(job_record(job_child.config(job_images, url, "npy", static(1, 2))), None)
     assert job.is_committed(1) and not job.is_committed(3)
     summaries = [run_rank(job_images, url, "npy", rank, 3) for rank in range(3)]  # now on 3 processes
@@ -91,7 +91,7 @@ def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, singl
 
 
 def frozen_job(job_images, url, output_format="csv"):
-    job = StoreShardedJob(url)
+    job = ShardedJob(url)
     job.freeze(job_record(job_child.config(job_images, url, output_format, static(0, 1))), None)
     return job
 
@@ -105,20 +105,20 @@ def test_an_attempt_without_its_marker_or_with_a_wrong_one_is_never_read(job_ima
     junk.write_bytes(b"half a part")
     prefix = "out.csv.shards/shard-000001/"
     # Sorting before any real attempt: a part uploaded by a process killed before its marker...
-    job.store.upload(prefix + "0000000000000000-killed/features.parquet", junk)
+    job.commits.store.upload(prefix + "0000000000000000-killed/features.parquet", junk)
     # ...an attempt whose marker lists other sizes than its parts' (a part replaced afterwards)...
-    job.store.upload(prefix + "0000000000000001-changed/features.parquet", junk)
-    job.store.upload(prefix + "0000000000000001-changed/_errors.csv", junk)
+    job.commits.store.upload(prefix + "0000000000000001-changed/features.parquet", junk)
+    job.commits.store.upload(prefix + "0000000000000001-changed/_errors.csv", junk)
     sizes = {"features.parquet": {"size": 1, "sha256": "0"}, "_errors.csv": {"size": 11, "sha256": "0"}}
-    job.store.write(prefix + "0000000000000001-changed/_shard.json", json.dumps(
+    job.commits.store.write(prefix + "0000000000000001-changed/_shard.json", json.dumps(
         {"job": job.identity, "shard": 1, "images": job.shard_digest(1), "rows": 5, "failed": 0,
          "files": sizes}).encode())
     # ...and one of another job.
-    job.store.upload(prefix + "0000000000000002-other/features.parquet", junk)
-    job.store.upload(prefix + "0000000000000002-other/_errors.csv", junk)
-    job.store.write(prefix + "0000000000000002-other/_shard.json", json.dumps({"job": "another"}).encode())
+    job.commits.store.upload(prefix + "0000000000000002-other/features.parquet", junk)
+    job.commits.store.upload(prefix + "0000000000000002-other/_errors.csv", junk)
+    job.commits.store.write(prefix + "0000000000000002-other/_shard.json", json.dumps({"job": "another"}).encode())
     assert not job.is_committed(1) and job.missing() == [1, 2, 4]
-    assert "its features.parquet is not the size its marker lists" in caplog.text
+    assert "its features.parquet is not the size its _shard.json records" in caplog.text
     assert "it was computed for another job" in caplog.text
     run_rank(job_images, url, "csv", 1, 3)
     run_rank(job_images, url, "csv", 2, 3)
@@ -131,13 +131,13 @@ def test_two_attempts_at_one_shard_leave_one_correct_result(job_images, single_o
     url = s3.url("out.csv")
     run_rank(job_images, url, "csv", 0, 1, keep_shards=True)
     job = frozen_job(job_images, url)
-    first = job.chosen_attempt(2)
+    first = job.chosen(2)
 
     def second_attempt(name_time):
         """Commits a copy of shard 2 as a process that checked before the first marker existed would."""
         copy = job.new_attempt(2)
         for part in ("features.parquet", "_errors.csv"):
-            job.store.download("out.csv.shards/shard-000002/%s/%s" % (first, part), copy / part)
+            job.commits.store.download("out.csv.shards/shard-000002/%s/%s" % (first, part), copy / part)
         with monkeypatch.context() as patch:
             patch.setattr(job, "is_committed", lambda index: False)
             patch.setattr("time.time_ns", lambda: name_time)
@@ -145,8 +145,8 @@ def test_two_attempts_at_one_shard_leave_one_correct_result(job_images, single_o
 
     assert second_attempt(int(first.split("-")[0], 16) + 1) is False  # sorts after: the first stays chosen
     assert second_attempt(0) is True  # sorts first: chosen now, by this process and any other
-    finished = sorted({name.split("/")[2] for name in job.store.list("out.csv.shards/shard-000002/")})
-    assert len(finished) == 3 and frozen_job(job_images, url).chosen_attempt(2) == finished[0] != first
+    finished = sorted({name.split("/")[2] for name in job.commits.store.list("out.csv.shards/shard-000002/")})
+    assert len(finished) == 3 and frozen_job(job_images, url).chosen(2) == finished[0] != first
     assert store_outputs(s3, "out.csv") == single_outputs["csv"]
     for name in ("out.csv", "out.csv.errors.csv", "out.csv.run.json"):  # written again from the chosen attempts
         s3.filesystem.rm("%s/%s" % (s3.bucket, name))
@@ -154,20 +154,23 @@ def test_two_attempts_at_one_shard_leave_one_correct_result(job_images, single_o
     assert again.already_done == 23 and store_outputs(s3, "out.csv") == single_outputs["csv"]
     attempt = job.new_attempt(2)  # a retried task, late: shard 2 is committed already
     (attempt / "features.parquet").write_bytes(b"a duplicate")
-    before = job.store.list("out.csv.shards/shard-000002/")
+    before = job.commits.store.list("out.csv.shards/shard-000002/")
     assert frozen_job(job_images, url).commit(2, attempt, attempt / "none.csv") is False
-    assert job.store.list("out.csv.shards/shard-000002/") == before and not attempt.exists()
+    assert job.commits.store.list("out.csv.shards/shard-000002/") == before and not attempt.exists()
 
 
-def test_a_shard_whose_part_changed_in_the_store_is_set_aside_and_computed_again(job_images, single_outputs, s3):
+def test_a_shard_whose_part_changed_in_the_store_is_set_aside_and_computed_again(job_images, single_outputs, s3,
+                                                                                   caplog):
     url = s3.url("out.parquet")
     run_rank(job_images, url, "parquet", 0, 2)  # shards 0, 2, 4
     job = frozen_job(job_images, url, "parquet")
-    errors = "out.parquet.shards/shard-000002/%s/_errors.csv" % job.chosen_attempt(2)
-    job.store.write(errors, job.store.read(errors).replace(b"path", b"PATH"))  # same size, other bytes
+    errors = "out.parquet.shards/shard-000002/%s/_errors.csv" % job.chosen(2)
+    job.commits.store.write(errors, job.commits.store.read(errors).replace(b"path", b"PATH"))  # same size, other bytes
     last = run_rank(job_images, url, "parquet", 1, 2)  # commits shards 1 and 3, finds shard 2 changed, computes it
     assert last.pending_shards == () and store_outputs(s3, "out.parquet") == single_outputs["parquet"]
-    assert REJECTED in {name.rpartition("/")[2] for name in job.store.list("out.parquet.shards/shard-000002/")}
+    assert "shard 2 of %s is set aside as %s/out.parquet.shards/shard-000002/" % (url, url.rpartition("/")[0]) \
+        in caplog.text and "its _errors.csv does not match its _shard.json" in caplog.text
+    assert not job.commits.store.list("out.parquet.shards/")  # the output is written: its shards go
 
 
 def test_usage_errors_are_refused_with_nothing_written(job_images, s3, tmp_path, monkeypatch):
@@ -197,7 +200,7 @@ def test_overwrite_on_one_host_starts_the_store_output_afresh(job_images, single
     config = job_child.config(job_images, url, "csv")
     jobs.run(dataclasses.replace(config, overwrite=True))
     assert store_outputs(s3, "out.csv") == single_outputs["csv"]
-    assert open_job(url).retriable() == [0]  # the new job's one shard, kept while bad.png fails
+    assert not [name for name in s3.objects() if ".shards/" in name]  # bad.png is retried in the output
 
 
 def test_a_job_sent_to_another_process_stages_in_a_folder_of_its_own(job_images, s3):
@@ -221,7 +224,7 @@ def test_a_job_sent_to_another_process_stages_in_a_folder_of_its_own(job_images,
 
 
 def test_a_local_output_is_still_the_rename_protocol(tmp_path):
-    assert type(open_job(tmp_path / "out.csv")) is ShardedJob
+    assert type(ShardedJob(tmp_path / "out.csv").commits) is FolderCommits
 
 
 def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_images, single_outputs, s3, tmp_path):
@@ -266,14 +269,14 @@ def test_two_processes_freezing_at_once_both_take_the_first_manifest(job_images,
     """What replaces the manifest's lock: a conditional PUT; the process that loses the race reads the winner's."""
     url = s3.url("out.csv")
     config = job_child.config(job_images, url, "csv", static(0, 2, shard_size=None))
-    first, second = StoreShardedJob(url), StoreShardedJob(url)  # neither sees a manifest yet
-    create = second.store.create
+    first, second = ShardedJob(url), ShardedJob(url)  # neither sees a manifest yet
+    create = second.commits.store.create
 
     def racing_create(name, local):
         first.freeze(job_record(config), config.scan, shard_size=5)  # the other process gets there first
         return create(name, local)
 
-    monkeypatch.setattr(second.store, "create", racing_create)
+    monkeypatch.setattr(second.commits.store, "create", racing_create)
     recorded = second.freeze(job_record(config), config.scan, default_shard_size=4)
     assert recorded["shard_size"] == second.shard_size == first.shard_size == 5
     assert second.manifest.read_bytes() == s3.filesystem.cat_file("%s/out.csv.manifest.parquet" % s3.bucket)

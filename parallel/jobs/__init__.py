@@ -15,36 +15,45 @@ store), on one process or many; the number of processes only decides who compute
     2. freeze     the job's images, in path order, frozen in O.manifest.parquet with their sizes,
                   times and versions, and cut into fixed shards (parallel.inputs.manifest); a rerun
                   resumes that list, whatever the folder holds now
-    3. compute    each shard in an attempt folder of its process (shards.ShardedJob.attempt): the
-                  engine computes its images without a committed row at their places in the job, so
-                  the rows are the bits of one uninterrupted run however the job was resumed; the
-                  attempt's writer commits batch by batch, and the next process given the shard
-                  resumes the attempt of one that died (a kill costs at most a batch)
-    4. commit     the finished attempt renamed the shard's folder, with its record (shard_record)
+    3. compute    each shard in an attempt of this host (attempts): the engine computes its images
+                  without a committed row at their places in the job, so the rows are the bits of one
+                  uninterrupted run however the job was resumed; the attempt's writer commits batch by
+                  batch, and the next process on the host given the shard resumes the attempt of one
+                  that died (a kill costs at most a batch; a tar's stream is read again, the members
+                  with a row skipped unread by the devices)
+    4. commit     the finished attempt's files and their record committed as the shard's group
+                  (shards.ShardedJob.commit, through commits)
     5. output     the shards written into O in order, each checked first (assembly): by the job's
                   only process as it goes, each shard removed (unless Config.keep_shards) once its
                   rows are in O and the job's ledger (O.ledger.jsonl, checksummed: ledger) records
                   it; by the process that commits a job's last shard otherwise. A run proves what
                   the ledger claims against O before it trusts it (assembly.prove): what cannot be
-                  proven is computed again
+                  proven is computed again. O is then published (a store's uploaded, its record last)
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
-                  it, into O itself (retry.retry_in_output), or into its shard where O cannot
-                  be appended to (tars, a store output, Ray's actors)
+                  it, into O itself (retry.retry_in_output: a store's O read back, the rows merged,
+                  written whole), or into its shard where O cannot be appended to (tars, whose O is
+                  in stream order; Ray's actors)
 
-An output in an object store (s3://) commits without a rename (store_shards); a job of tars
-freezes the tars, a shard being a fixed group of consecutive tars (identity.tars_per_shard) read
-front to back once (engine.extract_stream, parallel.inputs.tars), whose members are its images; a
-resumed attempt reads them again and reads past the members it has a row of.
+Where a local output and one in an object store differ is one narrow interface, `commits.Commits`
+(Delta Lake's LogStore is the model): pull, read, publish, create-if-absent, sizes, remove, a lock,
+and a shard's files committed as one group (a rename in a folder; parts then a record last in a
+store), listed, read back verified against their SHA-256, set aside, dropped. Everything above it
+is one ShardedJob. A job of tars freezes the tars, a shard being a fixed group of consecutive tars
+(identity.tars_per_shard) read front to back once (engine.extract_stream, parallel.inputs.tars).
 
     runner.run(config)    this process alone (rank 0 of 1, holding O.lock), or one of many
     protocol              the checks before anything is written or removed, for every mode
     config                Config (one run, what the CLI parses), Distribution (how it is spread)
     identity              job identity and freezing, the same for every number of processes
-    shards, shard_record  the sharded job: its files, attempts, the commit by rename, the shard's record
+    commits               the narrow interface, and its local folder (rename is the atomic step)
+    store_commits         the same over an object store (a record written last is the atomic step)
+    frozen                FrozenJob: the job's manifest frozen and read, the output's lock
+    output_state          CommittedOutput: O as committed: its ledger, proof, record, pull and publish
+    shards, shard_record  ShardedJob: its shards committed, chosen, checked, set aside; the shard's record
+    attempts              the folders where this host computes shards, resumed after a kill
     assembly              the output written from the shards, in order; the ledger proven against it
     ledger                O.ledger.jsonl: what is committed into O, append-only, each line checksummed
-    store_shards          the sharded job in an object store: attempts, a marker last, no rename
     worker                the shard runner (ShardWorker): the graph built once, each shard computed, committed
     distributed, ranks    this process alone or a static rank (Slurm, torchrun, Kubernetes, TF_CONFIG)
     retry                 a finished output's failed images computed again into it

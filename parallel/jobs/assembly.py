@@ -29,9 +29,9 @@ failures may be retried in them.
 """
 
 import hashlib
+import json
 import logging
 import os
-import shutil
 import threading
 
 import numpy as np
@@ -39,7 +39,7 @@ import numpy as np
 from parallel.jobs.ledger import LEDGER_SUFFIX
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection, shard_keys
 from parallel.inputs.tars import MEMBERS_SUFFIX
-from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, OutputError, open_writer, read_record,
+from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, open_writer, read_record,
                              remove_output)
 from parallel.output.durable import beside
 from parallel.messages import which_shards
@@ -48,7 +48,7 @@ from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, sidecar_path
 log = logging.getLogger("parallel")
 
 # The files written with O, whose sizes the ledger records when O is closed (those that exist).
-_OUTPUT_FILES = ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX)
+OUTPUT_FILES = ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX)
 _BATCH_ROWS = 1024
 
 
@@ -60,7 +60,7 @@ def ledger_path(output):
 def output_files(output):
     """{suffix: size in bytes} of the files written with `output` (a Path) that exist."""
     sizes = {}
-    for suffix in _OUTPUT_FILES:
+    for suffix in OUTPUT_FILES:
         try:
             sizes[suffix] = os.path.getsize(beside(output, suffix))
         except OSError:
@@ -78,19 +78,27 @@ def closed_state(output):
     return {"files": output_files(output), "record": record}
 
 
-def is_proven_finished(output, ledger, shard_count):
-    """Whether `output` is finished as its `ledger` (Ledger) records it: every one of its `shard_count` shards in
+def is_proven_finished(ledger, shard_count, record, sizes):
+    """Whether an output is finished as its `ledger` (Ledger) records it: every one of its `shard_count` shards in
     it, closed, with the rows and the files of the sizes recorded when it was closed (a file removed, cut or
-    grown since is not)."""
+    grown since is not).
+
+    Args:
+      ledger: the output's Ledger.
+      shard_count: the job's shards.
+      record: the bytes of its commit record (O.run.json) as committed, or None.
+      sizes: {suffix: size in bytes} of its files (OUTPUT_FILES) as committed.
+    """
     complete = ledger.complete()
-    if complete is None or sorted(ledger.shards()) != list(range(shard_count)):
+    if complete is None or record is None or sorted(ledger.shards()) != list(range(shard_count)):
         return False
     try:
-        record = read_record(output)
-    except OutputError:
+        parsed = json.loads(record)
+    except ValueError:
         return False
-    return (record is not None and record["state"] == "complete" and record["rows"] == complete["rows"]
-            and closed_state(output) == {key: complete.get(key) for key in ("files", "record")})
+    return (isinstance(parsed, dict) and parsed.get("state") == "complete" and parsed.get("rows") == complete["rows"]
+            and {"files": sizes, "record": hashlib.sha256(record).hexdigest()}
+            == {key: complete.get(key) for key in ("files", "record")})
 
 
 class Assembly:
@@ -103,7 +111,7 @@ class Assembly:
     def __init__(self, job, output_format, column_prefix, settings, remove_shards=False, afresh=False,
                  feature_size=None):
         """Args:
-          job: the frozen ShardedJob (a local one; the caller holds O.lock).
+          job: the frozen ShardedJob (the caller holds its output's lock).
           output_format, column_prefix, settings: as for `open_writer`.
           feature_size: the model's, where the caller knows it (None: read from a shard, or O's record).
           remove_shards: remove each shard once its rows are in O (see the module docstring).
@@ -137,7 +145,7 @@ class Assembly:
         if self.afresh:  # O is written anew from every shard: nothing of it counts
             ledger.forget(everything=True)
             return []
-        if is_proven_finished(self.job.output, ledger, self.job.shard_count):
+        if self.job.finished_in(ledger):
             return []
         claims = ledger.shards()
         if not claims:
@@ -231,18 +239,18 @@ class Assembly:
             raise error
 
     def _append(self, index):
-        folder = self.job.shard_folder(index)
         problem = self.job.shard_problem(index)
         if problem:
             target = self.job.set_aside(index, problem)
             raise rejection(self.job.location, ["shard %d (%s)%s" % (index, problem, ", now %s" % target
                                                                      if target else "")],
                             written=bool(self.job.ledger().shards()) or self._writer is not None)
+        folder = self.job.committed_folder(index, features=True)
         writer = self._open(folder / SHARD_FEATURES)
         _copy_rows(folder / SHARD_FEATURES, writer, self.column_prefix)
         self.job.ledger().add_shard(index, error_rows(folder / SHARD_ERRORS), writer.rows_committed)
         if self.remove_shards:
-            shutil.rmtree(folder)
+            self.job.remove_shard(index)
 
     def _open(self, features, feature_size=None, overwrite=False):
         """O's writer, opened once (its feature size `feature_size`, else read from a shard's `features` schema,
@@ -290,8 +298,8 @@ class Assembly:
         writer.close()
         self._writer = None
         self.job.ledger().add_complete(writer.rows_committed, closed_state(self.job.output))
-        if self.remove_shards and self.job.shards.exists():
-            shutil.rmtree(self.job.shards)
+        if self.remove_shards:
+            self.job.commits.remove_shards()
 
     def _first_features(self):
         """A shard's features file to read the feature size from, if O's writer is not open yet."""
@@ -327,7 +335,7 @@ def _changed_since_closed(output, record, complete):
     if complete is None or record["state"] != "complete":
         return None
     now, then = output_files(output), complete["files"]
-    for suffix in _OUTPUT_FILES:
+    for suffix in OUTPUT_FILES:
         if suffix != ERRORS_SUFFIX and now.get(suffix) != then.get(suffix):
             return "%s%s is %s, not %s" % (output.name, suffix, "%d bytes" % now[suffix] if suffix in now else "gone",
                                            "%d bytes" % then[suffix] if suffix in then else "absent")

@@ -26,7 +26,7 @@ from parallel.jobs import locks
 from parallel.jobs.identity import is_inside, freeze_sharded, refuse_output_among_images
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs.retry import retry_failed, retry_in_output
-from parallel.jobs.store_shards import open_job
+from parallel.jobs.shards import ShardedJob
 from parallel.jobs.worker import ShardWorker, add
 from parallel.locations import is_url
 from parallel.loop import Summary, log_stage_times
@@ -49,9 +49,7 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
     if not missing:
         def assemble():
             return job.assemble(config.output_format, config.model.output_name, config.settings,
-                                keep_shards=config.distribution.keep_shards,
-                                keep_failed=config.distribution.kind == "ray",  # its actors retry in shards
-                                assembly=assembly)
+                                keep_shards=config.distribution.keep_shards, assembly=assembly)
 
         with run_errors():
             try:
@@ -168,7 +166,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
             contextlib.ExitStack() as stack:
         if one_host:
             log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
-        assembly = None if is_url(config.output) else _prove(config, job, one_host, worker.runner.feature_size)
+        assembly = _prove(config, job, one_host, worker.runner.feature_size)
         if assembly is not None:
             stack.enter_context(assembly)
         if job.retried_in_output():
@@ -251,15 +249,15 @@ def _check_output(config, overwrite=False, one_host=False):
       the job's ShardedJob (not frozen yet); for a store, reached and checked (bucket, credentials).
     """
     output = config.output
-    job = open_job(output)
+    job = ShardedJob(output)
     if is_url(output):
         # An output with the job's manifest beside it and no record yet is this program's, cut short
         # between its upload and its record's (killed, or the record's upload failed): the job finishes it.
-        if not overwrite and job.output_exists() and job.store.read(job.name + SIDECAR_SUFFIX) is None \
+        if not overwrite and job.commits.sizes([""]) and job.commits.read(SIDECAR_SUFFIX) is None \
                 and not job.manifest.exists():
             job.close()
-            raise OutputError("%s exists and was not written by this program (no %s.run.json): choose another "
-                              "output" % (output, job.name))
+            raise OutputError("%s exists and was not written by this program (no %s): choose another "
+                              "output" % (output, sidecar_path(job.output).name))
         return job
     output = Path(output)
     if output.is_dir():

@@ -124,7 +124,7 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
       config: Config with a distribution.
       check_folder: compare the images now with the frozen manifest (one process does it: it
         holds the whole list while it does).
-      job: the job's ShardedJob, not frozen yet (None: `store_shards.open_job(config.output)`,
+      job: the job's ShardedJob, not frozen yet (None: `ShardedJob(config.output)`,
         a local job or one in an object store).
       alone: this process is the job's only one, holding the output's lock (`ShardedJob.output_lock`):
         a job of which no row is committed is frozen anew, as the images are now; a step geometry
@@ -140,8 +140,8 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
         removed), committed rows without their manifest, a damaged manifest, or no manifest in time.
     """
     if job is None:
-        from parallel.jobs.store_shards import open_job  # the store's modules only when a job needs them
-        job = open_job(config.output)
+        from parallel.jobs.shards import ShardedJob
+        job = ShardedJob(config.output)
     if alone and job.manifest.exists() and not is_url(config.output) and not job.holds_rows():
         job.remove_everything()  # nothing committed can be stale or out of order: the job starts as the images are now
     existed = job.manifest.exists()
@@ -194,7 +194,7 @@ def _check_folder(config, job, alone=False):
     taken as they are now: the manifest records their new size, time and version, so that their
     reads are pinned to it and a later run finds nothing changed. A committed shard of them names
     the manifest's images anew (`ShardedJob.renew_record`): its rows are kept and its failed images
-    computed again (`ShardWorker.retry`); where that cannot be done (a store's markers are written
+    computed again (`ShardWorker.retry`); where that cannot be done (a store's records are written
     once) the shard is computed again whole.
     """
     manifest = job.load_manifest()

@@ -35,7 +35,8 @@ from parallel.engine import RunError
 from parallel.jobs.distributed import conclude
 from parallel.jobs.worker import ShardWorker, add, committed_summary
 from parallel.jobs.identity import freeze_sharded
-from parallel.jobs.store_shards import open_job
+from parallel.jobs.retry import retry_in_output
+from parallel.jobs.shards import ShardedJob
 from parallel.loop import Summary
 from parallel.messages import Progress, first_line
 from parallel.signals import StopRequest
@@ -125,6 +126,10 @@ class ShardActor:
         summary = self.worker.process(index)
         return dataclasses.replace(summary, seconds=time.perf_counter() - started)
 
+    def retry_output(self):
+        """Summary of the job, its finished output's failed images computed again into it (`retry_in_output`)."""
+        return retry_in_output(self.worker.config, self.worker.job, self.worker, time.perf_counter())
+
 
 def worker_count(nodes, gpus_per_worker):
     """How many actors the cluster's alive nodes hold: gpus_per_worker GPUs each, or 1 CPU each with 0.
@@ -155,17 +160,16 @@ def run(config):
         MAX_ATTEMPTS workers; committed shards are kept.
     """
     started = time.perf_counter()
-    with open_job(config.output) as job:  # in a folder every host sees, or in a store (staged here until written)
+    with ShardedJob(config.output) as job:  # in a folder every host sees, or in a store (staged here until written)
         with contextlib.ExitStack() as cluster:
             pool = None
             if not job.manifest.exists():  # checks first: freezing writes the manifest
                 pool = _checked_pool(cluster, config)
             job = freeze_sharded(config, check_folder=True, job=job)
+            if job.retried_in_output() and job.assembled_failures():  # its failed images, by one actor, into it
+                pool = pool or _checked_pool(cluster, config)
+                return pool.retry_in_output(job, started)
             todo = sorted(set(job.missing()) | set(job.retriable()))  # failed images are retried by every run
-            if job.retried_in_output() and job.output_errors().exists():
-                log.warning("%s was written by static ranks and some images failed: they are retried in the output "
-                            "by a run with --distributed static (any rank) or without --distributed, not by Ray's "
-                            "actors", config.output)
             summary = Summary()
             for index in sorted(set(range(job.shard_count)) - set(todo)):
                 summary = add(summary, committed_summary(job, index))
@@ -303,10 +307,35 @@ class ShardPool:
         return dataclasses.replace(summary, interrupted=bool(queue or stop.signal_name),
                                    **{name: getattr(summary, name) / max(self.workers, 1) for name in _STAGE_TIMES})
 
+    def retry_in_output(self, job, started):
+        """The failed images of `job`'s finished output computed again into it by one actor
+        (`retry.retry_in_output`): the Summary of the job."""
+        self.job = job
+        actor = self._start()
+        try:
+            ready, = list(self.running)
+            self._ready(actor, self._get(ready, None))
+            self.running.clear()
+            summary = self._get(actor.retry_output.remote(), "retry")
+        finally:
+            self._retire(actor)
+        return dataclasses.replace(summary, seconds=time.perf_counter() - started)
+
+    def _get(self, reference, index):
+        """What an actor's call returned; what it raised as the driver raises it (`_worker_error`)."""
+        try:
+            return self.ray.get(reference)
+        except self.ray.exceptions.RayActorError as error:
+            raise RunError("a Ray worker died%s: %s" % ("" if index is None else " (%s)" % index,
+                                                        _last_line(error))) from error
+        except self.ray.exceptions.RayTaskError as error:
+            raise _worker_error(error, index) from error
+
     def _start(self):
         actor = self.actor_class.remote(self.config, self.job)
         self.actors[actor] = time.perf_counter()
         self.running[actor.ready.remote()] = (actor, None)
+        return actor
 
     def _ready(self, actor, info):
         self.workers += 1
@@ -362,7 +391,7 @@ def _worker_error(error, index):
     cause = error.cause
     if isinstance(cause, (ValueError, RunError)):
         return cause
-    where = "start" if index is None else "compute shard %d" % index
+    where = "start" if index is None else "retry the failed images" if index == "retry" else "compute shard %d" % index
     return RunError("a Ray worker could not %s: %s" % (where, ": ".join(filter(None, (
         type(cause).__name__, first_line(cause))))))
 

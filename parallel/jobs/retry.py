@@ -35,7 +35,7 @@ def retry_in_output(config, job, worker, started):
       Summary of the job: already_done its rows, written the rows new, failed the images still failing.
     """
     try:
-        with job.output_lock():
+        with job.named(), job.output_lock():
             todo, paths, still = retry_failed(config, job, worker)
     except locks.Busy:
         log.info("another process is writing %s: it retries the failed images", config.output)
@@ -60,6 +60,7 @@ def retry_failed(config, job, worker, only=None):
     if not failed:  # nothing to retry: the output is not opened (its writer reads every committed path)
         return [], [], []
     manifest = job.load_manifest()
+    job.pull_output()  # a store's, written again here, then published
     with run_errors():
         writer = open_writer(job.output, format=config.output_format, column_prefix=config.model.output_name,
                              feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=True)
@@ -76,4 +77,5 @@ def retry_failed(config, job, worker, only=None):
         for row in ledger.failures():
             log_file.add(*row)
     ledger.add_complete(writer.rows_committed, closed_state(job.output))
+    job.publish_output()
     return todo, paths, still

@@ -100,6 +100,42 @@ def shard_keys(job, index, folder=None):
         return None
 
 
+def record_problem(record, sizes, identity, index, images_digest):
+    """What is wrong with a committed group of shard `index`, from its record and the sizes of its files (a stat
+    each, or one listing of a store); None if nothing. Checked whenever a shard is counted as committed.
+
+    Args:
+      record: its _shard.json (a dict), or None when it has none or it does not read.
+      sizes: {file name: size in bytes} of the group's files.
+      identity, index, images_digest: the job's `job_identity`, the shard, the manifest's digest of its images.
+
+    Returns:
+      str, one clause for a message ("its _shard.json is missing"), or None.
+    """
+    if SHARD_RECORD not in sizes:
+        return "it has no %s (written by an earlier version, or damaged)" % SHARD_RECORD
+    if isinstance(record, dict) and "job" in record and record["job"] != identity:
+        return "it was computed for another job (another setting or shard size)"
+    try:
+        job, shard, images = record["job"], record["shard"], record["images"]
+        int(record["rows"]), int(record["failed"])
+        listed = record.get("files") or {}
+        expected = {name: int(listed[name]["size"]) for name in sorted(listed)}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return "its %s cannot be read (%s)" % (SHARD_RECORD, type(error).__name__)
+    if job != identity:
+        return "it was computed for another job (another setting or shard size)"
+    if shard != index:
+        return "its %s says shard %r" % (SHARD_RECORD, shard)
+    if images != images_digest:
+        return "its images are not the manifest's (the manifest was made anew since)"
+    for name, size in expected.items():
+        if sizes.get(name) != size:
+            return "its %s is %s" % (name, "missing" if name not in sizes else
+                                     "not the size its %s records: it was changed" % SHARD_RECORD)
+    return None
+
+
 def quick_problem(folder, identity, index, images_digest):
     """What is wrong with the committed shard in `folder`, from its record and counts; None if nothing.
 

@@ -14,8 +14,8 @@ One small interface, two implementations:
                   conditional PUT (If-None-Match: *), which S3 and its compatible servers honour
 
 Object stores have no rename, no append and no locks, so a protocol built on this interface uses
-none: each writer writes objects of its own under unique names and a small marker last, and
-readers choose among the finished ones (see parallel.jobs.store_shards).
+none: each writer writes objects of its own under unique names and a small record last, and
+readers choose among the finished ones (see parallel.jobs.commits).
 
 Credentials and endpoints are the store's own conventions (for S3: the AWS environment variables
 and profiles, AWS_ENDPOINT_URL_S3 for an S3-compatible server such as MinIO), never flags of ours.
@@ -118,6 +118,10 @@ class Store:
         """Removes the objects `names` (missing ones are no error)."""
         raise NotImplementedError
 
+    def sizes(self, names):
+        """{name: size in bytes} of those of the objects `names` that exist."""
+        raise NotImplementedError
+
     def check(self, name):
         """Raises OutputError (one line) when `name` could not be written: no bucket, no access, no store."""
 
@@ -189,6 +193,13 @@ class LocalStore(Store):
         for name in names:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.folder / name)
+
+    def sizes(self, names):
+        found = {}
+        for name in names:
+            with contextlib.suppress(OSError):
+                found[name] = (self.folder / name).stat().st_size
+        return found
 
 
 class ObjectStore(Store):
@@ -273,6 +284,17 @@ class ObjectStore(Store):
             with self._errors("remove", names[0]):
                 with contextlib.suppress(FileNotFoundError):
                     self.filesystem.rm([self._path(name) for name in names])
+
+    def sizes(self, names):
+        found = {}
+        self.filesystem.invalidate_cache()
+        for name in names:
+            with self._errors("read", name):
+                try:
+                    found[name] = int(self.filesystem.info(self._path(name))["size"])
+                except FileNotFoundError:
+                    pass
+        return found
 
     def check(self, name):
         """One GET of a listing under the bucket: it names what is wrong before anything is written."""
