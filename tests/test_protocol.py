@@ -322,6 +322,50 @@ def test_a_failed_image_is_retried_by_a_one_host_store_or_sharded_job(repaired, 
     assert (again.written, again.failed, again.already_done) == (0, 0, 24)
 
 
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_a_tar_member_that_failed_is_retried_into_the_output_in_its_place_and_no_shard_stays(job_images, tmp_path, s3,
+                                                                                            monkeypatch, where):
+    """A member that failed once (a flaky read: it decodes now) is computed again by the rerun into the output
+    itself, in stream order (tars whose members are in reverse path order), its shards gone once the output was
+    written."""
+    import tarfile
+    from parallel.inputs import streams
+    names = sorted((path.relative_to(job_images).as_posix() for path in job_images.rglob("*.png")), reverse=True)
+    tars = []
+    for number, start in enumerate(range(0, len(names), 5)):
+        tars.append(tmp_path / "shards" / ("%06d.tar" % number))
+        tars[-1].parent.mkdir(exist_ok=True)
+        with tarfile.open(tars[-1], "w", format=tarfile.GNU_FORMAT) as tar:
+            for name in names[start:start + 5]:
+                tar.add(job_images / name, arcname=name)
+    clean = tmp_path / "clean.csv"
+    jobs.run(tar_config(tars, clean))  # a/bad.png fails here too: it is not an image
+    output = s3.url("tars.csv") if where == "store" else tmp_path / "out.csv"
+    flaky = (job_images / "a" / "02.png").read_bytes()  # in the last tar, before a/00.png
+    real = streams.decode_bytes_row
+    with monkeypatch.context() as patch:
+        patch.setattr(streams, "decode_bytes_row", lambda data, *args: ("corrupt", "a flaky read") if data == flaky
+                      else real(data, *args))
+        first = jobs.run(tar_config(tars, output))
+    assert (first.written, first.failed) == (22, 2)
+
+    def read(suffix):
+        return s3.filesystem.cat_file(str(output)[len("s3://"):] + suffix) if where == "store" else \
+            Path(str(output) + suffix).read_bytes()
+
+    assert b"a flaky read" in read(".errors.csv")
+    if where == "local":
+        assert not ShardedJob(output).shards.exists()
+    else:
+        assert not [name for name in s3.objects() if ".shards/" in name]
+    rerun = jobs.run(tar_config(tars, output))
+    assert (rerun.written, rerun.already_done, rerun.failed) == (1, 22, 1)
+    assert read("") == clean.read_bytes() and read(".errors.csv") == Path(str(clean) + ".errors.csv").read_bytes()
+    assert read("").index(b"a/02.png") > read("").index(b"b/01.png")  # in its place in stream order, not path order
+    again = jobs.run(tar_config(tars, output))
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+
+
 def test_a_tar_appended_to_before_its_shard_ran_finishes_and_reruns_as_already_done(tars, tmp_path):
     """Killed after freezing (the manifest written, no shard committed); the tar is then appended to."""
     import io

@@ -77,17 +77,27 @@ def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, singl
     slow = child(job_images, url, "npy", s3.env, "--distributed", "static", "--rank", "1", "--world-size", "2",
                  "--shard-size", "5", "--step-seconds", "0.5", "--marker", str(marker))
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
-    while marker.read_text().count("step") < 4:  # shard 1 committed (3 steps), shard 3 under way
+    while shard_three_rows(url) < 2:  # shard 1 committed (3 steps), a batch of shard 3 committed in its attempt
         assert slow.poll() is None and time.monotonic() < deadline, slow.communicate()
         time.sleep(0.05)
     slow.send_signal(signal.SIGKILL)
     slow.wait()
+    kept = shard_three_rows(url)  # in its attempt on this host, outside the killed process's staging folder
     job = ShardedJob(url)
     job.freeze(job_record(job_child.config(job_images, url, "npy", static(1, 2))), None)
-    assert job.is_committed(1) and not job.is_committed(3)
+    assert job.is_committed(1) and not job.is_committed(3) and 2 <= kept < 5
     summaries = [run_rank(job_images, url, "npy", rank, 3) for rank in range(3)]  # now on 3 processes
-    assert [summary.already_done for summary in summaries] == [0, 5, 0]  # shard 1 (rank 1 of 3) is kept
+    # Shard 3 (rank 0 of 3) resumed after its committed rows; shard 1 (rank 1 of 3) is kept.
+    assert [summary.already_done for summary in summaries] == [kept, 5, 0]
     assert store_outputs(s3, "out.npy") == single_outputs["npy"]
+
+
+def shard_three_rows(url):
+    """The rows the attempts at shard 3 of the job writing `url` have committed on this host, batch by batch."""
+    from parallel.jobs.store_commits import attempts_folder
+    from parallel.output import read_record
+    records = [read_record(folder / "features.parquet") for folder in attempts_folder(url).glob("shard-000003.*")]
+    return sum(record["rows"] for record in records if record is not None)
 
 
 def frozen_job(job_images, url, output_format="csv"):

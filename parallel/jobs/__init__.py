@@ -32,8 +32,8 @@ store), on one process or many; the number of processes only decides who compute
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
                   it, into O itself (retry.retry_in_output: a store's O read back, the rows merged,
-                  written whole), or into its shard where O cannot be appended to (tars, whose O is
-                  in stream order; Ray's actors)
+                  written whole; a tar job's merged in stream order; a Ray job's by one actor), or
+                  into its shard where a whole tar could not be read (its members unknown)
 
 Where a local output and one in an object store differ is one narrow interface, `commits.Commits`
 (Delta Lake's LogStore is the model): pull, read, publish, create-if-absent, sizes, remove, a lock,
@@ -57,7 +57,7 @@ is one ShardedJob. A job of tars freezes the tars, a shard being a fixed group o
     worker                the shard runner (ShardWorker): the graph built once, each shard computed, committed
     distributed, ranks    this process alone or a static rank (Slurm, torchrun, Kubernetes, TF_CONFIG)
     retry                 a finished output's failed images computed again into it
-    ray_job               a Ray cluster's actors pull shards
+    ray_job, ray_nodes    a Ray cluster's actors pull shards; what a node offers them (devices, room)
     locks                 flock locks: one writer per output, one manifest writer
 
 May import: the engine (parallel.engine: extract_into, extract_stream, run_errors, RunError), the

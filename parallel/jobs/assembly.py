@@ -15,17 +15,17 @@ do it all at the end, in the process that commits the last shard. Either way und
 writer kept open.
 
 Each shard appended is recorded in the job's ledger (O.ledger.jsonl, `parallel.jobs.ledger`): its
-failed images, and O's rows after it. Where the job's failures are retried in the output itself
-(`ShardedJob.retries_in_output`, and no Ray actor retries in shards), each shard goes once it is
-recorded, so that the job never holds much more than one copy of its rows; a process killed at any
-moment leaves a state the next one completes:
+failed images, and O's rows after it. Where O is committed as it is written (a local output) and
+its failures are retried in O itself, each shard goes once it is recorded
+(`ShardedJob.assembles_as_it_goes`), so that the job never holds much more than one copy of its
+rows; a process killed at any moment leaves a state the next one completes:
 
     rows of shard k appended  (a kill: shard k is still there, and its rows in O are not written twice)
     the ledger records k      (one line, synced; a line cut by a kill fails its check: never written)
     shard k removed           (a kill before: the next process removes it)
 
-Elsewhere (a tar job, a Ray job, --keep-shards) the shards stay until O is written, as the
-failures may be retried in them.
+Elsewhere (an output in a store, written whole then published; a tar job, whose tar that cannot
+be read keeps every shard; --keep-shards) the shards stay until O is written.
 """
 
 import hashlib

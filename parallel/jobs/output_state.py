@@ -13,7 +13,7 @@ for an output in a folder and one in a store. ShardedJob (parallel.jobs.shards) 
 
 import json
 
-from parallel.inputs.tars import MEMBERS_SUFFIX
+from parallel.inputs.tars import MEMBERS_SUFFIX, is_member
 from parallel.jobs.assembly import OUTPUT_FILES, is_proven_finished, ledger_path
 from parallel.jobs.attempts import Attempts
 from parallel.jobs.commits import ATTEMPTS_SUFFIX, SHARDS_SUFFIX
@@ -74,9 +74,9 @@ class CommittedOutput(FrozenJob):
 
     def retries_in_output(self):
         """Whether the failed images of the finished output are retried into it (`retry.retry_in_output`), so that
-        its shards go once it is written: every job's but a tar job's, whose failures may be a whole tar whose
-        members are unknown; its shards with failed images stay, and are retried there."""
-        return not self.tars
+        its shards go once it is written: every job's but a tar job's of which a tar could not be read at all (its
+        members unknown: read again whole, in its shard, which stays with the others to write O afresh)."""
+        return not self.tars or all(is_member(path) for path, _, _ in self.ledger().failures())
 
     def pull_output(self):
         """The committed output's files made this process's (a store's downloaded), to be written again."""

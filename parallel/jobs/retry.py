@@ -2,28 +2,36 @@
 
     retry_in_output(config, job, worker, started)   a finished output whose shards are gone: its failed
                                                     images, each at its place in its step, appended and
-                                                    merged into path order; the ledger then the errors
-                                                    file say which still fail
+                                                    merged into their places (path order; a tar job's:
+                                                    stream order, the members' order in O.members.parquet);
+                                                    the ledger then the errors file say which still fail
+
+An output in a store is read back first (`job.pull_output`), and written whole again, its record last
+(`job.publish_output`).
 """
 
 import dataclasses
 import logging
 import time
 
-from parallel.engine import extract_rows, run_errors
+from parallel.engine import extract_rows, member_decoder, run_errors
+from parallel.inputs.tars import index_keys
 from parallel.jobs import locks
 from parallel.jobs.assembly import closed_state
+from parallel.jobs.shard_record import shard_keys
 from parallel.loop import Summary
 from parallel.output import ErrorLog, open_writer
 
 log = logging.getLogger("parallel")
+
+_BATCH_ROWS = 1024
 
 
 def retry_in_output(config, job, worker, started):
     """The failed images of a finished output whose shards are gone, computed again into it (every run retries).
 
     As one process retries: each image at its place in its step (`extract_rows`), its row appended to the
-    output and merged into path order when it is closed, the errors file then the images that still fail.
+    output and merged into its place when it is closed, the errors file then the images that still fail.
     One process does it, holding the output's lock; another that comes meanwhile leaves it to that one.
 
     Args:
@@ -42,8 +50,9 @@ def retry_in_output(config, job, worker, started):
         todo, paths, still = [], [], []
     if todo:
         log.info("%d of the %d failed images computed now", len(paths), len(todo))
-    summary = Summary(discovered=job.images, written=len(paths), failed=len(still),
-                      already_done=job.images - len(todo), seconds=time.perf_counter() - started)
+    images = len(index_keys(job.members_index())) if job.tars else job.images  # a tar job's: its members
+    summary = Summary(discovered=images, written=len(paths), failed=len(still), already_done=images - len(todo),
+                      seconds=time.perf_counter() - started)
     return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location)
 
 
@@ -59,19 +68,26 @@ def retry_failed(config, job, worker, only=None):
     failed = {path for path, _, _ in ledger.failures() if only is None or path in only}
     if not failed:  # nothing to retry: the output is not opened (its writer reads every committed path)
         return [], [], []
-    manifest = job.load_manifest()
     job.pull_output()  # a store's, written again here, then published
+    order = True  # the rows in path order
+    if job.tars:  # in stream order: each member's place in the output's index of members
+        places = {key: place for place, key in enumerate(index_keys(job.members_index()))}
+        order = lambda key: places.get(key, len(places))  # noqa: E731 -- the writer's key of a row
     with run_errors():
         writer = open_writer(job.output, format=config.output_format, column_prefix=config.model.output_name,
-                             feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=True)
+                             feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=order)
     with writer:
-        todo = [(position, path) for position, path in enumerate(manifest.paths)
-                if path in failed and path not in writer.completed]  # a row of a run killed before its errors
-        versions = manifest.etags and [manifest.etags[position] for position, _ in todo]
-        paths, features, still = extract_rows(config, worker.runner, [path for _, path in todo],
-                                              [position for position, _ in todo], job.images, versions=versions)
-        for start in range(0, len(paths), 1024):
-            writer.write(paths[start:start + 1024], features[start:start + 1024])
+        todo, paths, still = [], [], []
+        for keys, first, total, decode, versions in _groups(job, failed):
+            positions = [place for place, key in enumerate(keys) if key in failed and not writer.has_row(key)]
+            todo.extend((first + place, keys[place]) for place in positions)  # with a row: of a run killed before
+            done, features, failing = extract_rows(config, worker.runner, [keys[place] for place in positions],
+                                                   [first + place for place in positions], total, decode=decode,
+                                                   versions=versions and [versions[place] for place in positions])
+            for start in range(0, len(done), _BATCH_ROWS):
+                writer.write(done[start:start + _BATCH_ROWS], features[start:start + _BATCH_ROWS])
+            paths.extend(done)
+            still.extend(failing)
     ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)  # those of a killed run too
     with ErrorLog(job.output) as log_file:  # the images that still have no row
         for row in ledger.failures():
@@ -79,3 +95,18 @@ def retry_failed(config, job, worker, only=None):
     ledger.add_complete(writer.rows_committed, closed_state(job.output))
     job.publish_output()
     return todo, paths, still
+
+
+def _groups(job, failed):
+    """What `extract_rows` computes the `failed` images in, each at its place in its steps: [(keys, the place of
+    the first, the images of its steps, decode, versions)]. The job's images, in steps of the whole job; a tar
+    job's members, shard by shard (its steps are its shard's), read by one byte range each from its tars."""
+    if not job.tars:
+        manifest = job.load_manifest()
+        return [(manifest.paths, 0, job.images, None, manifest.etags)]
+    groups = []
+    for index, failures in sorted(job.ledger().shards().items()):
+        if any(path in failed for path, _, _ in failures):
+            keys = shard_keys(job, index)
+            groups.append((keys, 0, len(keys), member_decoder(keys, job.members_index()), None))
+    return groups

@@ -276,9 +276,10 @@ class ShardedJob(CommittedOutput):
 
     def assembles_as_it_goes(self, keep_shards=False):
         """Whether each shard goes once its rows are in the output (see `parallel.jobs.assembly`): where the
-        output is committed as it is written (a local one), its failures are retried in it (`retries_in_output`),
-        and the shards are not kept."""
-        return self.commits.in_place and self.retries_in_output() and not keep_shards
+        output is committed as it is written (a local one), its failures are retried in it whatever they are
+        (not a tar job's: a tar that cannot be read keeps every shard, `retries_in_output`), and the shards are
+        not kept."""
+        return self.commits.in_place and not self.tars and not keep_shards
 
     def assembly(self, output_format, column_prefix, settings, keep_shards=False, feature_size=None):
         """The output's Assembly from this job's shards (the caller holds the output's lock; `feature_size`: the

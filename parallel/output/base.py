@@ -16,20 +16,25 @@ from parallel.output.durable import DamagedOutput, OutputError, is_disk_full
 from parallel.output.record import new_record, save_record
 
 
-def sorted_runs(paths):
-    """(start, stop) of the maximal stretches of `paths` that are in increasing order."""
+def path_order(path):
+    """The order of an engine's output: its rows in path order."""
+    return path
+
+
+def sorted_runs(paths, key=path_order):
+    """(start, stop) of the maximal stretches of `paths` that are in increasing order of `key(path)`."""
     runs, start = [], 0
     for index in range(1, len(paths)):
-        if paths[index] < paths[index - 1]:
+        if key(paths[index]) < key(paths[index - 1]):
             runs.append((start, index))
             start = index
     runs.append((start, len(paths)))
     return runs
 
 
-def merged_order(paths, runs):
-    """Row indices in path order: a streaming merge of the sorted runs (memory: one cursor per run)."""
-    return heapq.merge(*(range(start, stop) for start, stop in runs), key=paths.__getitem__)
+def merged_order(paths, runs, key=path_order):
+    """Row indices in the order of `key(path)`: a streaming merge of the sorted runs (memory: one cursor per run)."""
+    return heapq.merge(*(range(start, stop) for start, stop in runs), key=lambda row: key(paths[row]))
 
 
 class FeatureWriter:
@@ -77,7 +82,7 @@ class FeatureWriter:
             raise
         self._written = set()  # by this writer: with `completed`, what a new row must not repeat
         self._order = paths  # every committed path, in the order of the rows; write() appends
-        self.sort_paths = False
+        self.order = None  # a key of a row's path, its place in the finished output (None: as written)
         self.record_digests = False
 
     def has_row(self, path):
@@ -150,7 +155,7 @@ class FeatureWriter:
                               % (self.output, self.rows_committed))
         try:
             if self._record["state"] != "complete":
-                self._finish(sorted_runs(self._order) if self.sort_paths else [(0, len(self._order))])
+                self._finish(sorted_runs(self._order, self.order) if self.order else [(0, len(self._order))])
                 self._commit(state="complete", parts=0, **self._completion())  # the parts are deleted next
                 self._after_complete()
         except OSError as error:

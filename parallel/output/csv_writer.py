@@ -71,7 +71,7 @@ class CsvWriter(FeatureWriter):
             read_csv_paths(data, header, line_starts)
             with temporary_then_rename(self.output) as temporary, open(temporary, "wb") as file:
                 file.write(data[:header])
-                for row in merged_order(self._order, runs):
+                for row in merged_order(self._order, runs, self.order):
                     file.write(data[line_starts[row]:line_starts[row + 1]])
         fsync(self.output.parent)
 

@@ -209,7 +209,7 @@ class PartsWriter(FeatureWriter):
         # ExitStack: on a failure (disk full) every part being read is closed now, not when the traceback goes.
         with contextlib.ExitStack() as streams, temporary_then_rename(self.output) as temporary:
             merged = heapq.merge(*(streams.enter_context(contextlib.closing(self._rows(start, stop, starts)))
-                                   for start, stop in runs), key=lambda row: row[0])
+                                   for start, stop in runs), key=lambda row: self.order(row[0]))
             chunks = ((paths, np.stack(features)) for paths, features in
                       (zip(*chunk) for chunk in iter(lambda: list(itertools.islice(merged, chunk_rows)), [])))
             yield temporary, chunks

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parallel.output.base import path_order
 from parallel.output.csv_rows import NEEDS_QUOTES
 from parallel.output.csv_writer import CsvWriter
 from parallel.output.durable import (FOLDER, REGULAR_FILE, TEMPORARY_SUFFIX, OutputError, beside, refuse_unless,
@@ -35,8 +36,9 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
       overwrite: remove the output, its sidecar, parts and errors file first and start afresh.
       sort_paths: the finished output's rows are in path order, whatever order they were
         written in (the engine's outputs): rows of a rerun that sort before committed ones (an
-        image repaired after it failed) are merged into place by close(). False: rows stay in
-        the order written.
+        image repaired after it failed) are merged into place by close(). A callable: in the
+        order of its key of each path (a tar job's: the place of each member in its tars).
+        False: rows stay in the order written.
       record_digests: the record of the finished output holds the size and SHA-256 of its files
         (Parquet, npy), and a resume of it checks them (a shard's attempt, whose files are
         committed later: never the job's output, whose files may be large).
@@ -63,7 +65,7 @@ def open_writer(output, *, format="csv", column_prefix="fc7", feature_size, sett
         raise OutputError("%s exists and was not written by this program (no %s): pass --overwrite to replace "
                           "it or choose another --output" % (output, sidecar_path(output).name))
     writer = WRITERS[format](output, column_prefix, int(feature_size), recorded, record)
-    writer.sort_paths = bool(sort_paths)
+    writer.order = sort_paths if callable(sort_paths) else path_order if sort_paths else None
     writer.record_digests = bool(record_digests)
     return writer
 
