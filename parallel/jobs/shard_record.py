@@ -3,12 +3,15 @@
     O.shards/shard-000007/_shard.json   {"job": the job's identity, "shard": 7, "images": the
                                          manifest's digest of shard 7, "rows": 9996, "failed": 4}
 
-The record is written in the attempt, before the commit rename, so a committed shard always has
-one. Two checks read it:
+The record (with the size and SHA-256 of each of the shard's files) is written in the attempt,
+and committed with its files as one group (parallel.jobs.commits), so a committed shard always has
+one. Three checks read it:
 
-- `quick_problem` (each time a shard is counted as committed): the record is there, of this
-  job and this shard, and its counts are the files' (rows from features.parquet's footer,
-  failed from _errors.csv);
+- `record_problem` (each time a shard is counted as committed): the record is there, of this
+  job, this shard and the manifest's images, and lists the sizes its files have (a stat each, or
+  one listing of a store);
+- `quick_problem` (before the output is written from it, its files fetched): that, and its counts
+  are the files' (rows from features.parquet's footer, failed from _errors.csv);
 - `content_problem` (before a shard is committed, and before the output is written from it):
   the rows' paths and the errors' paths are exactly the manifest's images of the shard, the
   rows in their order.
@@ -150,28 +153,25 @@ def quick_problem(folder, identity, index, images_digest):
     """
     try:
         record = json.loads((folder / SHARD_RECORD).read_text(encoding="utf-8"))
-        expected = (record["job"], record["shard"], record["images"], int(record["rows"]), int(record["failed"]))
-    except FileNotFoundError:
-        return "it has no %s (written by an earlier version, or damaged)" % SHARD_RECORD
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        return "its %s cannot be read (%s)" % (SHARD_RECORD, type(error).__name__)
-    job, shard, images, rows, failed = expected
-    if job != identity:
-        return "it was computed for another job (another setting or shard size)"
-    if shard != index:
-        return "its %s says shard %r" % (SHARD_RECORD, shard)
-    if images != images_digest:
-        return "its images are not the manifest's (the manifest was made anew since)"
+    except (OSError, ValueError):
+        record = None
+    try:
+        sizes = {path.name: path.stat().st_size for path in folder.iterdir()}
+    except OSError:
+        sizes = {}
+    problem = record_problem(record, sizes, identity, index, images_digest)
+    if problem:
+        return problem
     try:
         counted = count_rows(folder / SHARD_FEATURES)
         errors = error_paths(folder / SHARD_ERRORS)
     except (OSError, ValueError, KeyError) as error:
         return "it cannot be read (%s)" % (first_line(error) or type(error).__name__)
-    if counted != rows:
-        return "%s holds %d rows, not the %d committed" % (SHARD_FEATURES, counted, rows)
-    if len(errors) != failed:
-        return "%s lists %d failed images, not the %d committed" % (SHARD_ERRORS, len(errors), failed)
-    return files_problem(folder)
+    if counted != int(record["rows"]):
+        return "%s holds %d rows, not the %d committed" % (SHARD_FEATURES, counted, int(record["rows"]))
+    if len(errors) != int(record["failed"]):
+        return "%s lists %d failed images, not the %d committed" % (SHARD_ERRORS, len(errors), int(record["failed"]))
+    return None
 
 
 def content_problem(features, errors, paths):
