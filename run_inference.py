@@ -28,6 +28,7 @@ from pathlib import Path  # noqa: E402
 from models import registry  # noqa: E402
 from models.registry import PRECISION_NAMES  # noqa: E402
 from parallel.inputs.resize import RESIZE_MODES  # noqa: E402
+from parallel import native_log  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
 from parallel.messages import first_line, one_line  # noqa: E402
 from parallel.output import FORMATS  # noqa: E402
@@ -286,7 +287,7 @@ def main(argv=None):
         _say("error: %s" % error)
         return EXIT_USAGE
     if not args.verbose:
-        _silence_native_logs()
+        native_log.hide_for_the_command_line()
     else:  # TensorFlow's own log, its start-up lines too (parallel.native_log keeps what the level lets through)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
     # The run's own log at INFO; the libraries' (botocore's "Found credentials ...", Ray's) only their warnings.
@@ -378,27 +379,6 @@ def as_flags(message):
 def _say(message):
     """One line on stderr: the message's first line, at most LINE_LIMIT characters (--verbose has it whole)."""
     print("run_inference: %s" % one_line(as_flags(message)), file=sys.stderr)
-
-
-def _silence_native_logs():
-    """Hides TensorFlow's start-up noise (oneDNN, CUDA, CPU-feature notices) unless --verbose.
-
-    TF_CPP_MIN_LOG_LEVEL stops most of it, but some lines are printed by C++ code before
-    that setting is read. So file descriptor 2 goes to /dev/null, and Python's own stderr
-    (our messages, the progress bar, the log) keeps writing to the real one.
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
-    if "tensorflow" in sys.modules or not hasattr(os, "dup"):
-        return
-    try:
-        sys.stderr.flush()
-        real_stderr = os.dup(2)
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-    except (OSError, ValueError):  # no real descriptor 2 (embedded, captured): leave it alone
-        return
-    sys.stderr = open(real_stderr, "w", buffering=1, encoding=sys.stderr.encoding,
-                      errors="backslashreplace")
 
 
 def console():

@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE  # noqa: E402
 from parallel.messages import Progress, first_line  # noqa: E402
 from parallel.signals import EXIT_INTERRUPTED  # noqa: E402
-from run_inference import _silence_native_logs, at_least_one  # noqa: E402
+from parallel import native_log  # noqa: E402
+from run_inference import at_least_one  # noqa: E402
 from search.kinds import EF_SEARCH, RERANK  # noqa: E402
 
 PROGRAM = "search_features"
@@ -326,7 +327,7 @@ def _query_model(index, args):
     weights = args.weights or "imagenet"
     if weights != "imagenet" and not Path(weights).exists():
         raise SearchError("--weights %s is not a file or folder" % weights)
-    _silence_native_logs()  # TensorFlow's start-up lines, as run_inference.py hides them (before its import)
+    native_log.hide_for_the_command_line()  # TensorFlow's start-up lines, as run_inference.py hides them
     model = registry.feature_model(settings["model"], layer=settings["layer"], weights=weights,
                                    precision=settings.get("precision", "fp32"))
     if model.settings.get("weights") != settings.get("weights"):

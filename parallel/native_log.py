@@ -12,7 +12,8 @@ TF_CPP_MIN_LOG_LEVEL governs what TensorFlow logs afterwards, not these lines. S
 descriptor 2 held in a temporary file: then it gives back to descriptor 2 every line the level lets through
 (any line that is not TensorFlow's: a Python warning of the import is kept). The level is the user's
 TF_CPP_MIN_LOG_LEVEL, else 3 (set then, so that TensorFlow's later log is quiet too): 0 keeps every line.
-The command line, which owns its process, sends descriptor 2 to /dev/null instead (run_inference.py).
+The command line, which owns its process, sends descriptor 2 to /dev/null instead
+(`hide_for_the_command_line`).
 
 Standard library only: importing it imports no TensorFlow.
 """
@@ -131,3 +132,24 @@ class _HeldLoader(importlib.abc.Loader):
         module.__loader__ = module.__spec__.loader = self.loader
         with held_to_level():
             self.loader.exec_module(module)
+
+
+def hide_for_the_command_line():
+    """Hides TensorFlow's start-up noise (oneDNN, CUDA, CPU-feature notices) unless --verbose.
+
+    TF_CPP_MIN_LOG_LEVEL stops most of it, but some lines are printed by C++ code before
+    that setting is read. So file descriptor 2 goes to /dev/null, and Python's own stderr
+    (our messages, the progress bar, the log) keeps writing to the real one.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+    if "tensorflow" in sys.modules or not hasattr(os, "dup"):
+        return
+    try:
+        sys.stderr.flush()
+        real_stderr = os.dup(2)
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+    except (OSError, ValueError):  # no real descriptor 2 (embedded, captured): leave it alone
+        return
+    sys.stderr = open(real_stderr, "w", buffering=1, encoding=sys.stderr.encoding,
+                      errors="backslashreplace")
