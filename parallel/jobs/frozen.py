@@ -49,9 +49,7 @@ class FrozenJob:
         self.tars = False  # shards of tars, whose images are their members (known once they are read)
         self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
         self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
-        if not self.commits.in_place and self.commits.pull(MANIFEST_SUFFIX):
-            with self._manifest_errors():  # a damaged one is named here, by its URL
-                read_job(self.manifest)
+        self.commits.pull(MANIFEST_SUFFIX)  # a store's: this process's copy
 
     def __getstate__(self):
         """What a Ray worker receives: the frozen job, not this process's lock."""
@@ -62,8 +60,7 @@ class FrozenJob:
         self.output = self.commits.output  # a store's staging folder is the receiving process's
         self.manifest = Path(manifest_path(self.output))
         self.lock = self.commits.local(LOCK_SUFFIX)
-        if not self.commits.in_place:
-            self.commits.pull(MANIFEST_SUFFIX)
+        self.commits.pull(MANIFEST_SUFFIX)
 
     def close(self):
         """Releases what this process holds for the job: the output's lock (`hold_lock`), a store's staging folder."""
@@ -187,6 +184,16 @@ class FrozenJob:
             raise OutputError("%s was cut into shards of %d images, not %d: leave --shard-size out, or pass "
                               "--overwrite" % (self.output, recorded["shard_size"], shard_size))
         return self._take(recorded)
+
+    def recorded_job(self):
+        """The "job" (its settings and source) the manifest records, checked; None when there is no manifest.
+
+        Raises:
+          ValueError: the manifest is damaged (named as users see it, with the way out).
+        """
+        with self._manifest_errors():
+            recorded = read_job(self.manifest)
+        return None if recorded is None else recorded["job"]
 
     def _take(self, recorded):
         """Knows the job recorded in its manifest (`read_job`); returns it."""

@@ -17,8 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from parallel.inputs.manifest import (DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path,
-                                      read_job)
+from parallel.inputs.manifest import DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path
 from parallel.inputs.sources import TARS
 from parallel.jobs.shard_record import error_paths
 from parallel.locations import is_url
@@ -151,7 +150,7 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
     tars = config.source.kind == TARS
     record = job_record(config)
     if existed:  # before the generic comparison: a rank started with other flags is told which
-        recorded = read_job(job.manifest)["job"]
+        recorded = job.recorded_job()
         change = geometry_change(recorded, config.step_geometry)
         if change and alone:  # warned about once the job is known to be this one (`job.freeze` checks it)
             record.update((key, recorded[key]) for key in config.step_geometry if key in recorded)

@@ -15,7 +15,6 @@ import shutil
 from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
-from parallel.inputs.manifest import read_job
 from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.tar_stream import LaterCopies, stream_members
 from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
@@ -44,7 +43,7 @@ class ShardWorker:
         self.devices = devices or config.devices
         set_float32_precision(config.model.settings.get("precision"))  # process-global: before the Session
         self.runner = open_runner(config.model, self.devices, config.per_device_batch, weights=weights)
-        change = geometry_change(read_job(job.manifest)["job"], {"per_device_batch": str(config.per_device_batch),
+        change = geometry_change(job.recorded_job(), {"per_device_batch": str(config.per_device_batch),
                                                                  "devices": str(len(self.devices.names))})
         if change and not alone:  # a Ray actor that sees other devices than the job's
             self.runner.close()
