@@ -55,7 +55,8 @@ examples:
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
                                                     -> IDX/page/index.html (open it, or:)
-  %(prog)s serve IDX/page --port 8000               http://127.0.0.1:8000/ (loopback only)
+  %(prog)s serve IDX --port 8000                    the search service: http://127.0.0.1:8000/api/index
+  %(prog)s serve IDX/page --port 8000               the page's files (loopback only)
 
 exit status:
   0    done
@@ -133,9 +134,14 @@ def parse_args(argv=None):
     _search_flags(page)
     _query_flags(page)
 
-    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1 until Ctrl-C or SIGTERM (exit 0)")
-    serve.add_argument("folder", help="the page's folder")
+    serve = commands.add_parser("serve", help="the search service of an index (or a page's files) on 127.0.0.1 "
+                                              "until Ctrl-C or SIGTERM (exit 0)")
+    serve.add_argument("folder", metavar="INDEX", help="an index folder (its JSON API), or a page's folder")
     serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to answer on (default: %(default)s, "
+                                                           "loopback only); another is reachable: a warning says so")
+    serve.add_argument("--weights", help="for image and text queries, as for neighbours")
+    serve.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "neighbours" and not args.queries and not args.text:
         parser.error("neighbours: give a QUERY or --text SENTENCE")
@@ -355,8 +361,23 @@ def _page(args, bars):
 
 
 def _serve(args, bars):
-    from search.server import serve
-    serve(args.folder, args.port, announce=lambda line: print(line, file=sys.stderr, flush=True))
+    def announce(line):
+        print(line, file=sys.stderr, flush=True)
+    if not (Path(args.folder) / "index.json").is_file():  # a page's folder: its files, on loopback
+        from search.server import LOOPBACK, serve
+        if args.host != LOOPBACK:
+            raise ValueError("--host %s: a page's folder is served on %s only" % (args.host, LOOPBACK))
+        serve(args.folder, args.port, announce=announce)
+        return EXIT_OK
+    from search.api import serve_index
+    from search.service import Service
+    from search.index import Index
+    index = Index.load(args.folder)
+    embedder = _embedder(index, args)
+    try:
+        serve_index(Service(index, embedder), args.port, args.host, announce=announce)
+    finally:
+        embedder.close()
     return EXIT_OK
 
 
