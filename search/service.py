@@ -120,14 +120,19 @@ class Service:
         return {"query": query, "neighbours": [{"rank": rank, "row": row, "key": self.index.paths[row],
                                                 "score": score} for rank, (row, score) in enumerate(found, 1)]}
 
-    def by_row(self, text, k):
-        """The neighbours of the indexed row numbered `text`."""
+    def row(self, text):
+        """The row numbered `text`, checked to be one of the index's (404 if not)."""
         try:
             row = int(text)
         except ValueError:
             row = -1
         if not 0 <= row < len(self.index):
             raise ApiError(404, "row must be a row of the index, 0 to %d; got %r" % (len(self.index) - 1, text))
+        return row
+
+    def by_row(self, text, k):
+        """The neighbours of the indexed row numbered `text`."""
+        row = self.row(text)
         with self.slots:
             return self._answer({"row": row, "key": self.index.paths[row]}, self.index.stored([row])[0], k)
 
@@ -189,12 +194,7 @@ class Service:
         """(bytes, content type) of the indexed image of row `text`: a file under the output's images folder, a tar
         member by its byte range (the output's members index), an object fetched by the service."""
         from search.page import image_source
-        try:
-            row = int(text)
-        except ValueError:
-            row = -1
-        if not 0 <= row < len(self.index):
-            raise ApiError(404, "row must be a row of the index, 0 to %d; got %r" % (len(self.index) - 1, text))
+        row = self.row(text)
         with self.slots:
             try:
                 source = image_source(self.index.paths[row], self.index.settings.get("images"), self.members)

@@ -20,6 +20,7 @@ from hangs import HANG_SECONDS
 import run_inference
 import search_features
 from search_data import clustered, with_near_copy, write_npy
+from serving import serving, stopped
 
 ROOT = Path(__file__).resolve().parent.parent
 # The threshold documented in docs/search.md for these features (seeded random VGG16 weights, fc7):
@@ -267,20 +268,6 @@ def test_the_python_example_of_docs_search_runs(tmp_path):
     assert lines[0] == "exact 300 1.0" and lines[1].startswith("img/00000.jpg 1.0")
 
 
-def _serving(page, sigint):
-    """The `serve` child of `page` on a free port, started with SIGINT's disposition `sigint` (SIG_DFL, or
-    SIG_IGN as a shell's background job or a batch system starts it), whatever this process's is; its URL."""
-    def disposition():
-        signal.signal(signal.SIGINT, sigint)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    server = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port", "0"],
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=disposition)
-    announced = server.stderr.readline()  # the socket is listening once this is printed
-    assert announced.startswith("serving %s at http://127.0.0.1:" % page), announced
-    return server, announced.split(" at ")[1].split()[0]
-
-
 def _fetch(url):
     with urllib.request.urlopen(url + "index.html", timeout=HANG_SECONDS) as response:
         return response.status, response.read()
@@ -295,30 +282,18 @@ def page(output, tmp_path):
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_serve_shows_the_page_on_loopback_until_stopped(page, stop):
-    server, url = _serving(page, signal.SIG_DFL)
-    try:
+    with serving(page) as (server, url):
         status, body = _fetch(url)
         assert status == 200 and b"f.npy" in body
-        server.send_signal(stop)
-        assert server.wait(timeout=HANG_SECONDS) == 0  # a signal is how it is stopped: not a failure
-        assert server.stderr.read() == ""  # no traceback
-    finally:
-        server.kill()
-        server.stderr.close()
+        assert stopped(server, stop)
 
 
 def test_serve_started_with_sigint_ignored_keeps_it_ignored_and_stops_on_sigterm(page):
-    server, url = _serving(page, signal.SIG_IGN)
-    try:
+    with serving(page, signal.SIG_IGN) as (server, url):
         server.send_signal(signal.SIGINT)  # discarded by the kernel as it is sent: the child ignores it
         assert _fetch(url)[0] == 200
         assert server.poll() is None
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=HANG_SECONDS) == 0
-        assert server.stderr.read() == ""
-    finally:
-        server.kill()
-        server.stderr.close()
+        assert stopped(server, signal.SIGTERM)
 
 
 def test_serve_a_port_in_use_is_one_line_and_status_2(page):

@@ -25,6 +25,7 @@ from search.api import make_service, reachable_warning
 from search.index import Index
 from search.service import Limits, Service
 from search_data import clustered, write_npy
+from serving import serving, stopped
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -315,20 +316,11 @@ def test_the_service_example_of_docs_search_runs(tmp_path):
 
 
 def test_serve_an_index_on_loopback_until_sigterm(vgg_index):
-    server = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(vgg_index.folder),
-                               "--port", "0"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        announced = server.stderr.readline()  # listening once this is printed
-        assert announced.startswith("serving the index %s at http://127.0.0.1:" % vgg_index.folder), announced
-        url = announced.split(" at ")[1].split()[0]
+    with serving(vgg_index.folder) as (server, url):
+        assert url.endswith("/api/index")
         with urllib.request.urlopen(url, timeout=HANG_SECONDS) as response:
             assert json.loads(response.read())["rows"] == 300
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=HANG_SECONDS) == 0
-        assert server.stderr.read() == ""
-    finally:
-        server.kill()
-        server.stderr.close()
+        assert stopped(server, signal.SIGTERM)
 
 
 def test_another_host_than_loopback_is_warned_of_and_a_page_is_served_on_loopback_only(tmp_path, capsys):
