@@ -29,9 +29,10 @@ The modules, one job each:
                     manifest says): its row answers, instead of the model
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
-only `parallel.output`'s readers, `parallel.messages` and the manifest (`parallel.inputs.manifest`),
-which import neither, and the table of `models.text_queries` (which layers are in a text tower's
-space: not centred, centre.py). faiss is imported on first use (`pip install -e '.[search]'`).
+only `parallel.output`'s readers, `parallel.messages`, the manifest (`parallel.inputs.manifest`), the tars'
+members index and decode's warning filter (`parallel.inputs.tars`, `parallel.inputs.decode`), which import
+neither, and the table of `models.text_queries` (which layers are in a text tower's space: not centred,
+centre.py). faiss is imported on first use (`pip install -e '.[search]'`).
 Computing the vector of a new image or of a sentence is given to search as an object (an "embedder"):
 the command line builds it from the engine and the models (models/query_embedder.py).
 """

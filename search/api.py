@@ -10,6 +10,7 @@ is only ever fetched by its row. An answer carries a Content-Security-Policy tha
 
 import http.server
 import json
+import threading
 import urllib.parse
 
 from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
@@ -56,13 +57,17 @@ def _search(service, query):
     return service.by_key(_one(query, "key"), _k(service, query))
 
 
+IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed: its thread is not held forever
+
+
 class _ApiHandler(http.server.BaseHTTPRequestHandler):
     """Answers the routes of ROUTES for one Service; JSON errors for everything else."""
 
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_SECONDS
 
     def __init__(self, *args, service, hosts, **kwargs):
-        self.service, self.hosts = service, hosts
+        self.service, self.hosts, self._body_read = service, hosts, False
         super().__init__(*args, **kwargs)
 
     def do_GET(self):  # noqa: N802 -- the base class's name
@@ -116,6 +121,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         if not 0 <= length <= self.service.limits.max_upload_bytes:
             self.close_connection = True  # its body is left unread
             raise ApiError(413, "the body has %d bytes, more than %d" % (length, self.service.limits.max_upload_bytes))
+        self._body_read = True
         return self.rfile.read(length)
 
     def _error(self, status, message):
@@ -123,6 +129,8 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
 
     def _send(self, status, answer, content_type):
         body = json.dumps(answer).encode("utf-8") if content_type == "application/json" else answer
+        if self.command == "POST" and not self._body_read:  # refused before its body was read: the rest unread
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -137,13 +145,44 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+BUSY = json.dumps({"status": 503, "error": "busy: too many connections at once; try again"}).encode("utf-8")
+
+
+class _BoundedServer(http.server.ThreadingHTTPServer):
+    """A thread a connection, at most `connections` at once: one more is answered 503 and closed, unread."""
+
+    def process_request(self, request, client_address):
+        if not self._open.acquire(blocking=False):
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BUSY), BUSY))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._open.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._open.release()
+
+
 def make_service(service, port=0, host=LOOPBACK):
-    """An HTTP server of `service`'s API on (host, port), not started.
+    """An HTTP server of `service`'s API on (host, port), not started: a thread a connection, at most
+    `service.limits.connections` of them.
 
     Raises:
       ValueError: the port is taken or not one this user may open.
     """
-    return open_server(_ApiHandler, port, host=host, service=service)
+    server = open_server(_ApiHandler, port, host=host, server_class=_BoundedServer, service=service)
+    server._open = threading.BoundedSemaphore(service.limits.connections)
+    return server
 
 
 def reachable_warning(host):

@@ -57,10 +57,11 @@ def host_allowed(handler):
     return handler.headers.get("Host", "").lower() in handler.hosts
 
 
-def open_server(handler_class, port, host=LOOPBACK, **handler_arguments):
-    """A ThreadingHTTPServer on (host, port) whose requests `handler_class(..., hosts=..., **handler_arguments)`
-    answers; `hosts` (the Host headers `host_allowed` lets in) is filled once the port is known: host:port,
-    127.0.0.1:port and localhost:port (and the names alone on port 80).
+def open_server(handler_class, port, host=LOOPBACK, server_class=http.server.ThreadingHTTPServer,
+                **handler_arguments):
+    """A `server_class` (a ThreadingHTTPServer) on (host, port) whose requests `handler_class(..., hosts=...,
+    **handler_arguments)` answers; `hosts` (the Host headers `host_allowed` lets in) is filled once the port is
+    known: host:port, 127.0.0.1:port and localhost:port (and the names alone on port 80).
 
     Raises:
       ValueError: the port is taken or not one this user may open, naming it.
@@ -71,7 +72,7 @@ def open_server(handler_class, port, host=LOOPBACK, **handler_arguments):
         return handler_class(*args, hosts=hosts, **handler_arguments, **kwargs)
 
     try:
-        server = http.server.ThreadingHTTPServer((host, int(port)), handler)
+        server = server_class((host, int(port)), handler)
     except OSError as error:  # in use, or below 1024 without the right
         raise ValueError("port=%s on %s cannot be opened (%s): choose another with --port (0: any free "
                          "port)" % (port, host, error.strerror or error)) from None

@@ -45,6 +45,7 @@ class Limits:
     max_groups: int = 1000                  # duplicate groups returned (the count of all is given)
     running: int = 2                        # queries computed at once (the machine's cores, not more)
     waiting: int = 32                       # queries waiting for their turn; more: 503
+    connections: int = 64                   # connections open at once (a thread each); more: 503, closed
 
 
 class ApiError(Exception):
@@ -221,8 +222,9 @@ class Service:
 def check_pixels(data, max_pixels):
     """ApiError 413 for an image of more than `max_pixels` pixels (read from its header, nothing decoded: a
     decompression bomb is refused before it takes memory), 400 for bytes that are no image."""
+    from parallel.inputs.decode import bomb_warnings_silenced  # Pillow and the standard library only
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
             width, height = image.size
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:  # the warning, if made an error
         raise ApiError(413, "the image is too large: %s" % one_line(error)) from None

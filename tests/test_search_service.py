@@ -213,6 +213,14 @@ def test_refusals_are_one_status_and_one_line_of_json(vgg_index):
         _refused(service.request("/api/duplicates?threshold=2"), 400, "from -1 to 1; got '2'")
 
 
+def test_decompression_bombs_are_refused_from_their_header_before_the_model_sees_them(vgg_index, bombs):
+    embedder = FakeEmbedder(64, block=True)  # would wait for ever if a bomb reached it
+    with Running(Service(vgg_index, embedder)) as service:
+        for name, words in (("pillow_bomb.png", "too large"), ("our_bomb.png", "12000 x 9000 pixels")):
+            _refused(service.request("/api/search/image", body=(bombs / name).read_bytes()), 413, words)
+    assert not embedder.entered.is_set()
+
+
 def test_a_service_without_an_embedder_takes_rows_and_vectors_only(vgg_index):
     with Running(Service(vgg_index)) as service:
         status, description, _ = service.request("/api/index")
@@ -295,6 +303,17 @@ def test_sixteen_clients_at_once_are_all_answered(vgg_index):
         for thread in clients:
             thread.join(HANG_SECONDS)
     assert sorted(answers) == [(200, 5)] * 32 + [(200, 10)] * 32
+
+
+def test_connections_beyond_the_bound_are_answered_503_and_closed(vgg_index):
+    import socket
+    with Running(Service(vgg_index, limits=Limits(connections=1))) as service:
+        with socket.create_connection(("127.0.0.1", service.port), timeout=HANG_SECONDS) as held:
+            held.sendall(b"GET /api/index HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % service.port)
+            assert held.recv(12) == b"HTTP/1.1 200"  # answered, and kept open: its thread holds the one place
+            _refused_busy = service.request("/api/index")
+        assert _refused_busy[0] == 503 and _refused_busy[1] == {
+            "status": 503, "error": "busy: too many connections at once; try again"}
 
 
 # ----------------------------------------------------------------- the command line and the docs
