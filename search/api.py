@@ -162,8 +162,8 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
             return
         try:
             super().process_request(request, client_address)
-        except BaseException:
-            self._open.release()
+        except RuntimeError:  # no thread could be started: its place is free again. Anything else (a stop signal
+            self._open.release()  # while the thread starts) leaves it to the thread, which releases it as it ends
             raise
 
     def process_request_thread(self, request, client_address):

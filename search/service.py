@@ -30,8 +30,7 @@ import threading
 import numpy as np
 from PIL import Image
 
-from search.kinds import SearchError
-from search.queries import image_vectors, ranked, text_vectors
+from search.queries import check_text_queries, image_vectors, ranked, text_vectors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +92,6 @@ class Service:
     def describe(self):
         """The index: its rows, kind, the output and model it holds, which queries it takes, the limits."""
         settings, centre = self.index.settings, self.index.meta["centre"]
-        from search.queries import check_text_queries
         try:
             check_text_queries(self.index)
             takes_text = self.embedder is not None
@@ -244,5 +242,3 @@ def one_line(error):
     from parallel.messages import first_line
     return first_line(error) or type(error).__name__
 
-
-__all__ = ["ApiError", "Limits", "SearchError", "Service", "check_pixels"]

@@ -316,6 +316,31 @@ def test_connections_beyond_the_bound_are_answered_503_and_closed(vgg_index):
             "status": 503, "error": "busy: too many connections at once; try again"}
 
 
+def test_a_stop_signal_while_a_connection_s_thread_starts_stops_the_server(vgg_index, monkeypatch):
+    """SIGTERM's handler raises in the main thread wherever it is, even in Thread.start: the stop must reach
+    serve_forever (an error of the connection bound's own would be caught there, and the server would serve on)."""
+    import socket
+    import socketserver
+    started = socketserver.ThreadingMixIn.process_request
+    ours, theirs = socket.socketpair()
+
+    def interrupted(self, request, client_address):
+        before = set(threading.enumerate())
+        started(self, request, client_address)
+        theirs.close()  # the connection ends, and its thread with it, freeing its place...
+        for thread in set(threading.enumerate()) - before:
+            thread.join(HANG_SECONDS)
+        raise KeyboardInterrupt  # ...before the stop handler raises here, in the main thread
+
+    monkeypatch.setattr(socketserver.ThreadingMixIn, "process_request", interrupted)
+    server = make_service(Service(vgg_index, limits=Limits(connections=2)), port=0)
+    with pytest.raises(KeyboardInterrupt):
+        server.process_request(ours, ("127.0.0.1", 0))
+    server.server_close()
+    assert server._open.acquire(blocking=False) and server._open.acquire(blocking=False)  # both places free
+    assert not server._open.acquire(blocking=False)
+
+
 # ----------------------------------------------------------------- the command line and the docs
 
 def test_the_service_example_of_docs_search_runs(tmp_path):
