@@ -145,17 +145,20 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-BUSY = json.dumps({"status": 503, "error": "busy: too many connections at once; try again"}).encode("utf-8")
+_BUSY_BODY = json.dumps({"status": 503, "error": "busy: too many connections at once; try again"}).encode("utf-8")
+BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s"
+        "Connection: close\r\n\r\n" % (len(_BUSY_BODY), "".join("%s: %s\r\n" % header for header in
+                                                                 SECURITY_HEADERS.items()))).encode() + _BUSY_BODY
 
 
 class _BoundedServer(http.server.ThreadingHTTPServer):
-    """A thread a connection, at most `connections` at once: one more is answered 503 and closed, unread."""
+    """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: one
+    more is answered 503 and closed, unread."""
 
     def process_request(self, request, client_address):
         if not self._open.acquire(blocking=False):
             try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BUSY), BUSY))
+                request.sendall(BUSY)
             except OSError:
                 pass
             self.shutdown_request(request)

@@ -312,8 +312,7 @@ def test_connections_beyond_the_bound_are_answered_503_and_closed(vgg_index):
             held.sendall(b"GET /api/index HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % service.port)
             assert held.recv(12) == b"HTTP/1.1 200"  # answered, and kept open: its thread holds the one place
             _refused_busy = service.request("/api/index")
-        assert _refused_busy[0] == 503 and _refused_busy[1] == {
-            "status": 503, "error": "busy: too many connections at once; try again"}
+        _refused(_refused_busy, 503, "busy: too many connections at once; try again")
 
 
 def test_a_stop_signal_while_a_connection_s_thread_starts_stops_the_server(vgg_index, monkeypatch):
