@@ -55,7 +55,8 @@ examples:
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
                                                     -> IDX/page/index.html (open it, or:)
-  %(prog)s serve IDX/page --port 8000               http://127.0.0.1:8000/ (loopback only)
+  %(prog)s serve IDX --port 8000                    the search service: http://127.0.0.1:8000/api/index
+  %(prog)s serve IDX/page --port 8000               the page's files (loopback only)
 
 exit status:
   0    done
@@ -133,9 +134,14 @@ def parse_args(argv=None):
     _search_flags(page)
     _query_flags(page)
 
-    serve = commands.add_parser("serve", help="serve a page on 127.0.0.1 until Ctrl-C or SIGTERM (exit 0)")
-    serve.add_argument("folder", help="the page's folder")
+    serve = commands.add_parser("serve", help="the search service of an index (or a page's files) on 127.0.0.1 "
+                                              "until Ctrl-C or SIGTERM (exit 0)")
+    serve.add_argument("folder", metavar="INDEX", help="an index folder (its JSON API), or a page's folder")
     serve.add_argument("--port", type=int, default=8000, help="default: %(default)s; 0: any free port")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to answer on (default: %(default)s, "
+                                                           "loopback only); another is reachable: a warning says so")
+    serve.add_argument("--weights", help="for image and text queries, as for neighbours")
+    serve.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "neighbours" and not args.queries and not args.text:
         parser.error("neighbours: give a QUERY or --text SENTENCE")
@@ -276,125 +282,25 @@ def _add(args, bars):
     return EXIT_OK
 
 
-def _query_vectors(index, queries, args):
-    """[(label, image path or None, float32 [D] normalised)] for every query, in order, then every --text."""
-    from search.image_rows import ImageRows
-    from search.index import SearchError
-    resolved, images, image_rows, notes = [], [], ImageRows(index), []
-    for query in queries:
-        if _in_index(index, query):
-            resolved.append((query, query, index.stored([index.row(query)])[0]))
-        elif query.endswith(".npy") and Path(query).is_file():
-            vectors = index.prepare(np.load(query))
-            resolved.extend(("%s[%d]" % (query, row), None, vector) for row, vector in enumerate(vectors))
-        elif Path(query).is_file():
-            row, why = image_rows.row(query)  # an image of the output, unchanged: its row, not the model
-            notes.append("%s: %s" % (query, "its indexed row %s, unchanged since it was computed" % index.paths[row]
-                                         if why is None else "computed by the model: %s" % why))
-            resolved.append((query, str(Path(query).resolve()), None if why else index.stored([row])[0]))
-            images += [query] if why else []
-        else:
-            raise SearchError("query %r is not a path in the index, a .npy file or an image file" % query)
-    if args.text:
-        _check_text_queries(index)
-    if images:
-        computed = dict(zip(images, index.prepare(_image_vectors(index, images, args))))
-        resolved = [(label, image, computed[label] if vector is None else vector)
-                    for label, image, vector in resolved]
-    if args.text:
-        resolved += [(sentence, None, vector) for sentence, vector in zip(args.text, _text_vectors(index, args))]
-    for note in notes:  # which image files their rows answered, once every query has its vector
-        _say(note)
-    return resolved
-
-
-def _in_index(index, query):
-    try:
-        index.row(query)
-        return True
-    except ValueError:
-        return False
-
-
-def _query_model(index, args):
-    """The indexed output's model as a ModelSpec, with --weights (default "imagenet"), checked to be the
-    weights the output records (by the identity the model gives them; nothing is read yet)."""
-    from search.index import SearchError
-    settings = index.settings
-    from models import registry
-    if settings.get("model") not in registry.NAMES or "layer" not in settings:
-        raise SearchError("the indexed output records no model settings: pass the query as a vector (.npy)")
-    weights = args.weights or "imagenet"
-    if weights != "imagenet" and not Path(weights).exists():
-        raise SearchError("--weights %s is not a file or folder" % weights)
-    native_log.hide_for_the_command_line()  # TensorFlow's start-up lines, as run_inference.py hides them
-    model = registry.feature_model(settings["model"], layer=settings["layer"], weights=weights,
-                                   precision=settings.get("precision", "fp32"))
-    if model.settings.get("weights") != settings.get("weights"):
-        if args.weights is None:
-            raise SearchError(_weights_needed(settings.get("weights"), Path(index.meta["source"]["output"])))
-        raise SearchError("--weights %s is not the weights the output was computed with (%s)"
-                          % (weights, settings.get("weights")))
-    return model, weights
-
-
-def _weights_needed(recorded, output):
-    """Why --weights is needed: the weights the output records; for a file, its name and fingerprint, not where
-    it is: a file of that fingerprint found here or near the output (models.files), or the name to look for."""
-    from models.files import find_fingerprinted, fingerprinted_name
-    name = fingerprinted_name(recorded)
-    if name is None:
-        return "the output was computed with weights %r: pass them with --weights" % recorded
-    found = find_fingerprinted(recorded, [Path("."), output.parent, output.parent.parent])
-    return "the output was computed with the weights file %s; its record names the file, not where it is: pass " \
-        "--weights %s" % (recorded, "%s (found there: that size and content)" % found[0] if found else
-                          "PATH, the path of that %s" % name)
-
-
-def _check_text_queries(index):
-    """A one-line usage error unless the index takes text queries: an output in a text tower's space
-    (models.text_queries), indexed uncentred (search/centre.py)."""
-    from search.index import SearchError
-    from models.text_queries import check_text_queries
-    check_text_queries(index.settings)
-    if index.meta["centre"]["centred"]:
-        raise SearchError("index %s is centred on its rows' mean, which a sentence's embedding cannot be compared "
-                          "with: build it again with `index --overwrite`" % index.folder)
-
-
-def _text_vectors(index, args):
-    """float32 [len(args.text), D] normalised: the sentences by the model's text tower, with the output's
-    weights and precision."""
-    from models.text_queries import text_embedding
-    _, weights = _query_model(index, args)
-    return index.prepare(text_embedding(index.settings["model"], args.text, weights=weights,
-                                        precision=index.settings.get("precision", "fp32")))
-
-
-def _image_vectors(index, files, args):
-    """float32 [len(files), D]: the images' features through the engine, with the indexed output's settings."""
-    from search.index import SearchError
-    settings = index.settings
-    model, _ = _query_model(index, args)
-    from parallel import extract
-    paths, features = extract(model, [Path(file) for file in files], devices=args.devices,
-                              resize=settings.get("resize", "crop"))
-    if len(paths) != len(files):
-        raise SearchError("cannot read the image %s" % ", ".join(sorted(set(files) - {str(path) for path in paths})))
-    return features
+def _embedder(index, args):
+    """The queries' embedder (models/query_embedder.py): the output's model, loaded when a query first needs it."""
+    from models.query_embedder import QueryEmbedder
+    return QueryEmbedder(index.settings, index.meta["source"]["output"], weights=args.weights, devices=args.devices,
+                         before_load=native_log.hide_for_the_command_line)  # TensorFlow's start-up lines hidden
 
 
 def _neighbour_lists(index, args, queries):
     """[(label, image path or None, [(path, score)] best first, whether the query is a sentence)]."""
-    resolved = _query_vectors(index, queries, args)
-    k = min(args.k, len(index))
-    ids, scores = index.search_ids(np.stack([vector for _, _, vector in resolved]), k)
+    from search.queries import query_vectors, ranked
+    embedder = _embedder(index, args)
+    try:
+        resolved = query_vectors(index, queries, args.text, embedder, say=_say)
+    finally:
+        embedder.close()
     first_text = len(resolved) - len(args.text)  # the sentences come last
-    lists = []
-    for number, ((label, image, _), row_ids, row_scores) in enumerate(zip(resolved, ids, scores)):
-        found = [(index.paths[row], float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
-        lists.append((label, image, found, number >= first_text))
-    return lists
+    lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
+    return [(label, image, [(index.paths[row], score) for row, score in found], number >= first_text)
+            for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
 
 
 def _neighbours(args, bars):
@@ -455,8 +361,23 @@ def _page(args, bars):
 
 
 def _serve(args, bars):
-    from search.server import serve
-    serve(args.folder, args.port, announce=lambda line: print(line, file=sys.stderr, flush=True))
+    def announce(line):
+        print(line, file=sys.stderr, flush=True)
+    if not (Path(args.folder) / "index.json").is_file():  # a page's folder: its files, on loopback
+        from search.server import LOOPBACK, serve
+        if args.host != LOOPBACK:
+            raise ValueError("--host %s: a page's folder is served on %s only" % (args.host, LOOPBACK))
+        serve(args.folder, args.port, announce=announce)
+        return EXIT_OK
+    from search.api import serve_index
+    from search.service import Service
+    from search.index import Index
+    index = Index.load(args.folder)
+    embedder = _embedder(index, args)
+    try:
+        serve_index(Service(index, embedder), args.port, args.host, announce=announce)
+    finally:
+        embedder.close()
     return EXIT_OK
 
 

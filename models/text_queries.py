@@ -4,13 +4,14 @@
     text_queries.check_text_queries(settings)       # an output's settings: ValueError unless CLIP's embedding
     vectors = text_queries.text_embedding("clip_vit_b32", ["a dog on a beach"], weights="clip-random")
                                                     # float32 [1, 512], unit length
+    embedder = text_queries.TextEmbedder("clip_vit_b32", weights="clip-random")   # kept open: a service's
 
 A sentence is compared with an image through CLIP's two towers: the image tower's `embedding` layer and the
 text tower, which project into one space of 512 dimensions. The other layers (CLIP's `pooled`) and the
 other models have no text tower to compare with.
 
 Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose an index's centring);
-`text_embedding` does, through models.clip.
+`text_embedding` and `TextEmbedder` do, through models.clip.
 """
 
 # {model: the layer of its image tower in its text tower's space}.
@@ -55,10 +56,37 @@ def text_embedding(model, sentences, weights="imagenet", precision="fp32", cache
         cannot be read, or no tokenizer files beside them; ValueError naming the file: a damaged vocab.json
         or merges.txt.
     """
-    if model not in TEXT_LAYERS:
-        raise ValueError("model=%r has no text tower; expected one of %s" % (model, ", ".join(TEXT_LAYERS)))
-    from models.clip import TextTower
-    from models.clip_tokenizer import Tokenizer
-    with TextTower(model, weights=weights, precision=precision, cache_dir=cache_dir) as tower:
-        tokens = Tokenizer.from_folder(tower.tokenizer_folder).encode(sentences, tower.context_length)
-        return tower.embed(tokens)
+    with TextEmbedder(model, weights=weights, precision=precision, cache_dir=cache_dir) as embedder:
+        return embedder.text(sentences)
+
+
+class TextEmbedder:
+    """A model's text tower and tokenizer, kept open: sentences embedded without loading the weights again.
+
+        with TextEmbedder("clip_vit_b32", weights="clip-random") as embedder:
+            vectors = embedder.text(["a dog on a beach"])       # float32 [1, 512], unit length
+
+    Args (as `text_embedding`'s): model, weights, precision, cache_dir. `text` may be called from several
+    threads at once (TensorFlow's Session.run is; the tokenizer keeps no state between calls).
+    """
+
+    def __init__(self, model, weights="imagenet", precision="fp32", cache_dir=None):
+        if model not in TEXT_LAYERS:
+            raise ValueError("model=%r has no text tower; expected one of %s" % (model, ", ".join(TEXT_LAYERS)))
+        from models.clip import TextTower
+        from models.clip_tokenizer import Tokenizer
+        self._tower = TextTower(model, weights=weights, precision=precision, cache_dir=cache_dir)
+        self._tokenizer = Tokenizer.from_folder(self._tower.tokenizer_folder)
+
+    def text(self, sentences):
+        """float32 [N, D] unit length: the embeddings of `sentences` (a str, or a sequence of N str)."""
+        return self._tower.embed(self._tokenizer.encode(sentences, self._tower.context_length))
+
+    def close(self):
+        self._tower.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()

@@ -18,16 +18,23 @@ The modules, one job each:
     recall.py       the recall measured at build against exact search
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report and its thumbnails
-    server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM
+    server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM; the Host
+                    check and the signal policy the service shares
+    queries.py      queries as vectors (keys, .npy, image files, sentences) and their ranked rows: what the
+                    command line and the service share; new images and sentences by an embedder given
+    service.py      the live service's operations: search by sentence, image, key, row, vector; duplicate
+                    groups; an indexed image by its row; bounded requests and queries at once
+    api.py          its HTTP side: routes, parameters, JSON answers and errors, on 127.0.0.1 by default
     image_rows.py   an image file given as a query that is an indexed image, unchanged (the output's
                     manifest says): its row answers, instead of the model
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
-only `parallel.output`'s readers, `parallel.messages` and the manifest (`parallel.inputs.manifest`),
-which import neither, and the table of `models.text_queries` (which layers are in a text tower's
-space: not centred, centre.py). faiss is imported on first use (`pip install -e '.[search]'`).
-Computing the vector of a new image or of a sentence is the command line's business
-(search_features.py), through the engine's public API and `models.text_queries`.
+only `parallel.output`'s readers, `parallel.messages`, the manifest (`parallel.inputs.manifest`), the tars'
+members index and decode's warning filter (`parallel.inputs.tars`, `parallel.inputs.decode`), which import
+neither, and the table of `models.text_queries` (which layers are in a text tower's space: not centred,
+centre.py). faiss is imported on first use (`pip install -e '.[search]'`).
+Computing the vector of a new image or of a sentence is given to search as an object (an "embedder"):
+the command line builds it from the engine and the models (models/query_embedder.py).
 """
 
 from parallel.lazy import lazy_exports
@@ -38,6 +45,7 @@ _MODULES = {
     "duplicates": ("find_pairs", "group_pairs", "nearest_scores", "histogram"),
     "page": ("write_page",),
     "server": ("serve",),
+    "service": ("Service", "Limits"),
 }
 _EXPORTS = {name: __name__ + "." + module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)

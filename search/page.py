@@ -91,13 +91,13 @@ def _member_entries(members, keys):
 def _make(image, target, images_root, members):
     """The thumbnail of `image` (a key as the output holds it) at `target`; a placeholder when it cannot be read."""
     try:
-        source = _image_source(image, images_root, members)
+        source = image_source(image, images_root, members)
     except Exception:  # noqa: BLE001 -- a missing member, a store that fails: this image's tile says so
         source = None
     make_thumbnail(source, target)
 
 
-def _image_source(image, images_root, members):
+def image_source(image, images_root, members):
     """A local path, or the bytes (BytesIO) of a tar member or an object, of the key `image`."""
     if image.startswith(TAR_PREFIX):
         from parallel.inputs.tars import read_member

@@ -2,6 +2,9 @@
 
     serve("page/", port=8000)        # http://127.0.0.1:8000/ until Ctrl-C or SIGTERM
     server = make_server("page/", 0) # the server, not started (tests; any free port)
+
+What the service (search/service.py) shares: `open_server` (a threading server on an address, the Host names it
+answers to), `host_allowed` (the check against DNS rebinding) and `serve_until_stopped` (the signal policy).
 """
 
 import http.server
@@ -24,7 +27,7 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
         super().__init__(*args, directory=str(root), **kwargs)
 
     def send_head(self):
-        if self.headers.get("Host", "").lower() not in self.hosts:
+        if not host_allowed(self):
             self.send_error(421, "Misdirected Request", "this server answers only to %s" % sorted(self.hosts)[0])
             return None
         path = self.translate_path(self.path)
@@ -44,6 +47,43 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def host_allowed(handler):
+    """Whether the request `handler` (a BaseHTTPRequestHandler with `hosts`, the names its server answers to)
+    names its server in its Host header: a web page on another site that a DNS name re-pointed at this address
+    (DNS rebinding) sends its own name, and is refused."""
+    return handler.headers.get("Host", "").lower() in handler.hosts
+
+
+def open_server(handler_class, port, host=LOOPBACK, server_class=http.server.ThreadingHTTPServer,
+                **handler_arguments):
+    """A `server_class` (a ThreadingHTTPServer) on (host, port) whose requests `handler_class(..., hosts=...,
+    **handler_arguments)` answers; `hosts` (the Host headers `host_allowed` lets in) is filled once the port is
+    known: host:port, 127.0.0.1:port and localhost:port (and the names alone on port 80).
+
+    Raises:
+      ValueError: the port is taken or not one this user may open, naming it.
+    """
+    hosts = set()
+
+    def handler(*args, **kwargs):
+        return handler_class(*args, hosts=hosts, **handler_arguments, **kwargs)
+
+    try:
+        server = server_class((host, int(port)), handler)
+    except OSError as error:  # in use, or below 1024 without the right
+        raise ValueError("port=%s on %s cannot be opened (%s): choose another with --port (0: any free "
+                         "port)" % (port, host, error.strerror or error)) from None
+    bound = server.server_address[1]
+    names = {host.lower(), LOOPBACK, "localhost"}
+    hosts.update("%s:%d" % (name, bound) for name in names)
+    if bound == 80:
+        hosts.update(names)
+    return server
+
+
 def make_server(folder, port=0):
     """An HTTP server of `folder` on 127.0.0.1 only (loopback: nothing on the network can reach it),
     serving its files only (`_PageHandler`).
@@ -58,22 +98,7 @@ def make_server(folder, port=0):
     folder = Path(folder)
     if not (folder / "index.html").is_file():
         raise ValueError("%s has no index.html: write the page first (search-features page)" % folder)
-    root = Path(os.path.realpath(folder))
-    hosts = set()
-
-    def handler(*args, **kwargs):
-        return _PageHandler(*args, root=root, hosts=hosts, **kwargs)
-
-    try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
-    except OSError as error:  # in use, or below 1024 without the right
-        raise ValueError("port=%s on 127.0.0.1 cannot be opened (%s): choose another with --port (0: any free "
-                         "port)" % (port, error.strerror or error)) from None
-    bound = server.server_address[1]
-    hosts.update({"127.0.0.1:%d" % bound, "localhost:%d" % bound})
-    if bound == 80:
-        hosts.update({"127.0.0.1", "localhost"})
-    return server
+    return open_server(_PageHandler, port, root=Path(os.path.realpath(folder)))
 
 
 class _Stop(BaseException):
@@ -94,18 +119,23 @@ def serve(folder, port=8000, announce=print):
     system starts it, where it stays ignored). From a thread other than the main one, where handlers
     cannot be set, signals keep their usual effect.
     """
-    from parallel.signals import STOP_SIGNALS, handled
     with make_server(folder, port) as server:
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS if handled(signum)}
-        try:
-            announce("serving %s at http://127.0.0.1:%d/ (%s to stop)"
-                     % (folder, server.server_address[1], "Ctrl-C" if signal.SIGINT in previous else "kill %d"
-                        % os.getpid()))
-            server.serve_forever()
-        except (_Stop, KeyboardInterrupt):
-            pass
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        serve_until_stopped(server, lambda stop: announce("serving %s at http://127.0.0.1:%d/ (%s to stop)" % (
+            folder, server.server_address[1], stop)))
+
+
+def serve_until_stopped(server, announce):
+    """Runs `server` until SIGINT or SIGTERM (as `serve` says), after `announce(how to stop it)` ("Ctrl-C", or
+    "kill PID" when SIGINT stays ignored)."""
+    from parallel.signals import STOP_SIGNALS, handled
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS if handled(signum)}
+    try:
+        announce("Ctrl-C" if signal.SIGINT in previous else "kill %d" % os.getpid())
+        server.serve_forever()
+    except (_Stop, KeyboardInterrupt):
+        pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -54,6 +54,7 @@ RUNS = {
         "test_the_python_api_model_and_replication_examples_run",
     ("docs/search.md", "import numpy as np"):
         "tests/test_search_features.py::test_the_python_example_of_docs_search_runs",
+    ("docs/search.md", "import json"): "tests/test_search_service.py::test_the_service_example_of_docs_search_runs",
 }
 
 

@@ -20,6 +20,7 @@ from hangs import HANG_SECONDS
 import run_inference
 import search_features
 from search_data import clustered, with_near_copy, write_npy
+from serving import serving, stopped
 
 ROOT = Path(__file__).resolve().parent.parent
 # The threshold documented in docs/search.md for these features (seeded random VGG16 weights, fc7):
@@ -186,35 +187,10 @@ def test_an_image_file_is_computed_with_the_settings_of_the_indexed_output(photo
                     "that size and content)" % weights.name)
 
 
-def test_the_weights_file_an_output_records_is_looked_for_here_and_near_the_output(tmp_path, monkeypatch):
-    from models.files import fingerprint
-    weights = tmp_path / "kept" / "clip" / "model.safetensors"
-    weights.parent.mkdir(parents=True)
-    weights.write_bytes(b"weights " * 1000)
-    recorded = fingerprint(weights)
-    output = tmp_path / "kept" / "results" / "f.npy"  # the output's folder, its parent and theirs are looked in
-    output.parent.mkdir()
-    here = tmp_path / "here"
-    (here / "other").mkdir(parents=True)
-    (here / "other" / "model.safetensors").write_bytes(b"WEIGHTS " * 1000)  # its name and size, not its content
-    monkeypatch.chdir(here)
-    found = search_features._weights_needed(recorded, output)
-    assert found == "the output was computed with the weights file %s; its record names the file, not where it " \
-        "is: pass --weights %s (found there: that size and content)" % (recorded, weights)
-    weights.rename(tmp_path / "model.safetensors")  # no longer near the output: its name, to look for
-    assert search_features._weights_needed(recorded, output).endswith(
-        "pass --weights PATH, the path of that model.safetensors")
-    (here / "model.safetensors").write_bytes(b"weights " * 1000)  # in the current folder: named as it is there
-    assert search_features._weights_needed(recorded, output).endswith("--weights model.safetensors (found there: "
-                                                                      "that size and content)")
-    assert search_features._weights_needed("imagenet (vgg16_weights.h5, md5 ...)", output) == (
-        "the output was computed with weights 'imagenet (vgg16_weights.h5, md5 ...)': pass them with --weights")
-
-
 def test_an_indexed_image_given_by_its_file_is_answered_by_its_row_unless_it_changed(photo_output, seeded_files,
                                                                                     capsys, monkeypatch):
     import models.registry
-    import parallel
+    import parallel.queries
     folder, images, _ = photo_output
     index = folder / "rows.index"
     assert run("--quiet", "index", folder / "f.npy", "--index", index, "--overwrite") == 0
@@ -223,14 +199,21 @@ def test_an_indexed_image_given_by_its_file_is_answered_by_its_row_unless_it_cha
     by_key = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     computed = []
 
-    def extract(model, files, **kwargs):  # the engine, as search_features calls it: watched, never run
-        computed.append([str(file) for file in files])
-        return files, np.ones((len(files), 4096), np.float32)
+    class Embedder:  # the engine's, as search_features builds it: watched, never run
+        def __init__(self, model, **kwargs):
+            pass
+
+        def images(self, images):
+            computed.append(list(images))
+            return np.ones((len(images), 4096), np.float32), []
+
+        def close(self):
+            pass
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was built")
 
-    monkeypatch.setattr(parallel, "extract", extract)
+    monkeypatch.setattr(parallel.queries, "ImageEmbedder", Embedder)
     monkeypatch.setattr(models.registry, "feature_model", no_model)
     file = images / "photo2-crop.jpg"
     spelled = folder / "elsewhere" / ".." / "images" / "photo2-crop.jpg"  # the same file, resolved
@@ -246,14 +229,14 @@ def test_an_indexed_image_given_by_its_file_is_answered_by_its_row_unless_it_cha
     assert computed == []
     # Changed since the output computed it (its time; the manifest records size and time): computed again.
     monkeypatch.undo()
-    monkeypatch.setattr(parallel, "extract", extract)
+    monkeypatch.setattr(parallel.queries, "ImageEmbedder", Embedder)
     times = file.stat()
     os.utime(file, ns=(times.st_atime_ns, times.st_mtime_ns + 10**9))
     try:
         assert run("neighbours", index, file, "-k", "5", "--weights", seeded_files["npy"]) == 0
     finally:
         os.utime(file, ns=(times.st_atime_ns, times.st_mtime_ns))
-    assert computed == [[str(file)]]
+    assert computed == [[file.read_bytes()]]
     assert capsys.readouterr().err == ("search_features: %s: computed by the model: changed since its row "
                                        "photo2-crop.jpg was computed (size or modification time)\n" % file)
 
@@ -285,20 +268,6 @@ def test_the_python_example_of_docs_search_runs(tmp_path):
     assert lines[0] == "exact 300 1.0" and lines[1].startswith("img/00000.jpg 1.0")
 
 
-def _serving(page, sigint):
-    """The `serve` child of `page` on a free port, started with SIGINT's disposition `sigint` (SIG_DFL, or
-    SIG_IGN as a shell's background job or a batch system starts it), whatever this process's is; its URL."""
-    def disposition():
-        signal.signal(signal.SIGINT, sigint)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    server = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(page), "--port", "0"],
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=disposition)
-    announced = server.stderr.readline()  # the socket is listening once this is printed
-    assert announced.startswith("serving %s at http://127.0.0.1:" % page), announced
-    return server, announced.split(" at ")[1].split()[0]
-
-
 def _fetch(url):
     with urllib.request.urlopen(url + "index.html", timeout=HANG_SECONDS) as response:
         return response.status, response.read()
@@ -313,30 +282,18 @@ def page(output, tmp_path):
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_serve_shows_the_page_on_loopback_until_stopped(page, stop):
-    server, url = _serving(page, signal.SIG_DFL)
-    try:
+    with serving(page) as (server, url):
         status, body = _fetch(url)
         assert status == 200 and b"f.npy" in body
-        server.send_signal(stop)
-        assert server.wait(timeout=HANG_SECONDS) == 0  # a signal is how it is stopped: not a failure
-        assert server.stderr.read() == ""  # no traceback
-    finally:
-        server.kill()
-        server.stderr.close()
+        assert stopped(server, stop)
 
 
 def test_serve_started_with_sigint_ignored_keeps_it_ignored_and_stops_on_sigterm(page):
-    server, url = _serving(page, signal.SIG_IGN)
-    try:
+    with serving(page, signal.SIG_IGN) as (server, url):
         server.send_signal(signal.SIGINT)  # discarded by the kernel as it is sent: the child ignores it
         assert _fetch(url)[0] == 200
         assert server.poll() is None
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=HANG_SECONDS) == 0
-        assert server.stderr.read() == ""
-    finally:
-        server.kill()
-        server.stderr.close()
+        assert stopped(server, signal.SIGTERM)
 
 
 def test_serve_a_port_in_use_is_one_line_and_status_2(page):

@@ -225,7 +225,7 @@ def _decode_open(file, size, resize, max_pixels):
     when it cannot be."""
     try:
         try:
-            with _bomb_warnings_silenced():
+            with bomb_warnings_silenced():
                 image = Image.open(file, formats=_FORMATS)
         except UnidentifiedImageError:
             file.seek(0)
@@ -245,7 +245,7 @@ def _decode_open(file, size, resize, max_pixels):
         # A GIF frame or TIFF tile can trip Pillow's warning again while loading; only
         # images above Pillow's warning size can, and they are rare, so only they wait.
         may_warn = Image.MAX_IMAGE_PIXELS is not None and pixels > Image.MAX_IMAGE_PIXELS
-        with _bomb_warnings_silenced() if may_warn else contextlib.nullcontext():
+        with bomb_warnings_silenced() if may_warn else contextlib.nullcontext():
             image.load()  # the first frame of an animation: the frame open() leaves current
         image = _upright(image)
         image = resized(_rgb_or_rgba(image), size, resize)
@@ -331,7 +331,7 @@ _bomb_warnings_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _bomb_warnings_silenced():
+def bomb_warnings_silenced():
     """Silences Pillow's DecompressionBombWarning: MAX_PIXELS is our limit.
 
     Image.MAX_IMAGE_PIXELS (global Pillow state) is left alone. catch_warnings swaps the

@@ -1,0 +1,207 @@
+"""The HTTP side of the search service (search/service.py): routes, parameters, bodies, JSON answers and errors.
+
+    server = make_service(Service(index, embedder), port=0)       # 127.0.0.1, any free port; not started
+    serve_index(service, port=8000, host="127.0.0.1")             # until SIGINT or SIGTERM (search/server.py)
+
+A route takes the parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image
+is only ever fetched by its row. An answer carries a Content-Security-Policy that lets it load nothing, and
+`nosniff`. A request whose Host is not the server's own name is refused (421), as search/server.py refuses it.
+"""
+
+import http.server
+import json
+import threading
+import urllib.parse
+
+from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
+from search.service import ApiError, one_line
+
+SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+                    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+                    "Referrer-Policy": "no-referrer"}
+
+# (method, path) -> (the Service's operation, the parameters it takes, whether it reads a body).
+ROUTES = {
+    ("GET", "/api/index"): (lambda service, query: service.describe(), (), False),
+    ("GET", "/api/search"): (lambda service, query: _search(service, query), ("text", "key", "k"), False),
+    ("GET", "/api/neighbours"): (lambda service, query: service.by_row(_one(query, "row"), _k(service, query)),
+                                 ("row", "k"), False),
+    ("GET", "/api/duplicates"): (lambda service, query: service.duplicates(_one(query, "threshold")),
+                                 ("threshold",), False),
+    ("GET", "/api/image"): (lambda service, query: service.image(_one(query, "row")), ("row",), False),
+    ("POST", "/api/search/image"): (lambda service, query, body: service.by_image(body, _k(service, query)),
+                                    ("k",), True),
+    ("POST", "/api/search/vector"): (lambda service, query, body: service.by_vector(body, _k(service, query)),
+                                     ("k",), True),
+}
+
+
+def _one(query, name):
+    values = query.get(name)
+    if not values:
+        raise ApiError(400, "%s is missing" % name)
+    if len(values) > 1:
+        raise ApiError(400, "%s is given %d times; give it once" % (name, len(values)))
+    return values[0]
+
+
+def _k(service, query):
+    return service.k(_one(query, "k")) if "k" in query else service.k("10")
+
+
+def _search(service, query):
+    if ("text" in query) == ("key" in query):
+        raise ApiError(400, "give one of text (a sentence) or key (an indexed row's path)")
+    if "text" in query:
+        return service.by_text(_one(query, "text"), _k(service, query))
+    return service.by_key(_one(query, "key"), _k(service, query))
+
+
+IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed: its thread is not held forever
+
+
+class _ApiHandler(http.server.BaseHTTPRequestHandler):
+    """Answers the routes of ROUTES for one Service; JSON errors for everything else."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = IDLE_SECONDS
+
+    def __init__(self, *args, service, hosts, **kwargs):
+        self.service, self.hosts, self._body_read = service, hosts, False
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self):  # noqa: N802 -- the base class's name
+        self._handle("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._handle("POST")
+
+    def _handle(self, method):
+        try:
+            self._send(200, *self._answer(method))
+        except ApiError as error:
+            self._error(error.status, str(error))
+        except ValueError as error:  # SearchError, a query the index cannot take: the request's
+            self._error(400, one_line(error))
+        except Exception as error:  # noqa: BLE001 -- a disk, a device: one line, never a traceback
+            self._error(500, "%s: %s" % (type(error).__name__, one_line(error)))
+
+    def _answer(self, method):
+        if not host_allowed(self):
+            self.close_connection = True
+            raise ApiError(421, "this server answers only to %s" % sorted(self.hosts)[0])
+        url = urllib.parse.urlsplit(self.path)
+        route = ROUTES.get((method, url.path))
+        if route is None:
+            allowed = [other for other, path in ROUTES if path == url.path]
+            raise ApiError(405, "%s takes %s" % (url.path, " or ".join(allowed))) if allowed else ApiError(
+                404, "no such endpoint: %s (see /api/index)" % url.path[:200])
+        operation, names, has_body = route
+        try:
+            query = urllib.parse.parse_qs(url.query, keep_blank_values=True, strict_parsing=bool(url.query),
+                                          max_num_fields=16)
+        except ValueError:
+            raise ApiError(400, "the query string cannot be read") from None
+        unknown = sorted(set(query) - set(names))
+        if unknown:
+            raise ApiError(400, "%s takes %s; not %s" % (url.path, ", ".join(names) or "no parameter",
+                                                          ", ".join(repr(name[:100]) for name in unknown)))
+        if not has_body:
+            answer = operation(self.service, query)
+            return (answer, "application/json") if isinstance(answer, dict) else answer
+        return operation(self.service, query, self._body()), "application/json"
+
+    def _body(self):
+        """The request's body, read only when its declared length is within the limit."""
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self.close_connection = True
+            raise ApiError(411, "the request must give its Content-Length") from None
+        if not 0 <= length <= self.service.limits.max_upload_bytes:
+            self.close_connection = True  # its body is left unread
+            raise ApiError(413, "the body has %d bytes, more than %d" % (length, self.service.limits.max_upload_bytes))
+        self._body_read = True
+        return self.rfile.read(length)
+
+    def _error(self, status, message):
+        self._send(status, {"status": status, "error": " ".join(str(message).split())}, "application/json")
+
+    def _send(self, status, answer, content_type):
+        body = json.dumps(answer).encode("utf-8") if content_type == "application/json" else answer
+        if self.command == "POST" and not self._body_read:  # refused before its body was read: the rest unread
+            self.close_connection = True
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+        pass
+
+
+_BUSY_BODY = json.dumps({"status": 503, "error": "busy: too many connections at once; try again"}).encode("utf-8")
+BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s"
+        "Connection: close\r\n\r\n" % (len(_BUSY_BODY), "".join("%s: %s\r\n" % header for header in
+                                                                 SECURITY_HEADERS.items()))).encode() + _BUSY_BODY
+
+
+class _BoundedServer(http.server.ThreadingHTTPServer):
+    """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: one
+    more is answered 503 and closed, unread."""
+
+    def process_request(self, request, client_address):
+        if not self._open.acquire(blocking=False):
+            try:
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # no thread could be started: its place is free again. Anything else (a stop signal
+            self._open.release()  # while the thread starts) leaves it to the thread, which releases it as it ends
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._open.release()
+
+
+def make_service(service, port=0, host=LOOPBACK):
+    """An HTTP server of `service`'s API on (host, port), not started: a thread a connection, at most
+    `service.limits.connections` of them.
+
+    Raises:
+      ValueError: the port is taken or not one this user may open.
+    """
+    server = open_server(_ApiHandler, port, host=host, server_class=_BoundedServer, service=service)
+    server._open = threading.BoundedSemaphore(service.limits.connections)
+    return server
+
+
+def reachable_warning(host):
+    """The warning to print for a service on `host`, or None on loopback."""
+    if host in (LOOPBACK, "localhost", "::1"):
+        return None
+    return ("warning: --host %s: the service is reachable by anyone who can reach this machine on that address; "
+            "its index's keys and images are theirs to read" % host)
+
+
+def serve_index(service, port=8000, host=LOOPBACK, announce=print):
+    """Serves `service` at http://host:port/api/ until SIGINT (Ctrl-C) or SIGTERM, as search/server.py's serve."""
+    warning = reachable_warning(host)
+    if warning:
+        announce(warning)
+    with make_service(service, port, host) as server:
+        serve_until_stopped(server, lambda stop: announce("serving the index %s at http://%s:%d/api/index (%s to stop)"
+                                                          % (service.index.folder, host, server.server_address[1],
+                                                             stop)))

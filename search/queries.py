@@ -1,0 +1,108 @@
+"""Queries as vectors, and their neighbours: what the command line's `neighbours` and `page` and the service share.
+
+    resolved = query_vectors(index, ["img/1.jpg", "q.npy", "new.jpg"], ["a dog"], embedder)
+    lists = ranked(index, np.stack([vector for _, _, vector in resolved]), k=10)   # [[(row, score)]] best first
+
+A query is a path of the index (its stored row), a .npy of vectors (raw features), or an image file: one of
+the indexed images, unchanged since it was computed (search/image_rows.py), is answered by its row; any other
+is computed by `embedder`. A sentence is computed by `embedder` too. The embedder is given (the command line
+builds it from the engine and the models, models/query_embedder.py): search never imports TensorFlow.
+It has `images(list of bytes) -> (float32 [M, D], [(number, kind, message)])` and
+`text(sentences) -> float32 [N, D]`.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from search.kinds import SearchError
+
+
+def check_text_queries(index):
+    """A one-line SearchError unless the index takes text queries: an output in a text tower's space
+    (models.text_queries' table), indexed uncentred (search/centre.py)."""
+    from models.text_queries import check_text_queries as check  # a table: no TensorFlow
+    try:
+        check(index.settings)
+    except ValueError as error:
+        raise SearchError(str(error)) from None
+    if index.meta["centre"]["centred"]:
+        raise SearchError("index %s is centred on its rows' mean, which a sentence's embedding cannot be compared "
+                          "with: build it again with `index --overwrite`" % index.folder)
+
+
+def in_index(index, key):
+    """Whether `key` is the path of a row of `index`."""
+    try:
+        index.row(key)
+        return True
+    except ValueError:
+        return False
+
+
+def image_vectors(index, images, embedder, names):
+    """float32 [len(images), D] normalised: images given as bytes, by `embedder`; SearchError naming the
+    `names` of those that cannot be read (and why)."""
+    features, failures = embedder.images(images)
+    if failures:
+        raise SearchError("cannot read the image %s" % "; ".join(
+            "%s (%s: %s)" % (names[number], kind, message) for number, kind, message in failures))
+    return index.prepare(features)
+
+
+def text_vectors(index, sentences, embedder):
+    """float32 [len(sentences), D] normalised: the sentences by `embedder`'s text tower (checked first)."""
+    check_text_queries(index)
+    return index.prepare(embedder.text(list(sentences)))
+
+
+def query_vectors(index, queries, sentences, embedder, say=None):
+    """[(label, image path or None, float32 [D] normalised)] for every query, in order, then every sentence.
+
+    Args:
+      index: Index.
+      queries: str paths: of the index, of a .npy [D] or [Q, D], or of an image file.
+      sentences: str, each embedded by the text tower.
+      embedder: as this module's docstring says (None: no image file or sentence may need it).
+      say: called with one line per image file saying whether its row or the model answered.
+    """
+    from search.image_rows import ImageRows
+    resolved, images, image_rows, notes = [], [], ImageRows(index), []
+    for query in queries:
+        if in_index(index, query):
+            resolved.append((query, query, index.stored([index.row(query)])[0]))
+        elif query.endswith(".npy") and Path(query).is_file():
+            vectors = index.prepare(np.load(query))
+            resolved.extend(("%s[%d]" % (query, row), None, vector) for row, vector in enumerate(vectors))
+        elif Path(query).is_file():
+            row, why = image_rows.row(query)  # an image of the output, unchanged: its row, not the model
+            notes.append("%s: %s" % (query, "its indexed row %s, unchanged since it was computed" % index.paths[row]
+                                         if why is None else "computed by the model: %s" % why))
+            resolved.append((query, str(Path(query).resolve()), None if why else index.stored([row])[0]))
+            images += [query] if why else []
+        else:
+            raise SearchError("query %r is not a path in the index, a .npy file or an image file" % query)
+    if sentences:
+        check_text_queries(index)
+    if images:
+        computed = dict(zip(images, image_vectors(index, [Path(image).read_bytes() for image in images], embedder,
+                                                  images)))
+        resolved = [(label, image, computed[label] if vector is None else vector)
+                    for label, image, vector in resolved]
+    if sentences:
+        resolved += [(sentence, None, vector) for sentence, vector in zip(sentences, text_vectors(
+            index, sentences, embedder))]
+    for note in notes if say else ():  # which image files their rows answered, once every query has its vector
+        say(note)
+    return resolved
+
+
+def ranked(index, unit_vectors, k):
+    """[[(row, score)] best first] of each query: its k nearest rows (fewer when the index has fewer).
+
+    Args:
+      unit_vectors: float32 [Q, D], normalised (`Index.prepare`, `Index.stored`).
+    """
+    ids, scores = index.search_ids(np.asarray(unit_vectors, np.float32), min(k, len(index)))
+    return [[(int(row), float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
+            for row_ids, row_scores in zip(ids, scores)]

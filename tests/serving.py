@@ -1,0 +1,42 @@
+"""A `search_features.py serve` child on a free loopback port: the tests of the page's server and of the service.
+
+    with serving(page_or_index) as (child, url):       # url: what its first line announces
+        ...
+        assert stopped(child, signal.SIGTERM)          # exit 0, nothing on stderr
+"""
+
+import contextlib
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from hangs import HANG_SECONDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def serving(target, sigint=signal.SIG_DFL):
+    """The `serve` child of `target`, started with SIGINT's disposition `sigint` (SIG_DFL, or SIG_IGN as a shell's
+    background job or a batch system starts it), whatever this process's is; yields (child, URL announced)."""
+    def disposition():
+        signal.signal(signal.SIGINT, sigint)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    child = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(target), "--port", "0"],
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=disposition)
+    try:
+        announced = child.stderr.readline()  # the socket is listening once this is printed
+        assert announced.startswith("serving ") and " at http://127.0.0.1:" in announced, announced
+        yield child, announced.split(" at ")[1].split()[0]
+    finally:
+        child.kill()
+        child.stderr.close()
+
+
+def stopped(child, signum):
+    """Whether `child` stops on `signum` with status 0 (a signal is how it is stopped: not a failure) and no
+    traceback."""
+    child.send_signal(signum)
+    return child.wait(timeout=HANG_SECONDS) == 0 and child.stderr.read() == ""

@@ -1,0 +1,375 @@
+"""search/service.py and its HTTP side search/api.py: the JSON API against `neighbours`, its refusals, its bounds."""
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hangs import HANG_SECONDS
+import run_inference
+import search_features
+from search.api import make_service, reachable_warning
+from search.index import Index
+from search.service import Limits, Service
+from search_data import clustered, write_npy
+from serving import serving, stopped
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*argv):
+    try:
+        return search_features.main([str(arg) for arg in argv])
+    except SystemExit as exit:
+        return exit.code
+
+
+class Running:
+    """A service's server on a free loopback port, in a thread, while the context is open."""
+
+    def __init__(self, service):
+        self.server = make_service(service, port=0)
+        self.port = self.server.server_address[1]
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def request(self, path, body=None, host=None, headers=()):
+        """(status, JSON answer or bytes, headers) of GET `path`, or POST `body` (bytes)."""
+        request = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=body,
+                                         headers=dict(headers))
+        if host is not None:
+            request.add_unredirected_header("Host", host)
+        try:
+            with urllib.request.urlopen(request, timeout=HANG_SECONDS) as response:
+                status, data, answer_headers = response.status, response.read(), response.headers
+        except urllib.error.HTTPError as error:
+            status, data, answer_headers = error.code, error.read(), error.headers
+        if answer_headers["Content-Type"] == "application/json":
+            data = json.loads(data)
+        return status, data, answer_headers
+
+
+def _png(size, seed, mode="RGB"):
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8)).resize(size, Image.BICUBIC)
+    file = io.BytesIO()
+    image.convert(mode).save(file, "PNG")
+    return file.getvalue()
+
+
+# ----------------------------------------------------------------- the API answers as the command line does
+
+@pytest.fixture(scope="module")
+def clip_job(tmp_path_factory):
+    """An output of CLIP's embedding computed by run_inference.py from 12 image files, by a small CLIP of the real
+    layout (tests/small_clip.py), and its index. Yields (folder, weights, index folder, images folder)."""
+    from models import clip
+    from small_clip import SMALL, small_clip
+    folder = tmp_path_factory.mktemp("clip-job")
+    images = folder / "images"
+    images.mkdir()
+    for number in range(12):
+        (images / ("colour%02d.png" % number)).write_bytes(_png((96, 80), number))
+    with small_clip(folder / "clip") as weights, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clip, "VIT_B32", clip.ImageModel(SMALL))  # the image tower the registry gives, small too
+        assert run_inference.main(["--images", str(images), "--output", str(folder / "f.npy"), "--model",
+                                   "clip_vit_b32", "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
+        assert run("--quiet", "index", folder / "f.npy") == 0
+        yield folder, weights, folder / "f.npy.index", images
+
+
+def _cli_neighbours(capsys, *argv):
+    capsys.readouterr()
+    assert run("neighbours", *argv) == 0
+    return [(row["path"], float(row["score"])) for row in csv.DictReader(io.StringIO(capsys.readouterr().out))]
+
+
+def _api_neighbours(answer):
+    return [(found["key"], found["score"]) for found in answer["neighbours"]]
+
+
+def _same(api, cli):
+    assert [key for key, _ in api] == [key for key, _ in cli] and len(api) == 5
+    np.testing.assert_allclose([score for _, score in api], [score for _, score in cli], atol=1e-6)
+
+
+def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_job, tmp_path, capsys):
+    from models.query_embedder import QueryEmbedder
+    folder, weights, index_folder, images = clip_job
+    index = Index.load(index_folder)
+    query = tmp_path / "new.png"
+    query.write_bytes(_png((120, 90), 99))  # not an indexed image: computed by the model
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    with Running(Service(index, embedder)) as service:
+        status, by_key, _ = service.request("/api/search?key=colour03.png&k=5")
+        assert status == 200
+        _same(_api_neighbours(by_key), _cli_neighbours(capsys, index_folder, "colour03.png", "-k", "5"))
+        status, by_image, _ = service.request("/api/search/image?k=5", body=query.read_bytes())
+        assert status == 200
+        _same(_api_neighbours(by_image), _cli_neighbours(capsys, index_folder, query, "-k", "5", "--weights",
+                                                         weights))
+        sentence = "a red square on a beach"
+        status, by_text, _ = service.request("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5}))
+        assert status == 200 and by_text["query"] == {"text": sentence}
+        _same(_api_neighbours(by_text), _cli_neighbours(capsys, index_folder, "--text", sentence, "-k", "5",
+                                                        "--weights", weights))
+        assert by_text["neighbours"][0]["score"] - by_text["neighbours"][4]["score"] >= 1e-4  # the check can fail
+        status, by_row, _ = service.request("/api/neighbours?row=3&k=5")
+        assert status == 200 and by_row["query"] == {"row": 3, "key": "colour03.png"}
+        assert by_row["neighbours"] == by_key["neighbours"]
+        status, image, headers = service.request("/api/image?row=3")
+        assert status == 200 and image == (images / "colour03.png").read_bytes()
+        assert headers["Content-Type"] == "image/png"
+    embedder.close()
+
+
+# ----------------------------------------------------------------- refusals, each one status and one line
+
+class FakeEmbedder:
+    """Vectors of the index's width; when told to block, each call sets `entered` and waits for `release`."""
+
+    def __init__(self, dims, block=False):
+        self.dims, self.block = dims, block
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def _vectors(self, count):
+        if self.block:
+            self.entered.set()
+            assert self.release.wait(HANG_SECONDS)
+        return np.ones((count, self.dims), np.float32)
+
+    def text(self, sentences):
+        return self._vectors(len(sentences))
+
+    def images(self, images):
+        return self._vectors(len(images)), []
+
+
+@pytest.fixture(scope="module")
+def vgg_index(tmp_path_factory):
+    """An index of 300 rows of an output of vgg16's relu7 (no text tower), its images folder holding row 0's file
+    and a tar holding row 1's member."""
+    folder = tmp_path_factory.mktemp("vgg")
+    images = folder / "images" / "img"
+    images.mkdir(parents=True)
+    (images / "00000.jpg").write_bytes(_png((40, 30), 0))
+    write_npy(folder / "f.npy", clustered(300), settings={"model": "vgg16", "layer": "relu7", "weights": "imagenet",
+                                                          "precision": "fp32", "images": str(folder / "images")})
+    return Index.build(folder / "f.npy", folder / "f.index")
+
+
+def _refused(answer, status, *words):
+    got, body, headers = answer
+    assert got == status and body == {"status": status, "error": body["error"]}, body
+    assert "\n" not in body["error"] and all(word in body["error"] for word in words), body["error"]
+    assert headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
+
+
+def test_refusals_are_one_status_and_one_line_of_json(vgg_index):
+    limits = Limits(max_upload_bytes=50_000, max_pixels=1_000_000, max_k=100, max_sentence=50)
+    with Running(Service(vgg_index, FakeEmbedder(64), limits)) as service:
+        _refused(service.request("/api/image?path=/etc/passwd"), 400, "/api/image takes row; not 'path'")
+        _refused(service.request("/api/image?row=0&file=../../etc/passwd"), 400, "not 'file'")
+        _refused(service.request("/etc/passwd"), 404, "no such endpoint")
+        _refused(service.request("/api/../../etc/passwd"), 404, "no such endpoint")
+        _refused(service.request("/api/search/image", body=b"\0" * 50_001), 413, "more than 50000")
+        bomb = io.BytesIO()
+        Image.new("1", (2000, 2000)).save(bomb, "PNG")  # 4 MP in a few KB: refused from its header
+        assert len(bomb.getvalue()) < 50_000
+        _refused(service.request("/api/search/image", body=bomb.getvalue()), 413, "2000 x 2000 pixels")
+        _refused(service.request("/api/search/image", body=b"<html>not an image</html>"), 400, "not an image")
+        _refused(service.request("/api/index", host="evil.example:%d" % service.port), 421, "answers only to")
+        _refused(service.request("/api/search?text=a+dog"), 400, "a text query needs an output of a model with a "
+                                                                 "text tower", "'vgg16'")
+        _refused(service.request("/api/search?key=img/00001.jpg&k=101"), 400, "k must be a whole number from 1 to "
+                                                                               "100; got '101'")
+        _refused(service.request("/api/search?key=img/00001.jpg&k=ten"), 400, "got 'ten'")
+        _refused(service.request("/api/search?text=" + "a" * 51), 400, "at most 50 characters; got 51")
+        _refused(service.request("/api/search?key=nope.jpg"), 404, "'nope.jpg' is not a row")
+        _refused(service.request("/api/neighbours?row=300"), 404, "0 to 299; got '300'")
+        _refused(service.request("/api/image?row=1"), 404, "the image of row 1 cannot be read")
+        _refused(service.request("/api/search/vector", body=b'{"vector": [1, 2]}'), 400, "64")
+        _refused(service.request("/api/search/vector", body=b"[1, 2"), 400, '{"vector": [numbers]}')
+        _refused(service.request("/api/index", body=b"{}"), 405, "/api/index takes GET")
+        _refused(service.request("/api/duplicates?threshold=2"), 400, "from -1 to 1; got '2'")
+
+
+def test_decompression_bombs_are_refused_from_their_header_before_the_model_sees_them(vgg_index, bombs):
+    embedder = FakeEmbedder(64, block=True)  # would wait for ever if a bomb reached it
+    with Running(Service(vgg_index, embedder)) as service:
+        for name, words in (("pillow_bomb.png", "too large"), ("our_bomb.png", "12000 x 9000 pixels")):
+            _refused(service.request("/api/search/image", body=(bombs / name).read_bytes()), 413, words)
+    assert not embedder.entered.is_set()
+
+
+def test_a_service_without_an_embedder_takes_rows_and_vectors_only(vgg_index):
+    with Running(Service(vgg_index)) as service:
+        status, description, _ = service.request("/api/index")
+        assert status == 200 and description["rows"] == 300 and description["queries"] == {
+            "key": True, "row": True, "vector": True, "text": False, "image": False}
+        _refused(service.request("/api/search/image", body=_png((40, 30), 0)), 400, "no model given")
+        vector = json.dumps({"vector": clustered(300)[7].tolist()}).encode()
+        status, answer, _ = service.request("/api/search/vector?k=2", body=vector)
+        assert status == 200 and answer["neighbours"][0]["key"] == "img/00007.jpg"
+        assert answer["neighbours"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+        status, image, headers = service.request("/api/image?row=0")
+        assert status == 200 and image == _png((40, 30), 0) and headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_duplicate_groups_at_a_threshold(tmp_path):
+    vectors = clustered(50)
+    vectors[49] = vectors[3] * 1.001
+    write_npy(tmp_path / "f.npy", vectors)
+    with Running(Service(Index.build(tmp_path / "f.npy", tmp_path / "f.index"))) as service:
+        status, answer, _ = service.request("/api/duplicates?threshold=0.99")
+        assert status == 200 and answer["groups"] == 1 and answer["pairs"] == 1
+        assert answer["shown"] == [[{"row": 3, "key": "img/00003.jpg"}, {"row": 49, "key": "img/00049.jpg"}]]
+
+
+def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):
+    from parallel.inputs.tars import MEMBERS_SUFFIX, Entry, member_key, write_index
+    data = _png((30, 20), 5)
+    member = tmp_path / "a.png"
+    member.write_bytes(data)
+    with tarfile.open(tmp_path / "shard.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(member, arcname="a.png")
+    with tarfile.open(tmp_path / "shard.tar") as tar:
+        info = tar.getmember("a.png")
+    key = member_key("a.png", str(tmp_path / "shard.tar"))
+    write_index(str(tmp_path / "f.npy") + MEMBERS_SUFFIX, [Entry(key, info.offset_data, info.size)])
+    from search_data import SETTINGS
+    from parallel.output import open_writer
+    writer = open_writer(tmp_path / "f.npy", format="npy", feature_size=64, settings=SETTINGS)
+    writer.write([key] + ["img/%d.jpg" % row for row in range(9)], clustered(10))
+    writer.close()
+    with Running(Service(Index.build(tmp_path / "f.npy", tmp_path / "f.index"))) as service:
+        status, image, headers = service.request("/api/image?row=0")
+    assert status == 200 and image == data and headers["Content-Type"] == "image/png"
+
+
+# ----------------------------------------------------------------- bounded: 503 beyond the queue, and load
+
+def test_queries_beyond_those_running_and_waiting_are_refused_with_503(vgg_index):
+    embedder = FakeEmbedder(64, block=True)
+    with Running(Service(vgg_index, embedder, Limits(running=1, waiting=0))) as service:
+        first = []
+        thread = threading.Thread(target=lambda: first.append(service.request("/api/search/image?k=1", body=_png(
+            (40, 30), 1))))
+        thread.start()
+        assert embedder.entered.wait(HANG_SECONDS)  # the one slot is held
+        _refused(service.request("/api/neighbours?row=1"), 503, "busy")
+        _refused(service.request("/api/search?key=img/00001.jpg"), 503, "busy")
+        assert service.request("/api/index")[0] == 200  # the description computes nothing: always answered
+        embedder.release.set()
+        thread.join(HANG_SECONDS)
+        assert first[0][0] == 200 and len(first[0][1]["neighbours"]) == 1
+        assert service.request("/api/neighbours?row=1")[0] == 200  # the slot is free again
+
+
+def test_sixteen_clients_at_once_are_all_answered(vgg_index):
+    answers, lock = [], threading.Lock()
+
+    def client(number):
+        for request in range(4):
+            path = ("/api/neighbours?row=%d&k=10" % (number * 4 + request) if request % 2 else
+                    "/api/search?key=img/%05d.jpg&k=5" % (number * 4 + request))
+            status, answer, _ = service.request(path)
+            with lock:
+                answers.append((status, len(answer["neighbours"]) if status == 200 else answer))
+
+    with Running(Service(vgg_index, FakeEmbedder(64))) as service:
+        clients = [threading.Thread(target=client, args=(number,)) for number in range(16)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(HANG_SECONDS)
+    assert sorted(answers) == [(200, 5)] * 32 + [(200, 10)] * 32
+
+
+def test_connections_beyond_the_bound_are_answered_503_and_closed(vgg_index):
+    import socket
+    with Running(Service(vgg_index, limits=Limits(connections=1))) as service:
+        with socket.create_connection(("127.0.0.1", service.port), timeout=HANG_SECONDS) as held:
+            held.sendall(b"GET /api/index HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % service.port)
+            assert held.recv(12) == b"HTTP/1.1 200"  # answered, and kept open: its thread holds the one place
+            _refused_busy = service.request("/api/index")
+        _refused(_refused_busy, 503, "busy: too many connections at once; try again")
+
+
+def test_a_stop_signal_while_a_connection_s_thread_starts_stops_the_server(vgg_index, monkeypatch):
+    """SIGTERM's handler raises in the main thread wherever it is, even in Thread.start: the stop must reach
+    serve_forever (an error of the connection bound's own would be caught there, and the server would serve on)."""
+    import socket
+    import socketserver
+    started = socketserver.ThreadingMixIn.process_request
+    ours, theirs = socket.socketpair()
+
+    def interrupted(self, request, client_address):
+        before = set(threading.enumerate())
+        started(self, request, client_address)
+        theirs.close()  # the connection ends, and its thread with it, freeing its place...
+        for thread in set(threading.enumerate()) - before:
+            thread.join(HANG_SECONDS)
+        raise KeyboardInterrupt  # ...before the stop handler raises here, in the main thread
+
+    monkeypatch.setattr(socketserver.ThreadingMixIn, "process_request", interrupted)
+    server = make_service(Service(vgg_index, limits=Limits(connections=2)), port=0)
+    with pytest.raises(KeyboardInterrupt):
+        server.process_request(ours, ("127.0.0.1", 0))
+    server.server_close()
+    assert server._open.acquire(blocking=False) and server._open.acquire(blocking=False)  # both places free
+    assert not server._open.acquire(blocking=False)
+
+
+# ----------------------------------------------------------------- the command line and the docs
+
+def test_the_service_example_of_docs_search_runs(tmp_path):
+    page = (ROOT / "docs" / "search.md").read_text()
+    code = page.split("## The service")[1].split("```python\n")[1].split("```")[0]
+    (tmp_path / "results").mkdir()
+    vectors = clustered(300)
+    vectors[299] = vectors[3] * 1.001
+    write_npy(tmp_path / "results" / "features.npy", vectors)
+    Index.build(tmp_path / "results" / "features.npy", tmp_path / "results" / "features.npy.index")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=HANG_SECONDS, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "300" and lines[1].startswith("{'rank': 1, 'row': 3, 'key': 'img/00003.jpg', 'score': ")
+    assert lines[2:] == ["img/00003.jpg", "5", "1"]
+
+
+def test_serve_an_index_on_loopback_until_sigterm(vgg_index):
+    with serving(vgg_index.folder) as (server, url):
+        assert url.endswith("/api/index")
+        with urllib.request.urlopen(url, timeout=HANG_SECONDS) as response:
+            assert json.loads(response.read())["rows"] == 300
+        assert stopped(server, signal.SIGTERM)
+
+
+def test_another_host_than_loopback_is_warned_of_and_a_page_is_served_on_loopback_only(tmp_path, capsys):
+    assert reachable_warning("127.0.0.1") is None and reachable_warning("localhost") is None
+    assert "reachable by anyone" in reachable_warning("0.0.0.0")
+    (tmp_path / "page").mkdir()
+    (tmp_path / "page" / "index.html").write_text("<p>page</p>")
+    assert run("serve", tmp_path / "page", "--host", "0.0.0.0") == 2
+    assert "a page's folder is served on 127.0.0.1 only" in capsys.readouterr().err
