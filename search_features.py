@@ -285,7 +285,9 @@ def _add(args, bars):
 def _embedder(index, args):
     """The queries' embedder (models/query_embedder.py): the output's model, loaded when a query first needs it."""
     from models.query_embedder import QueryEmbedder
+    from parallel.queries import ImageEmbedder
     return QueryEmbedder(index.settings, index.meta["source"]["output"], weights=args.weights, devices=args.devices,
+                         image_embedder=ImageEmbedder,
                          before_load=native_log.hide_for_the_command_line)  # TensorFlow's start-up lines hidden
 
 

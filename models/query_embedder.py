@@ -1,11 +1,13 @@
 """The queries of an indexed output as vectors: images and sentences through the output's own model, loaded once.
 
-    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights="vgg16.npy")
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights="vgg16.npy",
+                             image_embedder=parallel.queries.ImageEmbedder)
     features, failures = embedder.images([jpeg_bytes])   # float32 [M, D] by the output's layer, resize, precision
     vectors = embedder.text(["a dog on a beach"])         # float32 [N, D]: CLIP's text tower (models.text_queries)
 
 What `search/` is given to turn a new image or a sentence into a vector (search/queries.py, search/service.py):
-search never imports the engine or TensorFlow, so the command line builds this object and hands it over. Nothing
+search never imports the engine or TensorFlow, so the command line builds this object and hands it over; a
+model never imports the engine either, so the command line gives it the engine's image embedder too. Nothing
 is loaded until a query needs it; then the model (or the text tower) is built once and kept open, so that a
 service answers every later query without loading it again. The weights are checked against the identity the
 output records before anything is read.
@@ -73,15 +75,18 @@ class QueryEmbedder:
       output: the indexed output's path.
       weights: the weights it was computed with (None: "imagenet"), checked against its record.
       devices: for images, as --devices ("cpu:0").
-      max_pixels: an image of more pixels is refused before it is decoded (parallel.inputs.decode).
+      image_embedder: what computes images' features, built once by `image_embedder(model, devices=, resize=)`
+        with the output's model (the engine's `parallel.queries.ImageEmbedder`); None: images are refused.
+      max_pixels: an image of more pixels is refused before it is decoded (None: the image embedder's bound).
       before_load: called once before a model is first built (the command line hides TensorFlow's log there).
 
     `text` and `images` may be called from several threads at once; the first call loads under a lock.
     """
 
-    def __init__(self, settings, output, weights=None, devices="cpu:0", max_pixels=None, before_load=None):
+    def __init__(self, settings, output, weights=None, devices="cpu:0", image_embedder=None, max_pixels=None,
+                 before_load=None):
         self.settings, self.output, self.weights, self.devices = settings, output, weights, devices
-        self.max_pixels, self.before_load = max_pixels, before_load
+        self.image_embedder, self.max_pixels, self.before_load = image_embedder, max_pixels, before_load
         self._lock, self._image, self._text = threading.Lock(), None, None
 
     def _model(self):
@@ -92,13 +97,14 @@ class QueryEmbedder:
     def images(self, images):
         """(features float32 [M', D], failures [(number, kind, message)]) of images given as bytes
         (`parallel.queries.ImageEmbedder.images`), by the output's model, layer, resize and precision."""
+        if self.image_embedder is None:
+            raise ValueError("this embedder computes no image: it was given no image_embedder")
         with self._lock:
             if self._image is None:
-                from parallel.queries import ImageEmbedder
-                from parallel.inputs.decode import MAX_PIXELS
                 model, _ = self._model()
-                self._image = ImageEmbedder(model, devices=self.devices, resize=self.settings.get("resize", "crop"),
-                                            max_pixels=self.max_pixels or MAX_PIXELS)
+                bound = {} if self.max_pixels is None else {"max_pixels": self.max_pixels}
+                self._image = self.image_embedder(model, devices=self.devices,
+                                                  resize=self.settings.get("resize", "crop"), **bound)
         return self._image.images(images)
 
     def text(self, sentences):

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import models.registry
-import parallel.queries
 from models.query_embedder import QueryEmbedder, _weights_needed
 from models.text_queries import TextEmbedder, text_embedding
 from search_data import SETTINGS
@@ -52,13 +51,12 @@ def test_the_model_is_loaded_on_the_first_query_only_and_once(monkeypatch):
         return type("Spec", (), {"settings": {"weights": SETTINGS["weights"]}})()
 
     monkeypatch.setattr(models.registry, "feature_model", feature_model)
-    monkeypatch.setattr(parallel.queries, "ImageEmbedder", Embedder)
     before = []
-    embedder = QueryEmbedder(SETTINGS, "f.npy", before_load=lambda: before.append(1))
+    embedder = QueryEmbedder(SETTINGS, "f.npy", image_embedder=Embedder, before_load=lambda: before.append(1))
     assert built == [] and loaded == []  # nothing until a query needs it
     for _ in range(3):
         assert embedder.images([b"a", b"b"])[0].shape == (2, 4)
-    assert built == ["vgg16"] and loaded == [{"devices": "cpu:0", "resize": "crop", "max_pixels": 100_000_000}]
+    assert built == ["vgg16"] and loaded == [{"devices": "cpu:0", "resize": "crop"}]
     assert before == [1]
     with pytest.raises(ValueError, match="a text query needs an output of a model with a text tower"):
         embedder.text(["a dog"])
@@ -67,7 +65,9 @@ def test_the_model_is_loaded_on_the_first_query_only_and_once(monkeypatch):
 
 def test_weights_other_than_the_output_s_are_refused_before_anything_is_read(tmp_path):
     with pytest.raises(ValueError, match="is not a file or folder"):
-        QueryEmbedder(SETTINGS, "f.npy", weights=str(tmp_path / "none.npy")).images([b"x"])
+        QueryEmbedder(SETTINGS, "f.npy", weights=str(tmp_path / "none.npy"), image_embedder=object).images([b"x"])
+    with pytest.raises(ValueError, match="it was given no image_embedder"):
+        QueryEmbedder(SETTINGS, "f.npy").images([b"x"])
 
 
 def test_a_text_embedder_kept_open_embeds_as_text_embedding_does(tmp_path):

@@ -114,11 +114,13 @@ def _same(api, cli):
 
 def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_job, tmp_path, capsys):
     from models.query_embedder import QueryEmbedder
+    from parallel.queries import ImageEmbedder
     folder, weights, index_folder, images = clip_job
     index = Index.load(index_folder)
     query = tmp_path / "new.png"
     query.write_bytes(_png((120, 90), 99))  # not an indexed image: computed by the model
-    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights),
+                             image_embedder=ImageEmbedder)
     with Running(Service(index, embedder)) as service:
         status, by_key, _ = service.request("/api/search?key=colour03.png&k=5")
         assert status == 200
