@@ -3,10 +3,9 @@
     python search_features.py index results/features.parquet         # -> results/features.parquet.index/
     python search_features.py --help                                 # the subcommands, examples, exit statuses
 
-This file only parses flags and calls the `search` package. Two things it composes itself: a query
-given as an image file is computed through the engine's public API (`parallel.extract`) with the
-settings recorded for the indexed output, and a query given as a sentence (--text) by the model's
-text tower (`models.text_queries`); `search/` never imports the engine or TensorFlow. See docs/search.md.
+This file only parses flags and calls the `search` package, which never imports the engine or TensorFlow:
+it gives search the embedder of new images and sentences (models.query_embedder, with the engine's
+parallel.queries.ImageEmbedder), built with the indexed output's settings. See docs/search.md.
 """
 
 # First, before the imports that take a moment: as the program, a Ctrl-C from here until main() takes it over
@@ -285,10 +284,9 @@ def _add(args, bars):
 def _embedder(index, args):
     """The queries' embedder (models/query_embedder.py): the output's model, loaded when a query first needs it."""
     from models.query_embedder import QueryEmbedder
-    from parallel.queries import ImageEmbedder
+    from parallel.queries import ImageEmbedder  # the engine's, given to the model's side: models never import it
     return QueryEmbedder(index.settings, index.meta["source"]["output"], weights=args.weights, devices=args.devices,
-                         image_embedder=ImageEmbedder,
-                         before_load=native_log.hide_for_the_command_line)  # TensorFlow's start-up lines hidden
+                         image_embedder=ImageEmbedder, before_load=native_log.hide_for_the_command_line)
 
 
 def _neighbour_lists(index, args, queries):
