@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tarfile
 import threading
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -19,83 +18,17 @@ import pytest
 from PIL import Image
 
 from hangs import HANG_SECONDS
-import run_inference
-import search_features
 from search.api import make_service, reachable_warning
 from search.index import Index
 from search.service import Limits, Service
 from search_data import clustered, write_npy
 from serving import serving, stopped
+from services import Running, clip_job, png, run  # noqa: F401 -- clip_job: a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*argv):
-    try:
-        return search_features.main([str(arg) for arg in argv])
-    except SystemExit as exit:
-        return exit.code
-
-
-class Running:
-    """A service's server on a free loopback port, in a thread, while the context is open."""
-
-    def __init__(self, service):
-        self.server = make_service(service, port=0)
-        self.port = self.server.server_address[1]
-
-    def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc_info):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def request(self, path, body=None, host=None, headers=()):
-        """(status, JSON answer or bytes, headers) of GET `path`, or POST `body` (bytes)."""
-        request = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=body,
-                                         headers=dict(headers))
-        if host is not None:
-            request.add_unredirected_header("Host", host)
-        try:
-            with urllib.request.urlopen(request, timeout=HANG_SECONDS) as response:
-                status, data, answer_headers = response.status, response.read(), response.headers
-        except urllib.error.HTTPError as error:
-            status, data, answer_headers = error.code, error.read(), error.headers
-        if answer_headers["Content-Type"] == "application/json":
-            data = json.loads(data)
-        return status, data, answer_headers
-
-
-def _png(size, seed, mode="RGB"):
-    rng = np.random.default_rng(seed)
-    image = Image.fromarray(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8)).resize(size, Image.BICUBIC)
-    file = io.BytesIO()
-    image.convert(mode).save(file, "PNG")
-    return file.getvalue()
-
-
 # ----------------------------------------------------------------- the API answers as the command line does
-
-@pytest.fixture(scope="module")
-def clip_job(tmp_path_factory):
-    """An output of CLIP's embedding computed by run_inference.py from 12 image files, by a small CLIP of the real
-    layout (tests/small_clip.py), and its index. Yields (folder, weights, index folder, images folder)."""
-    from models import clip
-    from small_clip import SMALL, small_clip
-    folder = tmp_path_factory.mktemp("clip-job")
-    images = folder / "images"
-    images.mkdir()
-    for number in range(12):
-        (images / ("colour%02d.png" % number)).write_bytes(_png((96, 80), number))
-    with small_clip(folder / "clip") as weights, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(clip, "VIT_B32", clip.ImageModel(SMALL))  # the image tower the registry gives, small too
-        assert run_inference.main(["--images", str(images), "--output", str(folder / "f.npy"), "--model",
-                                   "clip_vit_b32", "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
-        assert run("--quiet", "index", folder / "f.npy") == 0
-        yield folder, weights, folder / "f.npy.index", images
-
 
 def _cli_neighbours(capsys, *argv):
     capsys.readouterr()
@@ -118,7 +51,7 @@ def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_j
     folder, weights, index_folder, images = clip_job
     index = Index.load(index_folder)
     query = tmp_path / "new.png"
-    query.write_bytes(_png((120, 90), 99))  # not an indexed image: computed by the model
+    query.write_bytes(png((120, 90), 99))  # not an indexed image: computed by the model
     embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights),
                              image_embedder=ImageEmbedder)
     with Running(Service(index, embedder)) as service:
@@ -173,7 +106,7 @@ def vgg_index(tmp_path_factory):
     folder = tmp_path_factory.mktemp("vgg")
     images = folder / "images" / "img"
     images.mkdir(parents=True)
-    (images / "00000.jpg").write_bytes(_png((40, 30), 0))
+    (images / "00000.jpg").write_bytes(png((40, 30), 0))
     write_npy(folder / "f.npy", clustered(300), settings={"model": "vgg16", "layer": "relu7", "weights": "imagenet",
                                                           "precision": "fp32", "images": str(folder / "images")})
     return Index.build(folder / "f.npy", folder / "f.index")
@@ -228,13 +161,13 @@ def test_a_service_without_an_embedder_takes_rows_and_vectors_only(vgg_index):
         status, description, _ = service.request("/api/index")
         assert status == 200 and description["rows"] == 300 and description["queries"] == {
             "key": True, "row": True, "vector": True, "text": False, "image": False}
-        _refused(service.request("/api/search/image", body=_png((40, 30), 0)), 400, "no model given")
+        _refused(service.request("/api/search/image", body=png((40, 30), 0)), 400, "no model given")
         vector = json.dumps({"vector": clustered(300)[7].tolist()}).encode()
         status, answer, _ = service.request("/api/search/vector?k=2", body=vector)
         assert status == 200 and answer["neighbours"][0]["key"] == "img/00007.jpg"
         assert answer["neighbours"][0]["score"] == pytest.approx(1.0, abs=1e-5)
         status, image, headers = service.request("/api/image?row=0")
-        assert status == 200 and image == _png((40, 30), 0) and headers["X-Content-Type-Options"] == "nosniff"
+        assert status == 200 and image == png((40, 30), 0) and headers["X-Content-Type-Options"] == "nosniff"
 
 
 def test_duplicate_groups_at_a_threshold(tmp_path):
@@ -249,7 +182,7 @@ def test_duplicate_groups_at_a_threshold(tmp_path):
 
 def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):
     from parallel.inputs.tars import MEMBERS_SUFFIX, Entry, member_key, write_index
-    data = _png((30, 20), 5)
+    data = png((30, 20), 5)
     member = tmp_path / "a.png"
     member.write_bytes(data)
     with tarfile.open(tmp_path / "shard.tar", "w", format=tarfile.GNU_FORMAT) as tar:
@@ -274,7 +207,7 @@ def test_queries_beyond_those_running_and_waiting_are_refused_with_503(vgg_index
     embedder = FakeEmbedder(64, block=True)
     with Running(Service(vgg_index, embedder, Limits(running=1, waiting=0))) as service:
         first = []
-        thread = threading.Thread(target=lambda: first.append(service.request("/api/search/image?k=1", body=_png(
+        thread = threading.Thread(target=lambda: first.append(service.request("/api/search/image?k=1", body=png(
             (40, 30), 1))))
         thread.start()
         assert embedder.entered.wait(HANG_SECONDS)  # the one slot is held

@@ -1,0 +1,88 @@
+"""What the tests of the search service and of its page share: a service in a thread, a small CLIP job.
+
+    with Running(Service(index)) as service:          # make_service on a free loopback port, in a thread
+        status, answer, headers = service.request("/api/index")
+    clip_job                                          # a module's fixture: a small CLIP's output of 12 PNGs, indexed
+"""
+
+import io
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hangs import HANG_SECONDS
+import run_inference
+import search_features
+from search.api import make_service
+
+
+def run(*argv):
+    """search_features.main(argv) in this process: its exit status."""
+    try:
+        return search_features.main([str(arg) for arg in argv])
+    except SystemExit as exit:
+        return exit.code
+
+
+class Running:
+    """A service's server on a free loopback port, in a thread, while the context is open."""
+
+    def __init__(self, service):
+        self.server = make_service(service, port=0)
+        self.port = self.server.server_address[1]
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def request(self, path, body=None, host=None, headers=()):
+        """(status, JSON answer or bytes, headers) of GET `path`, or POST `body` (bytes)."""
+        request = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=body,
+                                         headers=dict(headers))
+        if host is not None:
+            request.add_unredirected_header("Host", host)
+        try:
+            with urllib.request.urlopen(request, timeout=HANG_SECONDS) as response:
+                status, data, answer_headers = response.status, response.read(), response.headers
+        except urllib.error.HTTPError as error:
+            status, data, answer_headers = error.code, error.read(), error.headers
+        if answer_headers["Content-Type"] == "application/json":
+            data = json.loads(data)
+        return status, data, answer_headers
+
+
+def png(size, seed, mode="RGB"):
+    """The bytes of a smooth PNG of `size` (upsampled seeded noise)."""
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 255, (4, 4, 3), dtype=np.uint8)).resize(size, Image.BICUBIC)
+    file = io.BytesIO()
+    image.convert(mode).save(file, "PNG")
+    return file.getvalue()
+
+
+@pytest.fixture(scope="module")
+def clip_job(tmp_path_factory):
+    """An output of CLIP's embedding computed by run_inference.py from 12 image files, by a small CLIP of the real
+    layout (tests/small_clip.py), and its index. Yields (folder, weights, index folder, images folder)."""
+    from models import clip
+    from small_clip import SMALL, small_clip
+    folder = tmp_path_factory.mktemp("clip-job")
+    images = folder / "images"
+    images.mkdir()
+    for number in range(12):
+        (images / ("colour%02d.png" % number)).write_bytes(png((96, 80), number))
+    with small_clip(folder / "clip") as weights, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clip, "VIT_B32", clip.ImageModel(SMALL))  # the image tower the registry gives, small too
+        assert run_inference.main(["--images", str(images), "--output", str(folder / "f.npy"), "--model",
+                                   "clip_vit_b32", "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
+        assert run("--quiet", "index", folder / "f.npy") == 0
+        yield folder, weights, folder / "f.npy.index", images
