@@ -3,15 +3,19 @@
     server = make_service(Service(index, embedder), port=0)       # 127.0.0.1, any free port; not started
     serve_index(service, port=8000, host="127.0.0.1")             # until SIGINT or SIGTERM (search/server.py)
 
-A route takes the parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image
-is only ever fetched by its row. An answer carries a Content-Security-Policy that lets it load nothing, and
-`nosniff`. A request whose Host is not the server's own name is refused (421), as search/server.py refuses it.
+`/` is the service's page (search/live_page/: index.html, live.js, live.css, favicon.svg, files of the package named by a fixed
+table: no path of a request names a file), which uses the API; its Content-Security-Policy lets it load only this
+origin's scripts, styles, images and answers. A route takes the parameters it names and no other:
+`/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched by its row. Any other answer
+carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request whose Host is not the
+server's own name is refused (421), as search/server.py refuses it.
 """
 
 import http.server
 import json
 import threading
 import urllib.parse
+from pathlib import Path
 
 from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
 from search.service import ApiError, one_line
@@ -19,6 +23,23 @@ from search.service import ApiError, one_line
 SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
                     "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
                     "Referrer-Policy": "no-referrer"}
+# The page's: its own files and the API, from this origin only; no inline script or style, no other site.
+PAGE_SECURITY_HEADERS = dict(SECURITY_HEADERS, **{
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"})
+
+PAGE_FOLDER = Path(__file__).resolve().parent / "live_page"
+# The page's URL paths -> (its file in PAGE_FOLDER, content type): the only files served.
+PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
+              "/live.js": ("live.js", "text/javascript; charset=utf-8"),
+              "/live.css": ("live.css", "text/css; charset=utf-8"),
+              "/favicon.svg": ("favicon.svg", "image/svg+xml")}
+
+
+def _page_file(path):
+    name, content_type = PAGE_FILES[path]
+    return (PAGE_FOLDER / name).read_bytes(), content_type
+
 
 # (method, path) -> (the Service's operation, the parameters it takes, whether it reads a body).
 ROUTES = {
@@ -34,6 +55,7 @@ ROUTES = {
     ("POST", "/api/search/vector"): (lambda service, query, body: service.by_vector(body, _k(service, query)),
                                      ("k",), True),
 }
+ROUTES.update({("GET", path): (lambda service, query, path=path: _page_file(path), (), False) for path in PAGE_FILES})
 
 
 def _one(query, name):
@@ -67,7 +89,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
     timeout = IDLE_SECONDS
 
     def __init__(self, *args, service, hosts, **kwargs):
-        self.service, self.hosts, self._body_read = service, hosts, False
+        self.service, self.hosts, self._body_read, self._page = service, hosts, False, False
         super().__init__(*args, **kwargs)
 
     def do_GET(self):  # noqa: N802 -- the base class's name
@@ -77,6 +99,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _handle(self, method):
+        self._page = False
         try:
             self._send(200, *self._answer(method))
         except ApiError as error:
@@ -97,6 +120,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
             raise ApiError(405, "%s takes %s" % (url.path, " or ".join(allowed))) if allowed else ApiError(
                 404, "no such endpoint: %s (see /api/index)" % url.path[:200])
         operation, names, has_body = route
+        self._page = url.path in PAGE_FILES
         try:
             query = urllib.parse.parse_qs(url.query, keep_blank_values=True, strict_parsing=bool(url.query),
                                           max_num_fields=16)
@@ -134,7 +158,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for name, value in SECURITY_HEADERS.items():
+        for name, value in (PAGE_SECURITY_HEADERS if self._page and status == 200 else SECURITY_HEADERS).items():
             self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
@@ -202,6 +226,6 @@ def serve_index(service, port=8000, host=LOOPBACK, announce=print):
     if warning:
         announce(warning)
     with make_service(service, port, host) as server:
-        serve_until_stopped(server, lambda stop: announce("serving the index %s at http://%s:%d/api/index (%s to stop)"
-                                                          % (service.index.folder, host, server.server_address[1],
-                                                             stop)))
+        serve_until_stopped(server, lambda stop: announce(
+            "serving the index %s at http://%s:%d/ (its page; the API: /api/index) (%s to stop)"
+            % (service.index.folder, host, server.server_address[1], stop)))

@@ -1,6 +1,7 @@
 """A `search_features.py serve` child on a free loopback port: the tests of the page's server and of the service.
 
     with serving(page_or_index) as (child, url):       # url: what its first line announces
+    with serving(index, program=TESTS / "search_child.py", arguments=["--weights", weights]) as (child, url):
         ...
         assert stopped(child, signal.SIGTERM)          # exit 0, nothing on stderr
 """
@@ -13,18 +14,21 @@ from pathlib import Path
 
 from hangs import HANG_SECONDS
 
-ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 @contextlib.contextmanager
-def serving(target, sigint=signal.SIG_DFL):
+def serving(target, sigint=signal.SIG_DFL, program=ROOT / "search_features.py", arguments=()):
     """The `serve` child of `target`, started with SIGINT's disposition `sigint` (SIG_DFL, or SIG_IGN as a shell's
-    background job or a batch system starts it), whatever this process's is; yields (child, URL announced)."""
+    background job or a batch system starts it), whatever this process's is; yields (child, URL announced).
+    `program`: search_features.py, or a stand-in that runs it (tests/search_child.py); `arguments`: more flags."""
     def disposition():
         signal.signal(signal.SIGINT, sigint)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    child = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "serve", str(target), "--port", "0"],
+    child = subprocess.Popen([sys.executable, str(program), "serve", str(target), "--port", "0",
+                              *map(str, arguments)],
                              stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=disposition)
     try:
         announced = child.stderr.readline()  # the socket is listening once this is printed

@@ -295,9 +295,11 @@ def test_the_service_example_of_docs_search_runs(tmp_path):
 
 def test_serve_an_index_on_loopback_until_sigterm(vgg_index):
     with serving(vgg_index.folder) as (server, url):
-        assert url.endswith("/api/index")
-        with urllib.request.urlopen(url, timeout=HANG_SECONDS) as response:
+        assert url.endswith("/")  # its page; the API beside it
+        with urllib.request.urlopen(url + "api/index", timeout=HANG_SECONDS) as response:
             assert json.loads(response.read())["rows"] == 300
+        with urllib.request.urlopen(url, timeout=HANG_SECONDS) as response:
+            assert b'<script src="/live.js"' in response.read()
         assert stopped(server, signal.SIGTERM)
 
 
