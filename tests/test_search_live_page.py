@@ -209,6 +209,7 @@ def test_the_page_searches_a_sentence_an_image_a_result_and_regroups(clip_job, t
                 expect(page.locator("#error")).to_have_text("error 400: k must be a whole number from 1 to 1000; "
                                                             "got '0'")
                 expect(page.locator("#results-title")).to_have_text("Results")
+                assert page.locator("#results figure").count() == 0
                 assert browser.errors == ["Failed to load resource: the server responded with a status of 400 "
                                           "(Bad Request)"]
                 assert all(request.startswith(url) for request in browser.requests), browser.requests

@@ -79,6 +79,7 @@ async function search(path, title, body) {
   } catch (error) {
     if (number !== searchNumber) return;
     element("results-title").textContent = "Results";
+    element("results").replaceChildren();  // the last answer's results are not this query's
     showError(error.message);
   }
 }
