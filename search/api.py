@@ -3,12 +3,12 @@
     server = make_service(Service(index, embedder), port=0)       # 127.0.0.1, any free port; not started
     serve_index(service, port=8000, host="127.0.0.1")             # until SIGINT or SIGTERM (search/server.py)
 
-`/` is the service's page (search/live_page/: index.html, live.js, live.css, favicon.svg, files of the package named by a fixed
-table: no path of a request names a file), which uses the API; its Content-Security-Policy lets it load only this
-origin's scripts, styles, images and answers. A route takes the parameters it names and no other:
-`/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched by its row. Any other answer
-carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request whose Host is not the
-server's own name is refused (421), as search/server.py refuses it.
+`/` is the service's page (search/live_page/: index.html, live.js, live.css, favicon.svg: files of the package
+named by the fixed table PAGE_FILES, never by a path of the request), which uses the API; its
+Content-Security-Policy lets it load only this origin's scripts, styles, images and answers. A route takes the
+parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched
+by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request
+whose Host is not the server's own name is refused (421), as search/server.py refuses it.
 """
 
 import http.server
