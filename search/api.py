@@ -13,6 +13,7 @@ whose Host is not the server's own name is refused (421), as search/server.py re
 
 import http.server
 import json
+import sys
 import threading
 import urllib.parse
 from pathlib import Path
@@ -198,6 +199,13 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._open.release()
+
+    def handle_error(self, request, client_address):
+        """A client that went away while it was answered (a reset, a broken pipe) is no error of the service's:
+        nothing is printed. Anything else is printed as socketserver prints it."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def make_service(service, port=0, host=LOOPBACK):

@@ -310,3 +310,19 @@ def test_another_host_than_loopback_is_warned_of_and_a_page_is_served_on_loopbac
     (tmp_path / "page" / "index.html").write_text("<p>page</p>")
     assert run("serve", tmp_path / "page", "--host", "0.0.0.0") == 2
     assert "a page's folder is served on 127.0.0.1 only" in capsys.readouterr().err
+
+
+def test_a_client_that_went_away_is_not_printed_and_another_error_is(vgg_index, capsys):
+    server = make_service(Service(vgg_index, None), port=0)
+    try:
+        for error in (ConnectionResetError(104, "Connection reset by peer"), BrokenPipeError(32, "Broken pipe"),
+                      ValueError("a bug of ours")):
+            try:
+                raise error
+            except Exception:  # noqa: BLE001 -- socketserver calls handle_error inside its except
+                server.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.server_close()
+    printed = capsys.readouterr().err
+    assert "ValueError: a bug of ours" in printed
+    assert "ConnectionResetError" not in printed and "BrokenPipeError" not in printed
