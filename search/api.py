@@ -88,6 +88,10 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = IDLE_SECONDS
+    # An answer leaves in one write, sent at once: unbuffered, its headers and body were two writes, and the body
+    # waited for the client's delayed ACK of the headers (Nagle's algorithm): 40 ms on Linux's loopback.
+    wbufsize = -1
+    disable_nagle_algorithm = True
 
     def __init__(self, *args, service, hosts, **kwargs):
         self.service, self.hosts, self._body_read, self._page = service, hosts, False, False
