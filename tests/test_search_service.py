@@ -202,6 +202,22 @@ def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):
     assert status == 200 and image == data and headers["Content-Type"] == "image/png"
 
 
+def test_an_object_of_a_store_is_fetched_by_the_service_by_its_row(tmp_path, s3):
+    """The browser never gets the store's address or a credential: the service fetches the object a row names."""
+    from search_data import SETTINGS
+    from parallel.output import open_writer
+    data = png((30, 20), 6)
+    s3.filesystem.pipe_file("%s/photos/a.png" % s3.bucket, data)
+    writer = open_writer(tmp_path / "f.npy", format="npy", feature_size=64, settings=SETTINGS)
+    writer.write([s3.url("photos/a.png")] + ["img/%d.jpg" % row for row in range(9)], clustered(10))
+    writer.close()
+    with Running(Service(Index.build(tmp_path / "f.npy", tmp_path / "f.index"))) as service:
+        status, image, headers = service.request("/api/image?row=0")
+        refused = service.request("/api/image?url=%s" % urllib.parse.quote(s3.url("photos/a.png")))
+    assert status == 200 and image == data and headers["Content-Type"] == "image/png"
+    _refused(refused, 400, "/api/image takes row; not 'url'")
+
+
 # ----------------------------------------------------------------- bounded: 503 beyond the queue, and load
 
 def test_queries_beyond_those_running_and_waiting_are_refused_with_503(vgg_index):
