@@ -179,6 +179,8 @@ class ObjectCommits(Commits):
         (a store's parts are always read back verified: they are downloaded anyway)."""
         folder = self.shard_folder(index)
         have_handle, have = self._fetched.get(index, (None, frozenset()))
+        if have_handle == handle and have.issuperset(parts):
+            return folder  # fetched and verified already: its record is not read again
         if have_handle != handle:
             if folder.exists():
                 shutil.rmtree(folder)
