@@ -79,13 +79,15 @@ class ShardedJob(CommittedOutput):
         """The files of a shard beside its record: a tar shard's also its index of members (its images)."""
         return (SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.tars else ())
 
-    def _choose(self, index):
+    def _choose(self, index, images=None):
         """(the handle and record of shard `index`'s committed group that checks out, first in the readers' order,
-        or (None, None); [(handle, problem)] of the groups before it that do not)."""
+        or (None, None); [(handle, problem)] of the groups before it that do not). `images`: the digest of the
+        images it must be committed for (None: the manifest's now)."""
         self._known()
+        images = self.shard_digest(index) if images is None else images
         wrong = []
         for handle, record, sizes in self.commits.groups(index):
-            problem = record_problem(record, sizes, self.identity, index, self.shard_digest(index))
+            problem = record_problem(record, sizes, self.identity, index, images)
             if problem is None:
                 return handle, record, wrong
             wrong.append((handle, problem))
@@ -162,11 +164,9 @@ class ShardedJob(CommittedOutput):
         Returns:
           bool: whether the record was renewed (False: no such committed shard, or it does not check out).
         """
-        self._known()
-        for handle, record, sizes in self.commits.groups(index):
-            if record_problem(record, sizes, self.identity, index, previous) is None:
-                return self.commits.rewrite_record(index, handle, dict(record, images=self.shard_digest(index)))
-        return False
+        handle, record, _ = self._choose(index, previous)
+        return handle is not None and self.commits.rewrite_record(index, handle,
+                                                                  dict(record, images=self.shard_digest(index)))
 
     def shard_problem(self, index):
         """What is wrong with committed shard `index` against the manifest now (None: it checks out).
