@@ -16,6 +16,7 @@ headers to find the member); `read_member` reads it by one byte range from the i
 """
 
 import dataclasses
+import itertools
 import os
 
 from parallel.inputs.remote import fetch
@@ -24,6 +25,10 @@ from parallel.locations import is_url
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
 MEMBERS_SUFFIX = ".members.parquet"  # an output's index of every member: <output>.members.parquet
 KEY_PREFIX = "tar://"  # every member's key starts so (`member_key`)
+PARQUET_PREFIX = "parquet://"  # a row of a Parquet file: parallel.inputs.parquet_stream
+TFRECORD_PREFIX = "tfrecord://"  # a record of a TFRecord file: parallel.inputs.tfrecord_stream
+KEY_PREFIXES = (KEY_PREFIX, PARQUET_PREFIX, TFRECORD_PREFIX)
+KEPT_PREFIX = "kept:"  # an index's column of the values kept beside its members (`--keep`)
 _SEPARATOR = "::"
 
 
@@ -35,11 +40,14 @@ class Entry:
       key: the member's key (`member_key`), or the tar's path or URL for a failure of the tar.
       offset: where the member's data starts in the tar (for a damaged tar, where the damage is).
       size: the member's size in bytes; -1 for a failure of the tar.
+      kept: the values kept beside it (`--keep`: a sibling member's text, a column's or a feature's
+        value), a str or None each, in the order of the names kept; () when nothing is kept.
     """
 
     key: str
     offset: int
     size: int
+    kept: tuple = ()
 
 
 def member_key(member, tar):
@@ -48,28 +56,43 @@ def member_key(member, tar):
 
 
 def is_member(key):
-    """Whether `key` names a tar member (tar://<member>::<tar>), not a tar that could not be read."""
-    return key.startswith(KEY_PREFIX) and _SEPARATOR in key
+    """Whether `key` names an image of a file read as a stream (a tar's member tar://<member>::<tar>, a
+    Parquet file's row parquet://<id>::<file>, a TFRecord's record tfrecord://<id>::<file>), not a file
+    that could not be read."""
+    return key.startswith(KEY_PREFIXES) and _SEPARATOR in key
 
 
 def split_key(key):
-    """(member, tar) of a member's key; ValueError when `key` is not one."""
-    if not key.startswith(KEY_PREFIX) or _SEPARATOR not in key:
-        raise ValueError("%r is not the key of a tar member (tar://<member>::<tar>)" % (key,))
-    member, tar = key[len(KEY_PREFIX):].rsplit(_SEPARATOR, 1)
+    """(member, file) of a member's key (the part between the prefix and the last "::", and the tar's or
+    file's path or URL); ValueError when `key` is not one."""
+    prefix = next((prefix for prefix in KEY_PREFIXES if key.startswith(prefix)), None)
+    if prefix is None or _SEPARATOR not in key:
+        raise ValueError("%r is not the key of a tar member (tar://<member>::<tar>) nor of a row "
+                         "(parquet://<id>::<file>, tfrecord://<id>::<file>)" % (key,))
+    member, tar = key[len(prefix):].rsplit(_SEPARATOR, 1)
     return member, tar
 
 
-def write_index(path, entries):
-    """Writes a tar's index (Parquet: key, key_bytes, offset, size; one row per Entry, in tar order)."""
+def write_index(path, entries, keep=()):
+    """Writes a shard's index (Parquet: key, key_bytes, offset, size, then a string column KEPT_PREFIX + name
+    for each of the names `keep`, from each Entry's `kept`; one row per Entry, in stream order)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     raw = [entry.key.encode("utf-8", "surrogateescape") for entry in entries]
-    table = pa.table({"key": pa.array([value.decode("utf-8", "backslashreplace") for value in raw], pa.string()),
-                      "key_bytes": pa.array(raw, pa.binary()),
-                      "offset": pa.array([entry.offset for entry in entries], pa.int64()),
-                      "size": pa.array([entry.size for entry in entries], pa.int64())})
-    pq.write_table(table, path)
+    columns = {"key": pa.array([value.decode("utf-8", "backslashreplace") for value in raw], pa.string()),
+               "key_bytes": pa.array(raw, pa.binary()),
+               "offset": pa.array([entry.offset for entry in entries], pa.int64()),
+               "size": pa.array([entry.size for entry in entries], pa.int64())}
+    for position, name in enumerate(keep):
+        columns[KEPT_PREFIX + name] = pa.array([entry.kept[position] if entry.kept else None for entry in entries],
+                                               pa.string())
+    pq.write_table(pa.table(columns), path)
+
+
+def kept_names(path):
+    """The names kept (`--keep`) in the index at `path`, in order (its KEPT_PREFIX columns)."""
+    import pyarrow.parquet as pq
+    return tuple(name[len(KEPT_PREFIX):] for name in pq.read_schema(path).names if name.startswith(KEPT_PREFIX))
 
 
 def read_index(path, keys=None):
@@ -78,13 +101,15 @@ def read_index(path, keys=None):
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    table = pq.read_table(path, columns=["key_bytes", "offset", "size"])
+    kept = [KEPT_PREFIX + name for name in kept_names(path)]
+    table = pq.read_table(path, columns=["key_bytes", "offset", "size"] + kept)
     if keys is not None:
         wanted = pa.array([key.encode("utf-8", "surrogateescape") for key in keys], pa.binary())
         table = table.filter(pc.is_in(table.column("key_bytes"), value_set=wanted))
-    return [Entry(raw.decode("utf-8", "surrogateescape"), offset, size)
-            for raw, offset, size in zip(table.column("key_bytes").to_pylist(), table.column("offset").to_pylist(),
-                                         table.column("size").to_pylist())]
+    values = list(zip(*(table.column(name).to_pylist() for name in kept))) if kept else itertools.repeat(())
+    return [Entry(raw.decode("utf-8", "surrogateescape"), offset, size, tuple(row))
+            for raw, offset, size, row in zip(table.column("key_bytes").to_pylist(), table.column("offset").to_pylist(),
+                                              table.column("size").to_pylist(), values)]
 
 
 def index_keys(path, tars=None):
@@ -102,7 +127,7 @@ def merge_indexes(paths, target):
     from parallel.output.durable import fsync
     entries = [entry for path in paths for entry in read_index(path)]
     temporary = target.with_name(target.name + ".tmp")
-    write_index(temporary, entries)
+    write_index(temporary, entries, kept_names(paths[0]) if paths else ())
     fsync(temporary)
     os.replace(temporary, target)
     fsync(target.parent)
