@@ -29,6 +29,7 @@ from models import registry  # noqa: E402
 from models.registry import PRECISION_NAMES  # noqa: E402
 from parallel.inputs.resize import RESIZE_MODES  # noqa: E402
 from parallel import native_log  # noqa: E402
+from parallel.flag_types import at_least_one, names, seconds  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
 from parallel.messages import first_line, one_line  # noqa: E402
 from parallel.output import FORMATS  # noqa: E402
@@ -89,28 +90,6 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return "FOLDER" if action.dest == "images" else super()._format_args(action, default_metavar)
 
 
-def at_least_one(text):
-    """argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a whole number of at least 1; got %r" % text)
-    return value
-
-
-def _seconds(text):
-    """argparse type: a number of seconds, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more; got %r" % text)
-    return value
-
-
 def _default_first(model):
     """Model `model`'s layers, its default first."""
     default = registry.default_layer(model)
@@ -124,13 +103,19 @@ def parse_args(argv=None):
     parser = _Parser(description=DESCRIPTION, epilog=EPILOG, formatter_class=_Help)
     parser.add_argument("--images", metavar="FOLDER", nargs="+",
                         help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...); "
-                             "or a prefix of a store (s3://bucket/photos/); or tar shards: a .tar path or URL, "
-                             "a pattern 'shards/{000000..000099}.tar' or 'shards/*.tar', or several tars (see "
-                             "docs/images.md); with --images-from, the folder its relative paths start from "
-                             "(default: the current folder)")
+                             "or a prefix of a store (s3://bucket/photos/); or tar shards, Parquet or TFRecord files: "
+                             "a path or URL, a pattern 'shards/{000000..000099}.tar' or 'data/*.parquet', or "
+                             "several (see docs/images.md); with --images-from, the folder its relative paths start "
+                             "from (default: the current folder)")
     parser.add_argument("--images-from", metavar="FILE",
                         help="the images listed in FILE instead of a folder's: one path per line, or the column "
                              "'path' of a .csv or .parquet file")
+    parser.add_argument("--image-column", metavar="NAME",
+                        help="Parquet and TFRecord files: the column or feature of the images (default: found by "
+                             "the names datasets, img2dataset and TensorFlow's ImageNet write: image, jpg, image/encoded)")
+    parser.add_argument("--keep", metavar="NAMES", type=names, default=(),
+                        help="values kept beside each row, in <output>.members.parquet: columns of Parquet files, "
+                             "features of TFRecord files, a tar sample's members by extension (txt,json,cls)")
     parser.add_argument("--output", metavar="PATH",
                         help="the output file (default: results/features.<format>). A path ending in / or an "
                              "existing folder means a folder: features.<format> is written in it. An existing "
@@ -201,7 +186,7 @@ def parse_args(argv=None):
                       help="images per shard (default: the size the job was started with, else the largest "
                            "multiple of the images per step up to 10000: 9996 with 12 images per step, 9984 "
                            "with 64 or 4 x 64); for tars, tars per shard (about 256 MiB of them); on one process too")
-    jobs.add_argument("--manifest-wait", type=_seconds, metavar="SECONDS",
+    jobs.add_argument("--manifest-wait", type=seconds, metavar="SECONDS",
                       help="how long a process waits for the one writing the job's manifest before giving up "
                            "(default: 600)")
     jobs.add_argument("--keep-shards", action="store_true",
@@ -340,7 +325,8 @@ def _run(args, output, output_format):
         images_from=args.images_from, shard_size=args.shard_size, keep_shards=args.keep_shards,
         distribution=_distribution(args, jobs), per_device_batch=args.batch_size, resize=args.resize,
         output_format=output_format, workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite,
-        strict=args.strict, progress=not args.quiet and sys.stderr.isatty())
+        strict=args.strict, progress=not args.quiet and sys.stderr.isatty(), image_column=args.image_column,
+        keep=args.keep)
     return jobs.run(config)
 
 
@@ -366,7 +352,8 @@ def _distribution(args, jobs):
 # overwrite=True", "needs world_size="), for whoever calls it from Python; on the command line the same
 # line names the flag ("--weights vgg.npy", "pass --overwrite", "needs --world-size").
 _FLAGS = {"images_from": "--images-from", "images": "--images", "weights": "--weights", "output": "--output",
-          "shard_size": "--shard-size", "overwrite": "--overwrite", "rank": "--rank", "world_size": "--world-size"}
+          "shard_size": "--shard-size", "overwrite": "--overwrite", "rank": "--rank", "world_size": "--world-size",
+          "image_column": "--image-column", "keep": "--keep"}
 _PARAMETER = re.compile(r"(^|[\s(])(%s)=(True\b|(?=[\s,;:)]|$))?" % "|".join(_FLAGS))
 
 

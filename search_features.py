@@ -27,7 +27,7 @@ from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE  # noqa: E402
 from parallel.messages import Progress, first_line  # noqa: E402
 from parallel.signals import EXIT_INTERRUPTED  # noqa: E402
 from parallel import native_log  # noqa: E402
-from run_inference import at_least_one  # noqa: E402
+from parallel.flag_types import at_least_one  # noqa: E402
 from search.kinds import EF_SEARCH, RERANK  # noqa: E402
 
 PROGRAM = "search_features"

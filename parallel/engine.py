@@ -34,6 +34,7 @@ from parallel.inputs.reader import ImageReader, step_layout, step_lengths
 from parallel.inputs.resize import RESIZE_MODES, Resize
 from parallel.inputs.sources import image_folder
 from parallel.inputs.streams import StreamReader
+from parallel.inputs.tars import is_member
 from parallel.locations import is_url
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
 from parallel.messages import counted, first_line
@@ -211,7 +212,7 @@ def disk_full_errors():
 
 
 def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop", workers=None, prefetch_batches=2,
-            index=None):
+            index=None, image_column=None):
     """Features of a folder of images, or of a list of image files, in memory.
 
     For notebooks and pipelines, and small jobs: nothing is written. For a large job, or one
@@ -237,7 +238,10 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
       prefetch_batches: host batches decoded ahead of the devices.
       index: for tar members in `images` (tar://<member>::<tar>, as a job's rows name them), the
         job's `<output>.members.parquet`: each member is read by its byte range. None: each tar
-        named is read once, front to back, before the images are computed.
+        named is read once, front to back, before the images are computed. Rows of Parquet and
+        TFRecord files (parquet://<id>::<file>, tfrecord://<id>::<file>) likewise.
+      image_column: for rows of Parquet or TFRecord files, the column or feature of their images (the
+        job's --image-column; None: found by name).
 
     Returns:
       (paths, features): the images that could be read, in input order (sorted relative
@@ -271,8 +275,8 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
     else:
         raise ValueError("images must be a folder or a non-empty list of files; got %r" % (images,))
     decode = decode_row
-    if any(path.startswith("tar://") for path in paths):
-        decode = member_decoder(paths, index)
+    if any(is_member(path) for path in paths):
+        decode = member_decoder(paths, index, image_column)
     sink, failures = _Collected(), _Failures()
     host_batch = per_device_batch * len(devices.names)
     set_float32_precision(model.settings.get("precision"))  # process-global: before the Session
@@ -288,15 +292,15 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
     return sink.paths, features
 
 
-def member_decoder(paths, index):
-    """ImageReader's decode for a list holding tar members (their bytes from `tar_stream.member_reader`, by
-    byte range when `index` is a members index), URLs and files."""
+def member_decoder(paths, index, image_column=None):
+    """ImageReader's decode for a list holding members of tars, Parquet or TFRecord files (their bytes from
+    `parallel.inputs.streamed.member_reader`, by their entries when `index` is a members index), URLs and files."""
     from parallel.inputs.remote import decode_url_row
-    from parallel.inputs.tar_stream import member_reader
-    read = member_reader(paths, index)
+    from parallel.inputs.streamed import member_reader
+    read = member_reader(paths, index, image_column)
 
     def decode(location, images, row, size, resize, max_pixels):
-        if location.startswith("tar://"):
+        if is_member(location):
             return decode_bytes_row(read(location), images, row, size, resize, max_pixels)
         if is_url(location):
             return decode_url_row(location, images, row, size, resize, max_pixels)

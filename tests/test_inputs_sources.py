@@ -26,12 +26,12 @@ def test_a_folder_a_prefix_and_tars(tmp_path, monkeypatch):
     assert parse_images(["000002.tar", "000000.tar", "000001.tar"]) == quoted  # what the shell passes unquoted
     assert parse_images("*.tar") == quoted
     assert quoted.description == "3 tars %s .. %s (list %s)" % (tars[0], tars[2], quoted.description[-17:-1])
-    assert parse_images("s3://b/s/{0..1}.tar").tars == ("s3://b/s/0.tar", "s3://b/s/1.tar")
+    assert parse_images("s3://b/s/{0..1}.tar").files == ("s3://b/s/0.tar", "s3://b/s/1.tar")
     assert parse_images("000001.tar").description == tars[1]
 
 
 @pytest.mark.parametrize("values, message", [
-    (["photos", "a.tar"], "got 2 values, of which photos is not a .tar: quote a pattern"),
+    (["photos", "a.tar"], "got 2 values, of which photos is not a .tar, .parquet or .tfrecord: quote a pattern"),
     ("nowhere", "images=nowhere is not a folder"),
     ("none-*.tar", "names no tar"),
     ("a::b.tar", "whose path holds '::'"),

@@ -222,7 +222,7 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
     text = help_text(monkeypatch, capsys)
     options = text.split("\noptions:\n")[1].split("\n\n")[0]
     blocks = re.split(r"\n(?=  -)", options)
-    assert len(blocks) == 19, blocks  # --help and the 18 flags of one process
+    assert len(blocks) == 21, blocks  # --help and the 20 flags of one process
     jobs = re.split(r"\n(?=  -)", text.split("\none job over many processes")[1].split("\n\n")[1])
     assert len(jobs) == 8, jobs  # --distributed and its 7 flags
     shard_size, = [block for block in jobs if block.lstrip().startswith("--shard-size")]
@@ -761,7 +761,7 @@ def test_several_images_values_are_the_tars_an_unquoted_pattern_expanded_to(fake
     assert main("--images", "{00..02}.tar", "--devices", "cpu:0", "--quiet") == 0  # quoted: the same job
     expanded, quoted = fake_run.configs
     assert expanded.images == ("00.tar", "01.tar", "02.tar") and quoted.images == "{00..02}.tar"
-    assert expanded.settings == quoted.settings and expanded.source.tars == quoted.source.tars
+    assert expanded.settings == quoted.settings and expanded.source.files == quoted.source.files
     assert main("--images", "s3://bucket/photos/", "--devices", "cpu:0", "--quiet") == 0
     assert fake_run.configs[-1].settings["images"] == "s3://bucket/photos/"
 
@@ -772,7 +772,7 @@ def test_several_images_values_that_are_not_all_tars_are_one_line_and_exit_2(tmp
     assert main("--images", tmp_path / "photos", tmp_path / "a.tar", "--output", output, "--weights", weights_file,
                 "--quiet") == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "got 2 values, of which %s is not a .tar" % (tmp_path / "photos") in error
+    assert error.count("\n") == 1 and "got 2 values, of which %s is not a .tar, .parquet or .tfrecord" % (tmp_path / "photos") in error
     assert not output.parent.exists()
 
 

@@ -1,9 +1,9 @@
 """Where a job's images are: what `--images` names, and the manifest of what is there now.
 
-    parse_images(values)   -> Source: a folder, an object-store prefix, or tar shards
-    source.scan(exclude)   -> Manifest of its images (a folder, a prefix) or of its tars, sorted
+    parse_images(values)   -> Source: a folder, an object-store prefix, or files: tar shards, Parquet or TFRecord files
+    source.scan(exclude)   -> Manifest of its images (a folder, a prefix) or of its files, sorted
 
-What --images takes (one value, or several tars):
+What --images takes (one value, or several files):
 
     photos/                        a folder: every image under it; keys relative to it (as always)
     s3://bucket/photos/            a prefix of a store: every object with an image extension under
@@ -18,6 +18,12 @@ What --images takes (one value, or several tars):
     shards/index.json              a webdataset (wids) shard index, a path or a URL: the tars its
                                    "shardlist" names ("url", relative to the index's folder or
                                    absolute), without listing the store; the same job as those tars
+    data/train-*.parquet           Parquet files whose rows hold images (datasets' Image column, img2dataset's
+                                   jpg): one, a brace pattern, a glob, several, as tars (parallel.inputs.parquet_stream)
+    'data/{0..9}.tfrecord'         TFRecord files of tf.train.Example (.tfrecord, .tfrecords, .tfrec, maybe .gz;
+                                   plain or GZIP), likewise (parallel.inputs.tfrecord_stream)
+
+Files of one kind are one job's: tars and Parquet files together are refused (one line).
 
 Several values are taken only when each is a tar (or a pattern of tars): a folder among them is
 refused with one line saying so. Tars are the job's inputs in sorted order (absolute paths, or
@@ -47,7 +53,11 @@ from parallel.inputs.locations import describe_all
 from parallel.inputs.manifest import Manifest
 from parallel.locations import is_url
 
-FOLDER, PREFIX, TARS = "folder", "prefix", "tars"
+FOLDER, PREFIX, TARS, PARQUET, TFRECORD = "folder", "prefix", "tars", "parquet", "tfrecord"
+STREAMED = (TARS, PARQUET, TFRECORD)  # files read front to back, their images found as they are read
+_SUFFIXES = {TARS: (".tar",), PARQUET: (".parquet",),
+             TFRECORD: (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz", ".tfrec.gz")}
+_NAMES = {TARS: "tar", PARQUET: "Parquet file", TFRECORD: "TFRecord file"}
 _RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
 _GLOB = re.compile(r"[*?\[]")
 
@@ -57,24 +67,30 @@ class Source:
     """What --images names.
 
     Attributes:
-      kind: FOLDER, PREFIX or TARS.
-      root: the folder (resolved), or the prefix (a URL ending in "/"); for TARS, "".
-      tars: for TARS, the tars' absolute paths or URLs, sorted; else ().
+      kind: FOLDER, PREFIX, or one of STREAMED: TARS, PARQUET, TFRECORD.
+      root: the folder (resolved), or the prefix (a URL ending in "/"); for files read as streams, "".
+      files: for STREAMED kinds, the files' absolute paths or URLs, sorted; else ().
     """
 
     kind: str
     root: str
-    tars: tuple = ()
+    files: tuple = ()
+
+    @property
+    def streamed(self):
+        """Whether its images are those of files read front to back (tars, Parquet, TFRecord files)."""
+        return self.kind in STREAMED
 
     @property
     def description(self):
         """What the job's settings record as its images (see the module docstring)."""
-        if self.kind != TARS:
+        if not self.streamed:
             return self.root
-        digest = hashlib.sha256("\n".join(self.tars).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        if len(self.tars) == 1:
-            return self.tars[0]
-        return "%d tars %s .. %s (list %s)" % (len(self.tars), self.tars[0], self.tars[-1], digest)
+        digest = hashlib.sha256("\n".join(self.files).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        if len(self.files) == 1:
+            return self.files[0]
+        return "%d %ss %s .. %s (list %s)" % (len(self.files), _NAMES[self.kind], self.files[0], self.files[-1],
+                                             digest)
 
     def scan(self, exclude=()):
         """The Manifest of the images (a folder, a prefix) or of the tars (TARS) as they are now.
@@ -94,9 +110,10 @@ class Source:
             if not entries:
                 raise ValueError("images=%s holds no image: no object under it has an image extension" % self.root)
         else:
-            entries = [(tar,) + tuple(described) for tar, described in zip(self.tars, describe_all(self.tars))]
+            entries = [(tar,) + tuple(described) for tar, described in zip(self.files, describe_all(self.files))]
             if all(size < 0 for _, size, _, _ in entries):
-                raise ValueError("images=%s names no tar that exists: %s" % (self.description, _why_not(self.tars[0])))
+                raise ValueError("images=%s names no %s that exists: %s" % (self.description, _NAMES[self.kind],
+                                                                           _why_not(self.files[0])))
         return Manifest([entry[0] for entry in entries], [entry[1] for entry in entries],
                         [entry[2] for entry in entries], [entry[3] for entry in entries])
 
@@ -112,9 +129,21 @@ def _why_not(tar):
     return "%s: gone while it was described" % tar
 
 
+def files_name(kind):
+    """What one file of a STREAMED `kind` is called in a message: "tar", "Parquet file", "TFRecord file"."""
+    return _NAMES[kind]
+
+
+def file_kind(value):
+    """The kind of file --images `value` names (or a pattern of: braces, a glob), by its name's ending:
+    TARS (.tar), PARQUET (.parquet), TFRECORD (.tfrecord, .tfrecords, .tfrec, each maybe .gz); else None."""
+    name = str(value).lower()
+    return next((kind for kind, suffixes in _SUFFIXES.items() if name.endswith(suffixes)), None)
+
+
 def is_tar(value):
     """Whether --images `value` names a tar, or a pattern (braces, a glob) of tars: it ends in .tar."""
-    return str(value).lower().endswith(".tar")
+    return file_kind(value) == TARS
 
 
 def parse_images(values):
@@ -137,7 +166,7 @@ def parse_images(values):
         _check_url(value)
     if len(values) == 1 and values[0].lower().endswith(".json"):
         values = wids_tars(values[0])
-    if len(values) == 1 and not is_tar(values[0]):
+    if len(values) == 1 and file_kind(values[0]) is None:
         value = values[0]
         if is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
@@ -145,19 +174,24 @@ def parse_images(values):
             raise ValueError("images=%s is a file, not a folder: to compute some images, list their paths in a "
                              "text file, one a line, and give it as images_from=" % value)
         return Source(FOLDER, str(Path(image_folder(value)).resolve()))
-    others = [value for value in values if not is_tar(value)]
+    others = [value for value in values if file_kind(value) is None]
     if others:
-        raise ValueError("images= takes one folder or prefix, or tars; got %d values, of which %s is not a .tar: "
-                         "quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
+        raise ValueError("images= takes one folder or prefix, or files (tars, Parquet, TFRecord); got %d values, of "
+                         "which %s is not a .tar, .parquet or .tfrecord: quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
                          % (len(values), others[0]))
-    tars = sorted({tar for value in values for tar in _expand(value)})
-    if not tars:
-        raise ValueError("images=%s names no tar" % " ".join(values))
-    odd = [tar for tar in tars if "::" in tar]
+    kinds = sorted({file_kind(value) for value in values})
+    if len(kinds) > 1:
+        raise ValueError("images= takes files of one kind; got %s and %s" % (_NAMES[kinds[0]] + "s",
+                                                                            _NAMES[kinds[1]] + "s"))
+    kind = kinds[0]
+    files = sorted({name for value in values for name in _expand(value, kind)})
+    if not files:
+        raise ValueError("images=%s names no %s" % (" ".join(values), _NAMES[kind]))
+    odd = [name for name in files if "::" in name]
     if odd:
-        raise ValueError("images=%s: a tar whose path holds '::' cannot be keyed (tar://<member>::<tar>); "
-                         "rename it" % odd[0])
-    return Source(TARS, "", tuple(tars))
+        raise ValueError("images=%s: a %s whose path holds '::' cannot be keyed (%s<member>::<file>); rename it"
+                         % (odd[0], _NAMES[kind], {TARS: "tar://", PARQUET: "parquet://", TFRECORD: "tfrecord://"}[kind]))
+    return Source(kind, "", tuple(files))
 
 
 def wids_tars(index):
@@ -209,11 +243,11 @@ def _check_url(value):
             raise ValueError("images=%s" % error) from None
 
 
-def _expand(value):
-    """The tars `value` names: itself, its brace expansion, or its glob's matches (absolute paths, or URLs).
+def _expand(value, kind=TARS):
+    """The files `value` names: itself, its brace expansion, or its glob's matches (absolute paths, or URLs).
 
     Raises:
-      ValueError: a glob matches no tar.
+      ValueError: a glob matches no file.
     """
     names = expand_braces(value)
     found = []
@@ -221,7 +255,7 @@ def _expand(value):
         if _GLOB.search(name.split("://", 1)[-1]):
             matches = _glob(name)
             if not matches:
-                raise ValueError("images=%s names no tar: the glob %s matches none" % (value, name))
+                raise ValueError("images=%s names no %s: the glob %s matches none" % (value, _NAMES[kind], name))
             found.extend(matches)
         else:
             found.append(name if is_url(name) else os.path.abspath(name))

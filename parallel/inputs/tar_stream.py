@@ -4,7 +4,6 @@
                                  -> (key, bytes or ImageError), ... of its image members, in tar order;
                                     the index (key, offset, size of each: tars.Entry) grows as they are read;
                                     remote.ObjectChanged when the tar's object is replaced
-    member_reader(keys, index=None)   -> callable(key) -> bytes or ImageError, for `parallel.extract`
     LaterCopies(entries)         a member name that comes twice: the last copy counts
 
 A tar is read with our own header parser (ustar, GNU long names, pax `path` and `size`), once,
@@ -38,6 +37,7 @@ are exactly its index's keys.
 The keys, the index's entries and a member read back by one byte range: parallel.inputs.tars.
 """
 
+import dataclasses
 import os
 
 from parallel.inputs import decode
@@ -45,14 +45,15 @@ from parallel.inputs.decode import ImageError
 from parallel.inputs.discovery import has_image_extension
 from parallel.inputs.locations import open_stream
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
-from parallel.inputs.tars import KEY_PREFIX, Entry, is_member, member_key, read_index, read_member, split_key
+from parallel.inputs.tars import Entry, is_member, member_key
 
 _BLOCK = 512
 _FILE_TYPES = (b"0", b"\0", b"7")
 _SEEK_BYTES = 1 << 20  # bytes to pass by from which a seek beats reading through (in a store: no GET of them)
+KEPT_MAX_BYTES = 1 << 20  # a sibling member kept beside its sample's images holds at most this much text
 
 
-def stream_members(tar, index, version=None, max_bytes=None):
+def stream_members(tar, index, version=None, max_bytes=None, keep=()):
     """The image members of the tar at `tar`, read front to back once.
 
     Args:
@@ -62,6 +63,11 @@ def stream_members(tar, index, version=None, max_bytes=None):
         every read asks for that version. None or "": the version it has when it is opened.
       max_bytes: a member of more bytes is not read but fails as "too_large"; None:
         parallel.inputs.decode.MAX_BYTES.
+      keep: extensions of sibling members kept beside each image of their sample ("txt", "json",
+        "cls"): a WebDataset sample is the members whose names agree up to the first "." of their
+        last part ("a/0001.jpg", "a/0001.txt"); each Entry's `kept` holds their text (UTF-8, a
+        member of more than KEPT_MAX_BYTES is not kept: None), in the order of `keep`, whether they
+        come before the image or after it (the entry is completed as they are read).
 
     Yields:
       (key, data): data is the member's bytes, or an ImageError when it (or the rest of the tar)
@@ -79,10 +85,53 @@ def stream_members(tar, index, version=None, max_bytes=None):
         yield tar, ImageError(error.kind, "the tar cannot be read: %s" % error.message)
         return
     with stream:
-        yield from _members(stream, tar, index, decode.MAX_BYTES if max_bytes is None else max_bytes)
+        yield from _members(stream, tar, index, decode.MAX_BYTES if max_bytes is None else max_bytes,
+                            _Siblings(index, keep))
 
 
-def _members(stream, tar, index, max_bytes):
+class _Siblings:
+    """The values of a sample's sibling members kept (`stream_members`'s keep) and its images' entries."""
+
+    def __init__(self, index, keep):
+        self.index, self.keep = index, tuple(keep)
+        self.sample, self.values, self.images = None, {}, []  # images: positions in index
+
+    def _enter(self, name):
+        sample, _, extension = _sample_of(name)
+        if sample != self.sample:
+            self.sample, self.values, self.images = sample, {}, []
+        return extension
+
+    def wants(self, name):
+        """Whether the member `name` (not an image) is a sibling whose text is kept."""
+        return bool(self.keep) and self._enter(name) in self.keep
+
+    def take(self, name, data):
+        """Keeps the text `data` (bytes, or None: too large) of the sibling `name`; completes its sample's entries."""
+        self.values[self._enter(name)] = None if data is None else data.decode("utf-8", "replace")
+        for position in self.images:
+            self.index[position] = dataclasses.replace(self.index[position], kept=self.kept())
+
+    def entry(self, key, offset, size, name):
+        """The Entry of the image `name`, holding what its sample kept so far (completed by later siblings)."""
+        if not self.keep:
+            return Entry(key, offset, size)
+        self._enter(name)
+        self.images.append(len(self.index))
+        return Entry(key, offset, size, self.kept())
+
+    def kept(self):
+        return tuple(self.values.get(name) for name in self.keep)
+
+
+def _sample_of(name):
+    """(sample, ".", extension) of a member's name: WebDataset's split at the first "." of its last part."""
+    folder, _, base = name.rpartition("/")
+    stem, dot, extension = base.partition(".")
+    return (folder + "/" if folder else "") + stem, dot, extension
+
+
+def _members(stream, tar, index, max_bytes, siblings):
     offset, names = 0, {}  # names: what a GNU long-name or pax header says of the next member
     end = _size(stream)
     while True:
@@ -107,9 +156,10 @@ def _members(stream, tar, index, max_bytes):
         padded = -(-size // _BLOCK) * _BLOCK
         wanted = kind in _FILE_TYPES and has_image_extension(name)
         too_large = wanted and size > max_bytes
+        sibling = kind in _FILE_TYPES and not wanted and siblings.wants(name)
         data = b""
         try:
-            if kind in (b"L", b"x") or (wanted and not too_large):
+            if kind in (b"L", b"x") or (wanted and not too_large) or (sibling and size <= KEPT_MAX_BYTES):
                 data = _read(stream, padded)
                 got = len(data)
                 data = data[:size]
@@ -129,9 +179,11 @@ def _members(stream, tar, index, max_bytes):
             names["path"] = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
         elif kind == b"x":
             names.update(_pax(data))
+        elif sibling:
+            siblings.take(name, data if size <= KEPT_MAX_BYTES else None)
         elif wanted:
             key = member_key(name, tar)
-            index.append(Entry(key, data_offset, size))
+            index.append(siblings.entry(key, data_offset, size, name))
             yield key, ImageError("too_large", "a member of %d bytes, more than the %d an image may take; not read"
                                   % (size, max_bytes)) if too_large else data
 
@@ -229,34 +281,6 @@ def _pax(data):
             values[key.decode()] = value.decode("utf-8", "surrogateescape")
         position += length
     return values
-
-
-def member_reader(keys, index=None):
-    """Reads the members `keys` name, for `parallel.extract`: callable(key) -> bytes, or an ImageError.
-
-    Args:
-      keys: member keys (tar://<member>::<tar>); other items are ignored.
-      index: as `read_member` (an output's `<output>.members.parquet`): each member is read by
-        its byte range. None: each tar named is streamed once now, and the members asked for are
-        kept in memory (an in-memory call's images), the others skipped.
-    """
-    wanted = {key for key in keys if isinstance(key, str) and key.startswith(KEY_PREFIX)}
-    if index is not None:  # only the entries asked for: an output's index may hold millions
-        entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index, wanted)}
-
-        def read(key):
-            try:
-                return read_member(key, entries)
-            except ValueError as error:  # not in the index: this image fails, not the call
-                return ImageError("unreadable", str(error))
-        return read
-    found = {}
-    for tar in sorted({split_key(key)[1] for key in wanted}):
-        for key, data in stream_members(tar, []):
-            if key in wanted or key == tar:  # key == tar: the tar itself cannot be read
-                found[key] = data
-    return lambda key: found.get(key, found.get(split_key(key)[1],
-                                                ImageError("missing", "%s is not a member of its tar" % key)))
 
 
 class LaterCopies:

@@ -133,8 +133,9 @@ def merge_indexes(paths, target):
     fsync(target.parent)
 
 
-def read_member(key, index):
-    """The bytes of one tar member, read by one byte range: the tar is not read again.
+def read_member(key, index, image_column=None):
+    """The bytes of one tar member, read by one byte range: the tar is not read again; or of one row of a
+    Parquet or TFRecord file, read back by its index entry (parallel.inputs.streamed says how).
 
         from parallel.inputs.tars import read_member
         data = read_member("tar://a/0001.jpg::s3://b/shards/000007.tar", "feats.parquet.members.parquet")
@@ -144,19 +145,26 @@ def read_member(key, index):
       key: a member's key, as the output's rows name it.
       index: the path of an index (the output's `<output>.members.parquet`, or a kept shard's
         _members.parquet), or a {key: Entry} already read (`{e.key: e for e in read_index(path)}`).
+      image_column: for a row of a Parquet or TFRecord file, the job's image column (None: found by name).
 
     Returns:
       bytes.
 
     Raises:
       ValueError: `key` is not in the index, or not a readable member.
-      ImageError: the tar cannot be read (kind as `parallel.inputs.remote.fetch`).
+      ImageError: the file cannot be read (kind as `parallel.inputs.remote.fetch`).
     """
     _, tar = split_key(key)
-    entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index)}
+    entries = index if isinstance(index, dict) else {entry.key: entry for entry in read_index(index, [key])}
     entry = entries.get(key)
     if entry is None or entry.size < 0:
         raise ValueError("%s is not a member in the index %s" % (key, "given" if isinstance(index, dict) else index))
+    if key.startswith(PARQUET_PREFIX):
+        from parallel.inputs.parquet_stream import read_row
+        return read_row(key, entry, image_column=image_column)
+    if key.startswith(TFRECORD_PREFIX):
+        from parallel.inputs.tfrecord_stream import read_record
+        return read_record(key, entry, image_column=image_column)
     if is_url(tar):
         return fetch(tar, entry.offset, entry.offset + entry.size)
     with open(tar, "rb") as file:

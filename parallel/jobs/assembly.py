@@ -166,7 +166,7 @@ class Assembly:
                 log.warning("%s is not the output closed (%s): it is written afresh", self.job.location, changed)
             writer = self._open(self._first_features(), overwrite=bool(changed))
             lost = [index for index in sorted(claims) if not self._rows_in(index, claims[index], writer)]
-        if lost and self.job.tars and self._writer is not None:  # its rows are in stream order: O starts afresh
+        if lost and self.job.streamed and self._writer is not None:  # its rows are in stream order: O starts afresh
             self._writer.abort()
             self._writer = None
             self._open(self._first_features(), overwrite=True)
@@ -265,7 +265,7 @@ class Assembly:
             elif feature_size is None:
                 feature_size = self._feature_size(read_record(self.job.output))
             options = dict(format=self.output_format, column_prefix=self.column_prefix, feature_size=feature_size,
-                           settings=self.settings, sort_paths=not self.job.tars)
+                           settings=self.settings, sort_paths=not self.job.streamed)
             if overwrite or self.afresh:  # written anew: nothing the ledger says of it holds (first, for a kill)
                 self.job.ledger().forget(everything=True)
             try:

@@ -13,7 +13,8 @@ from parallel.devices.selection import CPU_BATCH, GPU_BATCH, Devices
 from parallel.engine import check_batching
 from parallel.inputs.manifest import check_shard_size
 from parallel.inputs.sorting import folder_entries, list_entries, read_list
-from parallel.inputs.sources import FOLDER, TARS, parse_images
+from parallel.inputs.sources import FOLDER, PARQUET, TFRECORD, parse_images
+from parallel.inputs.streamed import check_first
 from parallel.jobs.identity import own_files
 from parallel.model import ModelSpec
 from parallel.output import FORMATS, ErrorLog
@@ -52,6 +53,11 @@ class Config:
       distribution: None (one process), or how the job is spread over processes (`Distribution`).
         Its `shard_size` and `keep_shards`, where given, are the same settings as these: the two
         are made one (a shard size given in both must agree).
+      image_column: for Parquet and TFRecord files, the column or feature holding each image's bytes;
+        None: found by the names datasets, img2dataset and TensorFlow's ImageNet scripts write.
+      keep: names of values kept beside each image's row in the output's index of members
+        (`<output>.members.parquet`): a Parquet column, a TFRecord feature, or a tar sample's sibling
+        member by extension ("txt", "json", "cls"); () keeps none.
     """
 
     model: ModelSpec
@@ -70,6 +76,8 @@ class Config:
     shard_size: Optional[int] = None
     keep_shards: bool = False
     distribution: Optional["Distribution"] = None
+    image_column: Optional[str] = None
+    keep: tuple = ()
 
     def __post_init__(self):
         if self.per_device_batch is None:  # by the kind of the devices that compute (frozen: object.__setattr__)
@@ -87,9 +95,28 @@ class Config:
             check_shard_size(self.shard_size)
         if self.distribution is not None:
             self._share_sharding()
+        self._check_kept()
         if self.distribution is not None and self.overwrite:
             raise ValueError("overwrite with a distributed job would let each process erase the others' shards: "
                              "remove %s and its files yourself, or choose another output" % self.output)
+
+    def _check_kept(self):
+        """ValueError (one line) for an image_column or keep= that the images cannot have."""
+        keep = (self.keep,) if isinstance(self.keep, str) else tuple(self.keep)
+        object.__setattr__(self, "keep", keep)
+        for name in keep:
+            if not isinstance(name, str) or not name or "," in name:
+                raise ValueError("keep= takes names of columns, features or members; got %r" % (name,))
+        if len(set(keep)) < len(keep):
+            raise ValueError("keep=%s names a value twice" % ",".join(keep))
+        if self.image_column is not None and (not isinstance(self.image_column, str) or not self.image_column):
+            raise ValueError("image_column must be a column's name; got %r" % (self.image_column,))
+        if keep and not self.source.streamed:
+            raise ValueError("keep=%s keeps values that come with images in tars, Parquet or TFRecord files; "
+                             "images=%s is a %s" % (",".join(keep), self.images, self.source.kind))
+        if self.image_column is not None and self.source.kind not in (PARQUET, TFRECORD):
+            raise ValueError("image_column=%s names a column of Parquet or TFRecord files; images=%s is not such "
+                             "files" % (self.image_column, self.images))
 
     def _share_sharding(self):
         """The shard size and keep_shards of the Config and of its Distribution made one (frozen: object.__setattr__).
@@ -113,8 +140,9 @@ class Config:
     def source(self):
         """The `parallel.inputs.sources.Source` that `images` names (ValueError when it names none)."""
         source = parse_images(self.images)
-        if source.kind == TARS and self.images_from is not None:
-            raise ValueError("images_from= lists images, and images= names tars: give one or the other")
+        if source.streamed and self.images_from is not None:
+            raise ValueError("images_from= lists images, and images= names %s files: give one or the other"
+                             % source.kind)
         return source
 
     @property
@@ -127,8 +155,12 @@ class Config:
         """What the output records and a rerun must match: the model's settings, the images, the resizing
         (--resize, the model's image size, and its resize filter and short side unless they are the defaults)."""
         source = {"images": self.source.description}
-        if self.source.kind == TARS:  # shards of tars, their members found as they are read (parallel.jobs.shards)
-            source["input"] = "tars"
+        if self.source.streamed:  # shards of files, their images found as they are read (parallel.jobs.shards)
+            source["input"] = self.source.kind  # "tars", "parquet", "tfrecord"
+        if self.image_column is not None:
+            source["image_column"] = self.image_column
+        if self.keep:
+            source["keep"] = ",".join(self.keep)
         if self.images_from is not None:
             source["images_from"] = str(Path(self.images_from).resolve())
         resizing = dict(resize=self.resize, image_size="%dx%d" % tuple(self.model.image_size))
@@ -146,7 +178,10 @@ class Config:
             return read_list(self.images_from, self.image_root)
         if self.source.kind == FOLDER and not is_url(self.output):  # an object in a store is never a local image
             return self.source.scan(exclude=own_files(Path(self.image_root), Path(self.output)))
-        return self.source.scan()
+        manifest = self.source.scan()
+        if self.source.kind in (PARQUET, TFRECORD):  # a file of another kind, no image column: one line, now
+            check_first(self.source.kind, manifest.paths, manifest.etags, manifest.sizes, self.image_column, self.keep)
+        return manifest
 
     def entries(self):
         """`scan`, sorted in runs spilled to disk (`parallel.inputs.sorting.SortedEntries`): what a

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from parallel.engine import RunError, run_errors
 from parallel.inputs.manifest import manifest_path
-from parallel.inputs.sources import TARS
+from parallel.inputs.sources import files_name
 from parallel.jobs import locks
 from parallel.jobs.identity import is_inside, freeze_sharded, refuse_output_among_images
 from parallel.jobs.ranks import resolve_rank
@@ -149,8 +149,9 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
         raise RunError("cannot write the manifest %s: %s; rerun the same command once that is fixed"
                        % (manifest_path(config.output), error.strerror or first_line(error))) from error
     mine = list(rank.shards(job.shard_count))
-    if one_host and job.tars:
-        log.info("%d tars in %s; devices: %s", job.images, counted(job.shard_count, "shard"),
+    if one_host and job.streamed:
+        log.info("%s in %s; devices: %s", counted(job.images, files_name(config.source.kind)),
+                 counted(job.shard_count, "shard"),
                  config.devices.describe(config.per_device_batch))
     elif one_host:
         log.info("%s under %s; devices: %s", counted(job.images, "image"), config.image_root,
@@ -162,7 +163,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
     started = time.perf_counter()
     images = sum(_shard_length(job, index) for index in mine)
     with ShardWorker(config, job, weights=weights, alone=one_host) as worker, run_errors(), \
-            Progress(config.progress, total=None if job.tars else images, initial=0) as progress, \
+            Progress(config.progress, total=None if job.streamed else images, initial=0) as progress, \
             contextlib.ExitStack() as stack:
         if one_host:
             log.info("ready in %.1f s (weights to devices, graph, session)", time.perf_counter() - started)
@@ -263,7 +264,7 @@ def _check_output(config, overwrite=False, one_host=False):
     if output.is_dir():
         raise OutputError("output=%s is a folder; give a file name" % output)
     if os.path.lexists(output) and read_record(output) is None:
-        listed = config.source.kind != TARS and not is_url(config.image_root)  # a tar is never it: protocol
+        listed = not config.source.streamed and not is_url(config.image_root)  # a tar is never it: protocol
         if listed and is_inside(output, config.image_root):
             raise OutputError("--output %s is a file under --images %s, not an output of this program: choose "
                               "another --output" % (output, config.image_root))
@@ -288,7 +289,7 @@ def conclude(config, job, summary, images, started, worker=None, one_host=False,
       one_host: the job's only process (its log speaks of the job, not of shards).
       assembly: the Assembly it has been writing the output with (`finish`).
     """
-    if job.tars:  # a tar's members are known once it is read: the job's images are those of its shards
+    if job.streamed:  # a tar's members are known once it is read: the job's images are those of its shards
         images = summary.discovered
     summary = dataclasses.replace(summary, seconds=time.perf_counter() - started, discovered=images,
                                   skipped=images - summary.written - summary.failed - summary.already_done)

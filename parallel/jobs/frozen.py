@@ -17,6 +17,7 @@ from pathlib import Path
 
 from parallel.inputs.changes import other_source_message
 from parallel.inputs.manifest import MANIFEST_SUFFIX, DamagedManifest, Manifest, manifest_path, read_job
+from parallel.inputs.sources import STREAMED
 from parallel.jobs import locks
 from parallel.jobs.commits import LOCK_SUFFIX, FolderCommits
 from parallel.jobs.shard_record import job_identity
@@ -46,7 +47,7 @@ class FrozenJob:
         self.lock = self.commits.local(LOCK_SUFFIX)
         self.shard_size = self.shard_count = self.images = None
         self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
-        self.tars = False  # shards of tars, whose images are their members (known once they are read)
+        self.streamed = False  # shards of files read as streams (tars...), whose images are known once they are read
         self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
         self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
         self.commits.pull(MANIFEST_SUFFIX)  # a store's: this process's copy
@@ -200,7 +201,7 @@ class FrozenJob:
         self.shard_size, self.images = recorded["shard_size"], recorded["images"]
         self.shard_count = -(-self.images // self.shard_size)
         self.identity, self.digests = job_identity(recorded), recorded.get("shards")
-        self.tars = recorded["job"].get("input") == "tars"
+        self.streamed = recorded["job"].get("input") in STREAMED
         return recorded
 
     def _known(self):

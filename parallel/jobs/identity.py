@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 
 from parallel.inputs.manifest import DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path
-from parallel.inputs.sources import TARS
 from parallel.jobs.shard_record import error_paths
 from parallel.locations import is_url
 from parallel.output import PARTS_SUFFIX, OutputError
@@ -147,7 +146,7 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
     if not existed and job.output_rows():  # its rows could not be checked: shards are, against a new manifest
         raise OutputError("%s is missing, so the images of %s cannot be checked: pass --overwrite to start afresh"
                           % (manifest_path(config.output), config.output))
-    tars = config.source.kind == TARS
+    tars = config.source.streamed
     record = job_record(config)
     if existed:  # before the generic comparison: a rank started with other flags is told which
         recorded = job.recorded_job()

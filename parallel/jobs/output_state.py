@@ -76,7 +76,7 @@ class CommittedOutput(FrozenJob):
         """Whether the failed images of the finished output are retried into it (`retry.retry_in_output`), so that
         its shards go once it is written: every job's but a tar job's of which a tar could not be read at all (its
         members unknown: read again whole, in its shard, which stays with the others to write O afresh)."""
-        return not self.tars or all(is_member(path) for path, _, _ in self.ledger().failures())
+        return not self.streamed or all(is_member(path) for path, _, _ in self.ledger().failures())
 
     def pull_output(self):
         """The committed output's files made this process's (a store's downloaded), to be written again."""
@@ -86,7 +86,7 @@ class CommittedOutput(FrozenJob):
     def publish_output(self):
         """The output written here committed (a store's uploaded), its commit record last."""
         for suffix in OUTPUT_FILES + (LEDGER_SUFFIX,):
-            if suffix != MEMBERS_SUFFIX or self.tars:
+            if suffix != MEMBERS_SUFFIX or self.streamed:
                 self.commits.publish(suffix)
         self.commits.publish(SIDECAR_SUFFIX)
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from parallel.inputs.discovery import has_image_extension
-from parallel.inputs.sources import PREFIX, TARS
+from parallel.inputs.sources import PREFIX
 from parallel.jobs.shards import JOB_FILES, JOB_FOLDERS  # the names --overwrite removes: one list
 from parallel.locations import is_url
 from parallel.output import OutputError
@@ -40,8 +40,8 @@ def read_locations(config):
     images = config.images if isinstance(config.images, (list, tuple)) else [config.images]
     found = [("images", os.fspath(value)) for value in images if is_url(os.fspath(value))
              or os.path.isfile(os.fspath(value))]  # a tar, or a wids index: a folder is never an output
-    if config.source.kind == TARS:
-        found += [("images", tar) for tar in config.source.tars]
+    if config.source.streamed:
+        found += [("images", tar) for tar in config.source.files]
     if config.images_from is not None:
         found.append(("images_from", os.fspath(config.images_from)))
     found += [("weights", os.fspath(path)) for path in config.model.files]

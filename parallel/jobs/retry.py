@@ -50,7 +50,7 @@ def retry_in_output(config, job, worker, started):
         todo, paths, still = [], [], []
     if todo:
         log.info("%d of the %d failed images computed now", len(paths), len(todo))
-    images = len(index_keys(job.members_index())) if job.tars else job.images  # a tar job's: its members
+    images = len(index_keys(job.members_index())) if job.streamed else job.images  # a tar job's: its members
     summary = Summary(discovered=images, written=len(paths), failed=len(still), already_done=images - len(todo),
                       seconds=time.perf_counter() - started)
     return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location)
@@ -70,7 +70,7 @@ def retry_failed(config, job, worker, only=None):
         return [], [], []
     job.pull_output()  # a store's, written again here, then published
     order = True  # the rows in path order
-    if job.tars:  # in stream order: each member's place in the output's index of members
+    if job.streamed:  # in stream order: each member's place in the output's index of members
         places = {key: place for place, key in enumerate(index_keys(job.members_index()))}
         order = lambda key: places.get(key, len(places))  # noqa: E731 -- the writer's key of a row
     with run_errors():
@@ -78,7 +78,7 @@ def retry_failed(config, job, worker, only=None):
                              feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=order)
     with writer:
         todo, paths, still = [], [], []
-        for keys, first, total, decode, versions in _groups(job, failed):
+        for keys, first, total, decode, versions in _groups(job, failed, config.image_column):
             positions = [place for place, key in enumerate(keys) if key in failed and not writer.has_row(key)]
             todo.extend((first + place, keys[place]) for place in positions)  # with a row: of a run killed before
             done, features, failing = extract_rows(config, worker.runner, [keys[place] for place in positions],
@@ -97,16 +97,16 @@ def retry_failed(config, job, worker, only=None):
     return todo, paths, still
 
 
-def _groups(job, failed):
+def _groups(job, failed, image_column=None):
     """What `extract_rows` computes the `failed` images in, each at its place in its steps: [(keys, the place of
     the first, the images of its steps, decode, versions)]. The job's images, in steps of the whole job; a tar
     job's members, shard by shard (its steps are its shard's), read by one byte range each from its tars."""
-    if not job.tars:
+    if not job.streamed:
         manifest = job.load_manifest()
         return [(manifest.paths, 0, job.images, None, manifest.etags)]
     groups = []
     for index, failures in sorted(job.ledger().shards().items()):
         if any(path in failed for path, _, _ in failures):
             keys = shard_keys(job, index)
-            groups.append((keys, 0, len(keys), member_decoder(keys, job.members_index()), None))
+            groups.append((keys, 0, len(keys), member_decoder(keys, job.members_index(), image_column), None))
     return groups

@@ -91,7 +91,7 @@ def shard_keys(job, index, folder=None):
     Returns:
       list of str; None when a tar's index cannot be read.
     """
-    if not job.tars:
+    if not job.streamed:
         return job.shard_images(index).paths
     folder = job.committed_folder(index) if folder is None else folder
     try:

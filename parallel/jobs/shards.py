@@ -77,7 +77,7 @@ class ShardedJob(CommittedOutput):
 
     def _parts(self):
         """The files of a shard beside its record: a tar shard's also its index of members (its images)."""
-        return (SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.tars else ())
+        return (SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.streamed else ())
 
     def _choose(self, index, images=None):
         """(the handle and record of shard `index`'s committed group that checks out, first in the readers' order,
@@ -192,7 +192,7 @@ class ShardedJob(CommittedOutput):
             return str(error)
         return (quick_problem(folder, self.identity, index, images.digest())  # the manifest as it is now
                 or content_problem(folder / SHARD_FEATURES, folder / SHARD_ERRORS,
-                                   shard_keys(self, index) if self.tars else images.paths))
+                                   shard_keys(self, index) if self.streamed else images.paths))
 
     # -- attempts and the commit ------------------------------------------------------------------
 
@@ -252,7 +252,7 @@ class ShardedJob(CommittedOutput):
             errors.rename(ready / SHARD_ERRORS)
         else:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
-        if self.tars:  # its images: the members of its tar
+        if self.streamed:  # its images: the members of its tar
             (attempt / MEMBERS_FILE).rename(ready / MEMBERS_FILE)
         write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed,
                      parts=self._parts())
@@ -279,7 +279,7 @@ class ShardedJob(CommittedOutput):
         output is committed as it is written (a local one), its failures are retried in it whatever they are
         (not a tar job's: a tar that cannot be read keeps every shard, `retries_in_output`), and the shards are
         not kept."""
-        return self.commits.in_place and not self.tars and not keep_shards
+        return self.commits.in_place and not self.streamed and not keep_shards
 
     def assembly(self, output_format, column_prefix, settings, keep_shards=False, feature_size=None):
         """The output's Assembly from this job's shards (the caller holds the output's lock; `feature_size`: the
@@ -319,7 +319,7 @@ class ShardedJob(CommittedOutput):
                     if not checked_as_appended:
                         self._check_shards()  # every shard not in the output, before a byte of it is written
                     assembly.catch_up()  # after the one in the background, if any (its error raised here)
-                    if self.tars:  # before O: once O is complete, the shards (and their indexes) may go
+                    if self.streamed:  # before O: once O is complete, the shards (and their indexes) may go
                         merge_indexes([self.committed_folder(i) / MEMBERS_FILE for i in range(self.shard_count)],
                                       self.members)
                     assembly.finish()

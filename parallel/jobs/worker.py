@@ -16,7 +16,8 @@ from parallel.devices.selection import set_float32_precision
 from parallel.devices.staging import open_runner
 from parallel.engine import RunError, extract_into, extract_rows, extract_stream, member_decoder, run_errors
 from parallel.inputs.remote import ObjectChanged
-from parallel.inputs.tar_stream import LaterCopies, stream_members
+from parallel.inputs.streamed import stream_images
+from parallel.inputs.tar_stream import LaterCopies
 from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
 from parallel.jobs.identity import geometry_change
 from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
@@ -69,12 +70,14 @@ class ShardWorker:
             with run_errors():
                 writer = self._open_attempt(index, attempt)
             with writer:
-                if self.job.tars:  # its tars, each read once; the index (every member's offset) beside the rows
+                if self.job.streamed:  # its files, each read once; the index (where each image is) beside the rows
                     entries = []
                     copies = LaterCopies(entries)
                     versions = images.etags or [""] * len(images)
+                    kind, column, keep = self.config.source.kind, self.config.image_column, self.config.keep
                     members = copies.wrap(itertools.chain.from_iterable(
-                        stream_members(tar, entries, version=version) for tar, version in zip(images.paths, versions)))
+                        stream_images(kind, path, entries, version, column, keep)
+                        for path, version in zip(images.paths, versions)))
                     try:
                         summary = extract_stream(self.config, self.runner, writer, members, stop=stop,
                                                  progress=progress, remote=any(map(is_url, images.paths)))
@@ -91,7 +94,7 @@ class ShardWorker:
                     if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
                         writer.abort()
                         return summary
-            if self.job.tars:
+            if self.job.streamed:
                 images, summary = self._index_members(attempt, copies, summary)
             if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
                 return self.process(index)
@@ -105,9 +108,9 @@ class ShardWorker:
         are kept; an attempt whose files are not what its record says (damaged, cut) is computed again."""
         options = dict(format="parquet", column_prefix=self.config.model.output_name,
                        feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
-                       record_digests=not self.job.tars)  # checked on resume (a tar's is rewritten: keep_last_copies)
+                       record_digests=not self.job.streamed)  # checked on resume (a tar's is rewritten: keep_last_copies)
         try:
-            if self.job.tars and (read_record(attempt / SHARD_FEATURES) or {}).get("state") == "complete":
+            if self.job.streamed and (read_record(attempt / SHARD_FEATURES) or {}).get("state") == "complete":
                 # Closed by a process killed before its commit, and maybe rewritten (keep_last_copies) since.
                 raise OutputError("closed, not committed")
             return open_writer(attempt / SHARD_FEATURES, **options)
@@ -144,7 +147,7 @@ class ShardWorker:
                          "counts", len(copies.entries) - len(entries))
                 summary = dataclasses.replace(summary, written=len(entries) - failed - summary.already_done,
                                               failed=failed)
-            write_index(attempt / MEMBERS_FILE, entries)
+            write_index(attempt / MEMBERS_FILE, entries, self.config.keep)
         return entries, summary
 
     def retry(self, index, images, stop=None, progress=None):
@@ -168,15 +171,15 @@ class ShardWorker:
         folder = self.job.committed_folder(index, features=True)
         keys = shard_keys(self.job, index)
         failures = error_rows(folder / SHARD_ERRORS)
-        if self.job.tars and any(not is_member(path) for path, _, _ in failures):
+        if self.job.streamed and any(not is_member(path) for path, _, _ in failures):
             self.job.reopen()
             self.job.set_aside(index, "a tar of it could not be read: it is read again whole")
             return self.process(index, stop=stop, progress=progress)
         failed = {path for path, _, _ in failures}
         positions = [position for position, key in enumerate(keys) if key in failed]
-        first, total = (0, len(keys)) if self.job.tars else (index * self.job.shard_size, self.job.images)
-        decode = member_decoder(keys, folder / MEMBERS_FILE) if self.job.tars else None
-        etags = None if self.job.tars else images.etags
+        first, total = (0, len(keys)) if self.job.streamed else (index * self.job.shard_size, self.job.images)
+        decode = member_decoder(keys, folder / MEMBERS_FILE, self.config.image_column) if self.job.streamed else None
+        etags = None if self.job.streamed else images.etags
         paths, features, still = extract_rows(self.config, self.runner, [keys[i] for i in positions],
                                               [first + i for i in positions], total, decode=decode,
                                               versions=etags and [etags[i] for i in positions])
@@ -195,7 +198,7 @@ class ShardWorker:
                 for row in still:
                     errors.add(*row)
                 errors.close()
-                if self.job.tars:
+                if self.job.streamed:
                     shutil.copyfile(folder / MEMBERS_FILE, attempt / MEMBERS_FILE)
                 self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES), replacing=True)
         log.info("shard %d: %d of its %d failed images computed now", index, len(paths), len(failures))
@@ -219,7 +222,7 @@ def committed_summary(job, index, images=None):
       index: a committed shard.
       images: its Manifest, if read already.
     """
-    keys = shard_keys(job, index) if job.tars else (images or job.shard_images(index)).paths
+    keys = shard_keys(job, index) if job.streamed else (images or job.shard_images(index)).paths
     failed = job.failed_in(index, keys)
     return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
 
