@@ -55,7 +55,7 @@ def colour_model(step_seconds=0.0, marker=None, batch_dependent=False):
 
 
 def config(images, output, output_format, distribution=None, images_from=None, step_seconds=0.0, marker=None,
-           devices="cpu:0", per_device_batch=2, batch_dependent=False):
+           devices="cpu:0", per_device_batch=2, batch_dependent=False, image_column=None, keep=()):
     from parallel import jobs
     from parallel.devices import resolve_devices
     if not isinstance(images, (tuple, list)) and "://" not in str(images):
@@ -64,7 +64,7 @@ def config(images, output, output_format, distribution=None, images_from=None, s
                          output=output if "://" in str(output) else Path(output), output_format=output_format,
                          devices=resolve_devices(devices=devices, gpu_count=0),
                          per_device_batch=per_device_batch, workers=1, images_from=images_from,
-                         distribution=distribution)
+                         distribution=distribution, image_column=image_column, keep=keep)
 
 
 def main():

@@ -46,6 +46,7 @@ RUNS = {
     ("docs/images.md", "import io"): "test_a_tar_member_is_read_back_as_the_docs_show",
     ("docs/outputs.md", "from collections import defaultdict"):
         "test_a_csv_output_is_read_as_the_outputs_page_shows",
+    ("docs/outputs.md", "import pandas as pd"): "test_kept_values_are_read_as_the_outputs_page_shows",
     ("docs/many-hosts.md", "import pandas as pd"): "test_kept_shards_are_read_as_the_many_hosts_page_shows",
     ("docs/python-api.md", "from models import vgg16"):
         "tests/test_engine.py::test_the_python_api_page_example_runs",
@@ -293,6 +294,21 @@ def test_a_tar_member_is_read_back_as_the_docs_show(tar_in_store):
     namespace = {}
     exec(compile(code("docs/images.md", "import io"), "docs/images.md", "exec"), namespace)
     assert namespace["data"] == tar_in_store and namespace["image"].size == (20, 10)
+
+
+def test_kept_values_are_read_as_the_outputs_page_shows(job_images, tmp_path, monkeypatch):
+    import job_child
+    from dataset_files import caption, write_files
+    from parallel import jobs
+    (data,) = write_files("hf", job_images, tmp_path / "data", 24)
+    monkeypatch.chdir(tmp_path)
+    jobs.run(job_child.config(str(data), Path("feats.parquet"), "parquet", keep=("caption",)))
+    namespace = {}
+    exec(compile(code("docs/outputs.md", "import pandas as pd"), "docs/outputs.md", "exec"), namespace)
+    table = namespace["table"]
+    assert len(table) == 23
+    names = sorted(path.relative_to(job_images).as_posix() for path in job_images.rglob("*.png"))
+    assert list(table["kept:caption"]) == [caption(name) for name in names if name != "a/bad.png"]
 
 
 def colour_job(folder, output, **settings):

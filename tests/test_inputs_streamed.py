@@ -1,0 +1,245 @@
+"""Jobs over Parquet and TFRecord files (parallel.inputs.streamed): the same job as the images as files.
+
+Files written as datasets, img2dataset and TensorFlow's ImageNet scripts write them (tests/dataset_files.py),
+computed by job_child's colour model: the features of the folder's images, byte for byte, on one
+process and on three static ranks, from local files and from the loopback S3 store; a kill costs a
+batch; mistakes are one line; what --keep keeps is beside each row.
+"""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dataset_files import LAYOUTS, SUFFIXES, caption, write_files
+from hangs import HANG_SECONDS
+import job_child
+from outputs import attempt_rows
+from parallel import jobs
+from parallel.inputs.sources import parse_images
+from parallel.inputs.tars import MEMBERS_SUFFIX, kept_names, read_index, read_member, split_key
+from stores import store, write_tars
+
+CHILD = str(Path(job_child.__file__))
+CLI_CHILD = str(Path(__file__).resolve().parent / "cli_child.py")
+
+
+def rows(output):
+    """[(key, features as text)] of a CSV output, in order."""
+    with open(output, newline="") as file:
+        return [(row[0], tuple(row[1:])) for row in list(csv.reader(file))[1:]]
+
+
+def errors(output):
+    path = Path(str(output) + ".errors.csv")
+    with open(path, newline="") as file:
+        return [(row["path"], row["kind"]) for row in csv.DictReader(file)]
+
+
+def job_files(output):
+    """{suffix: bytes} of what a job leaves a user: the output, its errors and members index, its record."""
+    suffixes = ("", ".errors.csv", MEMBERS_SUFFIX, ".run.json")
+    if str(output).startswith("s3://"):
+        fs, name = store(), str(output)[len("s3://"):]
+        return {suffix: fs.cat_file(name + suffix) for suffix in suffixes if fs.exists(name + suffix)}
+    return {suffix: Path(str(output) + suffix).read_bytes() for suffix in suffixes if Path(str(output) + suffix).exists()}
+
+
+def static(rank, world_size):
+    """Rank `rank` of `world_size`, a file a shard (these files are tiny: by default they would share one)."""
+    return jobs.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=1, wait_seconds=5)
+
+
+@pytest.fixture(scope="module")
+def folder_output(job_images, tmp_path_factory):
+    output = tmp_path_factory.mktemp("folder") / "out.csv"
+    jobs.run(job_child.config(job_images, output, "csv"))
+    return output
+
+
+@pytest.fixture(scope="module", params=LAYOUTS)
+def dataset(request, job_images, tmp_path_factory):
+    """(layout, the pattern of its 3 files of 8 images: 23 PNGs and a file that is none)."""
+    layout = request.param
+    files = write_files(layout, job_images, tmp_path_factory.mktemp(layout), 8)
+    return layout, str(files[0].parent / ("{000000..000002}" + SUFFIXES[layout]))
+
+
+def own_key(layout, position, name):
+    """The <id> of a key: the dataset's own key where it has one, else the row's number in its file."""
+    if layout == "img2dataset" or layout == "wds_tfrecord":
+        return "%09d" % position
+    return name if layout == "imagenet" else "#%d" % (position % 8)
+
+
+def test_each_layout_gives_the_folder_s_features_byte_for_byte_and_reads_a_row_back(dataset, folder_output,
+                                                                                     job_images, tmp_path):
+    layout, pattern = dataset
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config(pattern, output, "csv"))
+    assert (summary.written, summary.failed) == (23, 1)
+    got, reference = rows(output), rows(folder_output)
+    assert [features for _, features in got] == [features for _, features in reference]
+    names = sorted(key for key, _ in reference + [("a/bad.png", None)])
+    prefix = "parquet://" if SUFFIXES[layout] == ".parquet" else "tfrecord://"
+    expected = ["%s%s::%s" % (prefix, own_key(layout, names.index(name), name),
+                              pattern.replace("{000000..000002}", "%06d" % (names.index(name) // 8))) for name, _ in reference]
+    assert [key for key, _ in got] == expected
+    assert [kind for _, kind in errors(output)] == ["corrupt"] and split_key(errors(output)[0][0])[0] == \
+        own_key(layout, names.index("a/bad.png"), "a/bad.png")
+    index = Path(str(output) + MEMBERS_SUFFIX)
+    for row in (0, 9, 22):  # read back by its entry in the index, the file not read again
+        assert read_member(got[row][0], index) == (job_images / reference[row][0]).read_bytes()
+    again = jobs.run(job_child.config(pattern, output, "csv"))  # finished: nothing to do
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_three_static_ranks_are_one_process_s_bytes_from_local_files_and_from_a_store(dataset, where, s3_store,
+                                                                                     folder_output, tmp_path):
+    layout, pattern = dataset
+    if where == "store":
+        for path in sorted(Path(pattern).parent.iterdir()):
+            store().pipe("bucket/%s-%s/%s" % (layout, tmp_path.name, path.name), path.read_bytes())
+        pattern = "s3://bucket/%s-%s/*%s" % (layout, tmp_path.name, SUFFIXES[layout])
+    single = tmp_path / "single.parquet"
+    jobs.run(job_child.config(pattern, single, "parquet"))
+    for output in (tmp_path / "ranks.parquet", "s3://bucket/%s-%s/ranks.parquet" % (layout, tmp_path.name)):
+        for rank in (2, 0, 1):
+            jobs.run(job_child.config(pattern, output, "parquet", static(rank, 3)))
+        mine, theirs = job_files(output), job_files(single)
+        assert set(mine) == set(theirs) == {"", ".errors.csv", MEMBERS_SUFFIX, ".run.json"}
+        assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)} == \
+            {suffix: theirs[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)}
+    features = pq.read_table(single).column(1).to_pylist()
+    with open(folder_output, newline="") as file:
+        reference = [[float(value) for value in row[1:]] for row in list(csv.reader(file))[1:]]
+    assert features == reference
+
+
+@pytest.mark.parametrize("layout", ["img2dataset", "wds_tfrecord"])
+def test_a_process_killed_mid_file_costs_at_most_a_batch_and_the_rerun_is_one_run_s_bytes(layout, job_images,
+                                                                                          tmp_path):
+    (path,) = write_files(layout, job_images, tmp_path / "data", 24)  # one file: one shard of 12 steps
+    single = tmp_path / "single.parquet"
+    jobs.run(job_child.config(str(path), single, "parquet"))
+    output = tmp_path / "out.parquet"
+    marker = tmp_path / "steps"
+    marker.write_text("")
+    child = subprocess.Popen([sys.executable, CHILD, str(path), str(output), "parquet", "--step-seconds", "0.5",
+                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    attempts = Path(str(output) + ".attempts")
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
+    while attempt_rows(attempts) < 2:  # a batch of the file committed
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.communicate()
+    kept = attempt_rows(attempts)
+    assert 2 <= kept < 23
+    rerun = jobs.run(job_child.config(str(path), output, "parquet"))
+    assert (rerun.written, rerun.already_done, rerun.failed) == (23 - kept, kept, 1)
+    mine, theirs = job_files(output), job_files(single)
+    assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)} == \
+        {suffix: theirs[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)}
+
+
+def test_a_damaged_record_fails_alone_and_a_file_cut_short_fails_from_there(job_images, folder_output, tmp_path):
+    files = write_files("imagenet", job_images, tmp_path / "data", 8)
+    data = bytearray(files[0].read_bytes())
+    data[200] ^= 0xFF  # in the first record's data: its checksum no longer holds
+    files[0].write_bytes(bytes(data))
+    files[2].write_bytes(files[2].read_bytes()[:-100])  # the last record cut short
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config(str(tmp_path / "data" / "*.tfrecord"), output, "csv"))
+    failed = errors(output)
+    assert summary.failed == len(failed) == 3  # the damaged record, bad.png, the file's cut end
+    assert failed[0] == ("tfrecord://#0::%s" % files[0], "corrupt")
+    assert failed[-1] == (str(files[2]), "corrupt")
+    reference = rows(folder_output)
+    got = rows(output)
+    assert [features for _, features in got] == [features for _, features in reference[1:-1]]
+
+
+def run_cli(*flags, cwd):
+    """The command line (cli_child: the colour model in VGG16's place): (exit status, stderr)."""
+    done = subprocess.run([sys.executable, CLI_CHILD, *map(str, flags), "--quiet", "--devices", "cpu:0",
+                           "--batch-size", "1"], capture_output=True, text=True, cwd=cwd)
+    return done.returncode, done.stderr
+
+
+def test_a_file_of_another_kind_or_without_an_image_column_is_one_line_and_exit_2(job_images, tmp_path):
+    import pyarrow as pa
+    (tmp_path / "text.parquet").write_text("not a parquet file\n" * 50)
+    pq.write_table(pa.table({"name": ["a"], "pixels": pa.array([b"x"], pa.binary())}), tmp_path / "plain.parquet")
+    (tmp_path / "text.tfrecord").write_text("not a tfrecord file\n" * 50)
+    output = tmp_path / "out.csv"
+    for images, said in (("text.parquet", "is not a Parquet file"), ("text.tfrecord", "is not a TFRecord file"),
+                         ("plain.parquet", "--image-column")):
+        status, error = run_cli("--images", tmp_path / images, "--output", output, cwd=tmp_path)
+        assert status == 2 and error.count("\n") == 1 and said in error and str(tmp_path / images) in error, error
+        assert not output.exists() and not Path(str(output) + ".manifest.parquet").exists()
+    status, error = run_cli("--images", tmp_path / "plain.parquet", "--image-column", "pixels", "--keep", "nothing",
+                            "--output", output, cwd=tmp_path)
+    assert status == 2 and error.count("\n") == 1 and "nothing" in error, error
+    status, error = run_cli("--images", tmp_path / "plain.parquet", "--image-column", "pixels", "--keep", "name",
+                            "--output", output, cwd=tmp_path)
+    assert status == 3 and read_index(Path(str(output) + MEMBERS_SUFFIX))[0].kept == ("a",), error  # b"x": corrupt
+
+
+def kept_rows(output):
+    """{key: {name: value}} of what --keep kept beside the rows of `output`."""
+    index = Path(str(output) + MEMBERS_SUFFIX)
+    names = kept_names(index)
+    return {entry.key: dict(zip(names, entry.kept)) for entry in read_index(index)}
+
+
+def test_what_keep_names_is_beside_each_row_from_tars_parquet_and_tfrecord(job_images, tmp_path):
+    names = sorted(path.relative_to(job_images).as_posix() for path in job_images.rglob("*.png"))
+    siblings = {0: [("a/00.txt", b"a <b>caption</b>"), ("a/00.json", json.dumps({"url": "u0"}).encode())]}
+    tars = write_tars(job_images, tmp_path / "tars", 8, siblings)
+    output = tmp_path / "tars.csv"
+    jobs.run(job_child.config(str(tars[0]), output, "csv", keep=("txt", "json")))
+    kept = kept_rows(output)
+    assert kept["tar://a/00.png::%s" % tars[0]] == {"txt": "a <b>caption</b>", "json": '{"url": "u0"}'}
+    assert kept["tar://a/02.png::%s" % tars[0]] == {"txt": None, "json": None}
+    # Parquet: datasets' caption column; img2dataset's caption and url.
+    for layout, keep in (("hf", ("caption",)), ("img2dataset", ("caption", "url"))):
+        (path,) = write_files(layout, job_images, tmp_path / layout, 24)
+        output = tmp_path / ("%s.parquet" % layout)
+        jobs.run(job_child.config(str(path), output, "parquet", keep=keep))
+        keys = pq.read_table(output, columns=["path"]).column("path").to_pylist()
+        kept = kept_rows(output)
+        for key, name in zip(keys, [name for name in names if name != "a/bad.png"]):
+            assert kept[key]["caption"] == caption(name)
+        if layout == "img2dataset":
+            assert kept[keys[0]]["url"] == "https://example.com/%s" % names[0]
+            plain = tmp_path / "plain.parquet"  # the features never depend on what is kept beside them
+            jobs.run(job_child.config(str(path), plain, "parquet"))
+            assert plain.read_bytes() == output.read_bytes() and not kept_names(str(plain) + MEMBERS_SUFFIX)
+    # TFRecord: ImageNet's label.
+    (path,) = write_files("imagenet", job_images, tmp_path / "imagenet", 24)
+    output = tmp_path / "imagenet.csv"
+    jobs.run(job_child.config(str(path), output, "csv", keep=("image/class/label",)))
+    kept = kept_rows(output)
+    assert [kept[key]["image/class/label"] for key, _ in rows(output)] == \
+        [str(names.index(name)) for name in names if name != "a/bad.png"]
+    # Rows in the order of the index's entries: the index is the output's rows and its failures, in order.
+    entries = [entry.key for entry in read_index(Path(str(output) + MEMBERS_SUFFIX))]
+    assert [key for key, _ in rows(output)] == [key for key in entries if key not in dict(errors(output))]
+
+
+def test_keep_and_image_column_are_refused_where_the_images_cannot_have_them(job_images, tmp_path):
+    with pytest.raises(ValueError, match="keep=txt keeps values .* is a folder"):
+        job_child.config(job_images, tmp_path / "out.csv", "csv", keep=("txt",))
+    tars = write_tars(job_images, tmp_path / "tars", 24)
+    with pytest.raises(ValueError, match="image_column=jpg names a column of Parquet or TFRecord files"):
+        job_child.config(str(tars[0]), tmp_path / "out.csv", "csv", image_column="jpg")
+    with pytest.raises(ValueError, match="images= takes files of one kind; got Parquet files and tars"):
+        parse_images((str(tars[0]), str(tmp_path / "x.parquet")))
