@@ -214,7 +214,13 @@ def test_a_file_in_a_store_is_read_at_its_version_and_object_changed_when_replac
     items, index = read(url, version=recorded, keep=("caption",))
     assert [data for _, data in items] == old and index[2].kept == ("a photo number 2",)
     assert items[5][0] == "parquet://000000005::" + url
+    fetched, real = [], remote.fetch
+    monkeypatch.setattr(remote, "fetch", lambda url, start=None, stop=None, version=None: fetched.append(
+        (start, stop)) or real(url, start, stop, version))
     assert parquet_stream.read_row(items[5][0], index[5]) == old[5]
+    # The footer, then the image column chunk of the row's row group (2 rows of 50,000 bytes): one range each.
+    assert len(fetched) == 2 and 2 * 50000 <= fetched[1][1] - fetched[1][0] < 3 * 50000, fetched
+    monkeypatch.undo()
     # Replaced while it is read: what came before is of the old version only, then ObjectChanged.
     monkeypatch.setattr(locations, "STREAM_BLOCK", 4096)
     monkeypatch.setattr(parquet_stream, "BUFFER_BYTES", 4096)
