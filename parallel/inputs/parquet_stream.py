@@ -188,7 +188,7 @@ def check_file(path, version=None, image_column=None, keep=()):
         with open_stream(path, version) as stream:
             _columns(_open(stream, path).schema_arrow, path, image_column, tuple(keep))
     except ImageError as error:
-        raise ValueError("%s: %s" % (path, error.message)) from None
+        raise ValueError(error.message if path in error.message else "%s: %s" % (path, error.message)) from None
 
 
 def read_row(key, entry, image_column=None):
