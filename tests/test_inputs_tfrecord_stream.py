@@ -128,7 +128,8 @@ def test_a_record_whose_data_has_a_wrong_crc_fails_alone_and_reading_goes_on(tmp
         ("a", images[0]), ("#1", "corrupt"), ("#2", "corrupt"), ("d", images[3])]
     assert "data of the record at byte %d has a wrong CRC" % offsets[1] in items[1][1].message
     assert "is not a tf.train.Example" in items[2][1].message
-    with pytest.raises(ImageError, match="wrong CRC of its data"):
+    with pytest.raises(ImageError, match="t.tfrecord: damaged TFRecord: the data of the record at byte %d has a "
+                                         "wrong CRC" % offsets[1]):
         read_record(index[1].key, index[1])
 
 
@@ -167,7 +168,8 @@ def test_a_file_that_is_not_a_tfrecord_or_has_no_image_feature_is_one_failure_an
     not_tfrecord.write_bytes(jpegs(tmp_path, 1)[0])
     no_image = write(tmp_path / "labels.tfrecord", [example(label=3, key="a")])
     for path, kind, message in [
-            (str(not_tfrecord), "corrupt", "is not a TFRecord file: damaged TFRecord: the length of the record at byte 0"),
+            (str(not_tfrecord), "corrupt", "is not a TFRecord file: damaged TFRecord: the length of the record at "
+                                           "byte 0 has a wrong CRC"),
             (no_image, "unreadable", "has no image feature (a bytes_list named image/encoded, jpg"),
             (str(tmp_path / "gone.tfrecord"), "missing", "cannot be read: no such file")]:
         items, index = read(path)

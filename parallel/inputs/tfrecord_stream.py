@@ -1,59 +1,47 @@
 """A TFRecord file of tf.train.Example records read front to back once: its images, with the index entry of each.
 
     stream_records(path, index, version=None, max_bytes=None, image_column=None, keep=())
-                            -> (key, bytes or ImageError), ... one per record, in file order; the index
-                               (tars.Entry: key, offset, size, kept values) grows as they are read
-    check_file(path, version=None, image_column=None, keep=())
-                            -> None, or ValueError (one line naming the file) from its first record
-    read_record(key, entry, image_column=None) -> the image of one record read back later
-    record_key("n01440764_10026.JPEG", "s3://b/train-00000-of-01024")
-                            -> "tfrecord://n01440764_10026.JPEG::s3://b/train-00000-of-01024"
+        -> (key, bytes or ImageError), ... a record each, in file order; `index` gets each one's tars.Entry
+    check_file(path, version=None, image_column=None, keep=())  -> None, or a one-line ValueError
+    read_record(key, entry, image_column=None)                   -> the image of one record, read back
+    record_key("n0144_26.JPEG", "s3://b/train-00000")          -> "tfrecord://n0144_26.JPEG::s3://b/train-00000"
 
 A record is framed as TensorFlow writes it: uint64 length (little-endian), uint32 masked CRC-32C of
 the length, the data (a serialized tf.train.Example), uint32 masked CRC-32C of the data; both CRCs
 are checked (google_crc32c). A file whose first two bytes are 1f 8b is GZIP (TFRecordOptions("GZIP"),
-whatever its name) and is read through gzip.GzipFile, streaming: offsets are those of the
-uncompressed stream.
-
-The image is the bytes_list feature IMAGE_FEATURES names, the first found in the file's first
-Example: "image/encoded" (ImageNet as TensorFlow's scripts write it), else jpg, jpeg, png, webp,
-image (img2dataset's tfrecord output: "jpg"); or the feature `image_column` names. The first value
-of its list is the image.
+whatever its name), read through gzip.GzipFile: offsets are those of the uncompressed stream.
+The image is the first value of the bytes_list feature `image_column`, or of the first of
+IMAGE_FEATURES in the file's first Example: "image/encoded" (ImageNet as TensorFlow's scripts
+write it), jpg (img2dataset's tfrecord output), jpeg, png, webp, image.
 
 Keys, stable and unique within the file: tfrecord://<id>::<path> (tars.member_key's form, split at
-the LAST "::"), <path> the absolute path or URL of the file. <id> is the record's own key, the
-feature "key" (img2dataset) or else "image/filename" (ImageNet), when it has one that is not empty,
-does not start with "#", holds no "::" and was not seen before in this file; else "#<n>", n the
-record's number in the file (0-based). A record whose Example cannot be parsed is always "#<n>".
+the LAST "::"), <path> the absolute path or URL of the file. <id> is the record's own key, its
+feature "key" (img2dataset) or else "image/filename" (ImageNet), when that is one value, not empty,
+not starting with "#", without "::" and not seen before in this file; else "#<n>", n the record's
+number in the file (0-based), as for a record that is too large, damaged or not an Example.
 
 What cannot be read is accounted for, each a failure of the errors file:
 
-    a record with no image bytes (the feature absent, or an empty list)   its key, kind "missing"
-    a record of more than max_bytes bytes (passed by unread)            "#<n>", kind "too_large"
-    a record whose data has a wrong CRC, or is not an Example            "#<n>", kind "corrupt";
-                                                                          reading goes on after it
-    a wrong CRC of a length, a file that ends mid-record, damaged GZIP    the file's path, "corrupt":
-                                                                          its records from there on
-    no image feature in the first Example                                 the file's path, "unreadable"
-    a file that cannot be opened or fetched                               the file's path, "missing",
-                                                                          "unreadable", "unreachable"
+    no image bytes (its feature absent, or an empty list)     the record's key, kind "missing"
+    more than max_bytes bytes (passed by unread)              "#<n>", "too_large"; reading goes on
+    its data has a wrong CRC, or is not an Example            "#<n>", "corrupt"; reading goes on
+    a length's wrong CRC, a file cut mid-record, bad GZIP     the file's path, "corrupt": the rest of it
+    no image feature in the first Example                     the file's path, "unreadable"
+    a file that cannot be opened or fetched                   the file's path, "missing", "unreadable", ...
 
 A failure of the file is one item (path, ImageError) and one Entry(path, offset of the damage, -1),
 after the records read before it, as parallel.inputs.tar_stream does for a damaged tar.
 remote.ObjectChanged and remote.StoreUnavailable propagate, as there.
 
 Streaming: the file is read through open_stream's large blocks (parallel.inputs.locations); only the
-record in flight is held, a too large record is passed by with a seek (uncompressed, no GET of its
-bytes in a store) or read through in blocks (GZIP), never held. A file in a store is read as one
-version of its object: `version` (the ETag the job recorded), as tars are.
-
-Read back (`read_record`): Entry.offset is the offset of the record (its 8-byte length) in the
-uncompressed stream, Entry.size the serialized Example's length. An uncompressed file is read by ONE
-range read of that record (its CRCs checked); a GZIP file cannot be entered in the middle, so it is
-decompressed from its start up to the offset.
+record in flight is held; a too large one is passed by with a seek (uncompressed: no GET of its bytes
+in a store) or read through in blocks (GZIP). A file in a store is read as one version of its object,
+`version` (the ETag the job recorded), as tars are. Entry.offset is where the record (its 8-byte
+length) starts in the uncompressed stream, Entry.size the length of its Example: `read_record`.
 """
 
 import gzip
+import io
 import json
 import os
 import struct
@@ -74,16 +62,11 @@ GZIP_MAGIC = b"\x1f\x8b"
 _HEADER = struct.Struct("<QI")  # length, masked CRC of the length
 _FOOTER = 4  # masked CRC of the data
 _MASK_DELTA = 0xA282EAD8
-_SKIP_BLOCK = 1 << 20  # bytes read at a time when a too large record of a GZIP file is passed by
-_SEEK_BYTES = 1 << 20  # bytes to pass by from which a seek beats reading through (in a store: no GET of them)
+_SKIP_BYTES = 1 << 20  # passed by with a seek from so many bytes (no GET of them in a store), else read by so many
 
 
 class _Damaged(Exception):
-    """The file cannot be read from `offset` on (its kind and one-line message)."""
-
-    def __init__(self, offset, kind, message):
-        super().__init__(message)
-        self.offset, self.kind, self.message = offset, kind, message
+    """The file cannot be read from args[0] (its offset) on: args[1:], the ImageError's kind and message."""
 
 
 def record_key(record_id, path):
@@ -123,7 +106,7 @@ def stream_records(path, index, version=None, max_bytes=None, image_column=None,
 
 
 def _rows(stream, path, index, max_bytes, image_column, keep):
-    seen, offset, unkept, image = set(), 0, (None,) * len(keep), None
+    seen, unkept, image = set(), (None,) * len(keep), None
     try:
         source, end = _opened(stream)
         for number, (offset, length, data) in enumerate(_framed(source, max_bytes, end)):
@@ -149,29 +132,31 @@ def _rows(stream, path, index, max_bytes, image_column, keep):
                 except ValueError as error:
                     raise _Damaged(offset, "unreadable", str(error)) from None
             own = own_key(features)
-            record_id = own if _usable(own, seen) else "#%d" % number
+            usable = own and not own.startswith("#") and "::" not in own and own not in seen
+            record_id = own if usable else "#%d" % number
             seen.add(own)
             key = record_key(record_id, path)
             index.append(Entry(key, offset, length, tuple(feature_text(features.get(name)) for name in keep)))
             yield key, _image(features, image, "record %d" % number)
     except _Damaged as damage:
-        index.append(Entry(path, damage.offset, -1))
-        yield path, ImageError(damage.kind, damage.message)
+        index.append(Entry(path, damage.args[0], -1))
+        yield path, ImageError(*damage.args[1:])
 
 
 def _opened(stream):
     """(the records' stream: `stream`, or its GZIP decompression; its size when a seek can pass bytes by, else None)."""
-    if _read(stream, 2, 0) == GZIP_MAGIC:  # then back: a seek within open_stream's buffer
-        stream.seek(0)
+    compressed = _read(stream, 2, 0) == GZIP_MAGIC
+    stream.seek(0)  # within open_stream's buffer
+    if compressed:
         return gzip.GzipFile(fileobj=stream, mode="rb"), None
-    stream.seek(0)
-    return stream, _size(stream)
+    raw = stream.raw  # an object's (its size known), or a file's
+    return stream, raw.size if hasattr(raw, "size") else os.fstat(raw.fileno()).st_size
 
 
-def _framed(stream, max_bytes, end):
-    """(offset, length, data) of each record: data its bytes, None when it is too large (passed by unread),
-    or ImageError("corrupt") when its data has a wrong CRC; _Damaged when the file cannot be read on."""
-    offset = 0
+def _framed(stream, max_bytes, end, offset=0):
+    """(offset, length, data) of each record of `stream` (from `offset` of the file): data its bytes, None when
+    it is too large (passed by unread), or ImageError("corrupt") when its data has a wrong CRC; _Damaged when
+    the file cannot be read on."""
     while True:
         header = _read(stream, _HEADER.size, offset)
         if not header:
@@ -186,16 +171,15 @@ def _framed(stream, max_bytes, end):
                                               "be read" % offset)
         if length > max_bytes:
             yield offset, length, None  # passed by after, unread (check_file asks for the first record only)
-            got = _skip(stream, length + _FOOTER, end, offset)
-            if got < length + _FOOTER:
-                raise _Damaged(offset, "corrupt", "damaged TFRecord: the file ends %d bytes into the record of %d bytes "
-                                                  "at byte %d" % (_HEADER.size + got, length, offset))
+            data, got = None, _skip(stream, length + _FOOTER, end, offset)
         else:
             data = _read(stream, length, offset)
             footer = _read(stream, _FOOTER, offset) if len(data) == length else b""
-            if len(footer) < _FOOTER:
-                raise _Damaged(offset, "corrupt", "damaged TFRecord: the file ends %d bytes into the record of %d bytes "
-                                                  "at byte %d" % (_HEADER.size + len(data) + len(footer), length, offset))
+            got = len(data) + len(footer)
+        if got < length + _FOOTER:
+            raise _Damaged(offset, "corrupt", "damaged TFRecord: the file ends %d bytes into the record of %d bytes "
+                                              "at byte %d" % (_HEADER.size + got, length, offset))
+        if data is not None:
             if masked_crc(data) != int.from_bytes(footer, "little"):
                 data = ImageError("corrupt", "damaged TFRecord: the data of the record at byte %d has a wrong CRC"
                                   % offset)
@@ -213,13 +197,7 @@ def _read(stream, count, offset):
     """Up to `count` bytes of `stream` (fewer only at its end); its failures as _Damaged at `offset` (a
     store's or a file's, damaged GZIP data)."""
     try:
-        data = stream.read(count)
-        while 0 < len(data) < count:  # a stream that gives fewer than asked before its end
-            more = stream.read(count - len(data))
-            if not more:
-                break
-            data += more
-        return data
+        return stream.read(count)  # a BufferedReader's (open_stream's, GzipFile's): fewer only at the end
     except (ObjectChanged, StoreUnavailable):
         raise
     except ImageError as error:
@@ -234,29 +212,18 @@ def _read(stream, count, offset):
 
 def _skip(stream, count, end, offset):
     """Passes by `count` bytes of `stream` (whose size is `end`, or None when it cannot seek): how many there were."""
-    if end is not None and count >= _SEEK_BYTES:
+    if end is not None and count >= _SKIP_BYTES:
         here = stream.tell()
         target = min(here + count, end)
         stream.seek(target)
         return target - here
     skipped = 0
     while skipped < count:
-        chunk = _read(stream, min(count - skipped, _SKIP_BLOCK), offset)
+        chunk = _read(stream, min(count - skipped, _SKIP_BYTES), offset)
         if not chunk:
             break
         skipped += len(chunk)
     return skipped
-
-
-def _size(stream):
-    """The size in bytes of the file or object `stream` reads (open_stream's), or None when unknown."""
-    size = getattr(getattr(stream, "raw", None), "size", None)  # an object's stream
-    if size is not None:
-        return size
-    try:
-        return os.fstat(stream.fileno()).st_size
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 def _parse(data):
@@ -311,10 +278,6 @@ def own_key(features):
     return None
 
 
-def _usable(own, seen):
-    return bool(own) and not own.startswith("#") and "::" not in own and own not in seen
-
-
 def feature_text(feature):
     """A feature's value kept beside its record: None when absent or empty; bytes decoded UTF-8 (errors
     replaced), numbers str(); a list of one value is that value, of several a JSON list of them."""
@@ -349,7 +312,7 @@ def check_file(path, version=None, image_column=None, keep=()):
             source, _ = _opened(stream)
             first = next(_framed(source, decode.MAX_BYTES, None), None)
         except _Damaged as damage:
-            raise ValueError("%s is not a TFRecord file: %s" % (path, damage.message)) from None
+            raise ValueError("%s is not a TFRecord file: %s" % (path, damage.args[2])) from None
     if first is None or first[2] is None:
         return  # no records; or a first record too large to read for a check
     if isinstance(first[2], ImageError):
@@ -366,18 +329,11 @@ def check_file(path, version=None, image_column=None, keep=()):
 
 
 def read_record(key, entry, image_column=None):
-    """The image of the record `key` (of a TFRecord file), read back by its index entry.
+    """The image (bytes) of the record `key` (tfrecord://<id>::<path>), read back by its index entry (tars.Entry).
 
     An uncompressed file: ONE range read of the record (offset .. offset + 16 + size), its CRCs checked.
     A GZIP file: decompressed from its start up to the record (a GZIP stream cannot be entered midway).
-
-    Args:
-      key: the record's key (tfrecord://<id>::<path>).
-      entry: its tars.Entry (offset of the record in the uncompressed stream, size of its Example).
-      image_column: as stream_records'.
-
-    Returns:
-      bytes: the image.
+    `image_column`: as stream_records'.
 
     Raises:
       ValueError: `key` is not a record's key, or `entry` is no record's (size -1: a failure of the file).
@@ -390,23 +346,20 @@ def read_record(key, entry, image_column=None):
     if entry.size < 0 or entry.offset < 0:
         raise ValueError("%s is not a readable record: its entry is (offset %d, size %d)"
                          % (key, entry.offset, entry.size))
-    span = _HEADER.size + entry.size + _FOOTER
     try:
-        frame = _range(path, entry.offset, span)
-    except ImageError:  # past a GZIP file's end, say: its failure, if any, comes again from the look at its start
-        frame = b""
-    problem = _frame_problem(frame, entry.size)
-    if problem and _range(path, 0, 2) == GZIP_MAGIC:
+        data = _record_at(io.BytesIO(_range(path, entry.offset, _HEADER.size + entry.size + _FOOTER)), entry, path)
+    except ImageError as error:  # past a GZIP file's end, say: its failure, if any, comes again from its start
+        data = error
+    if isinstance(data, ImageError) and _range(path, 0, 2) == GZIP_MAGIC:
         with open_stream(path) as stream, gzip.GzipFile(fileobj=stream, mode="rb") as source:
             try:
-                skipped = _skip(source, entry.offset, None, 0)
-                frame = _read(source, span, entry.offset) if skipped == entry.offset else b""
+                _skip(source, entry.offset, None, 0)
             except _Damaged as damage:
-                raise ImageError(damage.kind, "%s: %s" % (path, damage.message)) from None
-        problem = _frame_problem(frame, entry.size)
-    if problem:
-        raise ImageError("corrupt", "damaged TFRecord: the record at byte %d of %s %s" % (entry.offset, path, problem))
-    example = _parse(frame[_HEADER.size:_HEADER.size + entry.size])
+                raise ImageError(damage.args[1], "%s: %s" % (path, damage.args[2])) from None
+            data = _record_at(source, entry, path)
+    if isinstance(data, ImageError):
+        raise data
+    example = _parse(data)
     if example is None:
         raise ImageError("corrupt", "the record at byte %d of %s is not a tf.train.Example" % (entry.offset, path))
     features = example.features.feature
@@ -434,14 +387,14 @@ def _range(path, offset, count):
         raise ImageError("unreadable", "cannot read %s: %s" % (path, error.strerror or error)) from None
 
 
-def _frame_problem(frame, size):
-    """Why `frame` is not one record of an Example of `size` bytes with its CRCs, or None."""
-    if len(frame) < _HEADER.size + size + _FOOTER:
-        return "is cut short (%d of its %d bytes)" % (len(frame), _HEADER.size + size + _FOOTER)
-    length, length_crc = _HEADER.unpack_from(frame)
-    if length != size or masked_crc(frame[:8]) != length_crc:
-        return "does not start there (its length is not %d, or has a wrong CRC)" % size
-    data = frame[_HEADER.size:_HEADER.size + size]
-    if masked_crc(data) != int.from_bytes(frame[_HEADER.size + size:], "little"):
-        return "has a wrong CRC of its data"
-    return None
+def _record_at(source, entry, path):
+    """The data of the record `source` starts with, the one `entry` says is at its offset in the file at `path`:
+    bytes, or ImageError("corrupt") (not a record of that size there, or its CRCs wrong)."""
+    try:
+        record = next(_framed(source, entry.size, None, entry.offset), None)
+    except _Damaged as damage:
+        return ImageError(damage.args[1], "%s: %s" % (path, damage.args[2]))
+    if record is None or record[1] != entry.size:
+        return ImageError("corrupt", "%s has no record of %d bytes at byte %d" % (path, entry.size, entry.offset))
+    data = record[2]
+    return ImageError(data.kind, "%s: %s" % (path, data.message)) if isinstance(data, ImageError) else data
