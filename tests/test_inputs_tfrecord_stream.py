@@ -7,6 +7,7 @@ import tensorflow as tf
 from image_files import noise_jpeg
 from parallel.inputs import remote, tars, tfrecord_stream
 from parallel.inputs.decode import ImageError
+from parallel.inputs.streams import StreamReader
 from parallel.inputs.tfrecord_stream import check_file, read_record, record_key, stream_records
 
 
@@ -69,6 +70,16 @@ def test_imagenet_records_yield_their_jpegs_keyed_by_filename_read_back_by_their
     for entry, data in zip(index, images):
         assert read_record(entry.key, entry) == data
     check_file(path, keep=("image/class/label",))
+    with StreamReader(stream_records(path, []), batch_size=3, size=(8, 8)) as reader:  # as the job reads it
+        batches = list(reader)
+    assert [list(batch.paths) for batch in batches] == [[key for key, _ in items[:3]], [items[3][0]]]
+    assert not any(batch.failures for batch in batches)
+    # A record read back that is no longer the one of its key (the file written again): "changed".
+    write(path, [example(image__encoded=images[0], image__filename="n0144_9.JPEG")], compression)
+    with pytest.raises(ImageError, match="is no longer 'n0144_0.JPEG' \\(its key now: 'n0144_9.JPEG'\\)") as changed:
+        read_record(index[0].key, tars.Entry(index[0].key, 0, len(example(image__encoded=images[0],
+                                                                            image__filename="n0144_9.JPEG"))))
+    assert changed.value.kind == "changed"
 
 
 def test_img2dataset_records_keyed_by_their_key_feature_and_odd_keys_by_their_number(tmp_path):
@@ -90,15 +101,18 @@ def test_img2dataset_records_keyed_by_their_key_feature_and_odd_keys_by_their_nu
     assert read_record(index[1].key, index[1], image_column="photo") == images[1]
 
 
-def test_a_record_without_image_bytes_is_missing_and_one_too_large_is_not_read(tmp_path):
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_a_record_without_image_bytes_is_missing_and_one_too_large_is_not_read(tmp_path, monkeypatch, compression):
+    monkeypatch.setattr(tfrecord_stream, "_SKIP_BYTES", 1024)  # passed by with a seek, or read through in blocks
     images = jpegs(tmp_path, 3)
     records = [example(jpg=images[0], key="a"), example(jpg=[], key="b"), example(key="c", txt="no image"),
                example(jpg=images[1] + bytes(5000), key="d"), example(jpg=images[2], key="e")]
-    path = write(tmp_path / "t.tfrecord", records)
+    path = write(tmp_path / "t.tfrecord", records, compression)
     items, index = read(path, max_bytes=4000)
     assert [(tars.split_key(key)[0], outcome(data)) for key, data in items] == [
         ("a", images[0]), ("b", "missing"), ("c", "missing"), ("#3", "too_large"), ("e", images[2])]
     assert "record 1 has no image bytes" in items[1][1].message
+    assert items[3][1].message == "record 3: %d bytes, more than the 4000 an image may take; not read" % len(records[3])
     assert (index[3].offset, index[3].size) == (sum(16 + len(record) for record in records[:3]), len(records[3]))
     with pytest.raises(ImageError, match="has no image bytes") as failure:
         read_record(index[1].key, index[1])
