@@ -24,7 +24,7 @@ from outputs import attempt_rows
 from parallel import jobs
 from parallel.inputs.sources import parse_images
 from parallel.inputs.tars import MEMBERS_SUFFIX, kept_names, read_index, read_member, split_key
-from stores import store, write_tars
+from stores import store, tar_bytes, write_tars
 
 CHILD = str(Path(job_child.__file__))
 CLI_CHILD = str(Path(__file__).resolve().parent / "cli_child.py")
@@ -91,7 +91,7 @@ def test_each_layout_gives_the_folder_s_features_byte_for_byte_and_reads_a_row_b
     expected = ["%s%s::%s" % (prefix, own_key(layout, names.index(name), name),
                               pattern.replace("{000000..000002}", "%06d" % (names.index(name) // 8))) for name, _ in reference]
     assert [key for key, _ in got] == expected
-    assert [kind for _, kind in errors(output)] == ["corrupt"] and split_key(errors(output)[0][0])[0] == \
+    assert [kind for _, kind in errors(output)] == ["not_an_image"] and split_key(errors(output)[0][0])[0] == \
         own_key(layout, names.index("a/bad.png"), "a/bad.png")
     index = Path(str(output) + MEMBERS_SUFFIX)
     for row in (0, 9, 22):  # read back by its entry in the index, the file not read again
@@ -117,7 +117,7 @@ def test_three_static_ranks_are_one_process_s_bytes_from_local_files_and_from_a_
         assert set(mine) == set(theirs) == {"", ".errors.csv", MEMBERS_SUFFIX, ".run.json"}
         assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)} == \
             {suffix: theirs[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)}
-    features = pq.read_table(single).column(1).to_pylist()
+    features = pq.read_table(single).column("colour").to_pylist()
     with open(folder_output, newline="") as file:
         reference = [[float(value) for value in row[1:]] for row in list(csv.reader(file))[1:]]
     assert features == reference
@@ -202,13 +202,18 @@ def kept_rows(output):
 
 def test_what_keep_names_is_beside_each_row_from_tars_parquet_and_tfrecord(job_images, tmp_path):
     names = sorted(path.relative_to(job_images).as_posix() for path in job_images.rglob("*.png"))
-    siblings = {0: [("a/00.txt", b"a <b>caption</b>"), ("a/00.json", json.dumps({"url": "u0"}).encode())]}
-    tars = write_tars(job_images, tmp_path / "tars", 8, siblings)
+    # A WebDataset sample: its members one after the other, a sibling before its image or after it.
+    members = [("a/00.txt", b"a <b>caption</b>"), ("a/00.png", (job_images / "a/00.png").read_bytes()),
+               ("a/00.json", json.dumps({"url": "u0"}).encode()), ("a/02.png", (job_images / "a/02.png").read_bytes()),
+               ("a/02.cls", b"7"), ("a/04.png", (job_images / "a/04.png").read_bytes()), ("a/04.txt", b"four")]
+    tar = tmp_path / "samples.tar"
+    tar.write_bytes(tar_bytes(members))
     output = tmp_path / "tars.csv"
-    jobs.run(job_child.config(str(tars[0]), output, "csv", keep=("txt", "json")))
+    jobs.run(job_child.config(str(tar), output, "csv", keep=("txt", "json")))
     kept = kept_rows(output)
-    assert kept["tar://a/00.png::%s" % tars[0]] == {"txt": "a <b>caption</b>", "json": '{"url": "u0"}'}
-    assert kept["tar://a/02.png::%s" % tars[0]] == {"txt": None, "json": None}
+    assert kept == {"tar://a/00.png::%s" % tar: {"txt": "a <b>caption</b>", "json": '{"url": "u0"}'},
+                    "tar://a/02.png::%s" % tar: {"txt": None, "json": None},
+                    "tar://a/04.png::%s" % tar: {"txt": "four", "json": None}}
     # Parquet: datasets' caption column; img2dataset's caption and url.
     for layout, keep in (("hf", ("caption",)), ("img2dataset", ("caption", "url"))):
         (path,) = write_files(layout, job_images, tmp_path / layout, 24)

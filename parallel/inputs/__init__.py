@@ -1,7 +1,7 @@
 """The input layer: which images a job has, and each image decoded, a batch at a time.
 
-    sources       what --images names: a folder, a prefix of a store (s3://b/photos/), tar shards
-                  (a path or URL, a brace pattern, a glob, several tars)
+    sources       what --images names: a folder, a prefix of a store (s3://b/photos/), tar shards,
+                  Parquet or TFRecord files (a path or URL, a brace pattern, a glob, several)
     discovery     which files under a folder are images, with their sizes and times
     remote        objects of a store through fsspec: listed, described (size, time, ETag), fetched
                   (pinned to the recorded ETag: ObjectChanged) and retried
@@ -14,10 +14,16 @@
     decode        one image file, or its bytes -> uint8 [H, W, 3] RGB, or why not (the failure kinds)
     resize        how a decoded image becomes (H, W): the Resize rule (mode, filter, short side)
     reader        paths or URLs -> decoded uint8 batches [B, 224, 224, 3], in order, on a pool of threads
-    tars          a tar's members by key (tar://<member>::<tar>): the index of a shard (each
-                  member's offset and size), written, read, merged; a member read back by one byte range
+    members       the keys of images in files read as streams (tar://<member>::<tar>,
+                  parquet://<id>::<file>, tfrecord://<id>::<file>) and their index entries
+    tars          the index of a shard (each image's offset, size and values kept), written, read,
+                  merged; a member read back by one byte range, a row by its entry
+    streamed      files read as streams behind one call (tars, Parquet, TFRecord); a key's image read
     tar_stream    a tar read front to back once: its image members and their index entries, damage
                   accounted for; a member name that comes twice
+    parquet_stream  a Parquet file read once: its rows' images (datasets, img2dataset), streamed
+    tfrecord_stream a TFRecord file (plain or GZIP) read once: its records' images, checksums checked
+    tf_example    tf.train.Example parsed with protobuf alone (no TensorFlow)
     streams       a stream of (key, bytes), a tar's members -> decoded batches, in order, read ahead
 
 It knows files, objects and images, not devices, outputs or jobs. May import: parallel.messages,

@@ -56,8 +56,8 @@ import json
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
 from parallel.inputs.locations import open_stream
+from parallel.inputs.members import PARQUET_PREFIX, Entry, split_key
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
-from parallel.inputs.tars import PARQUET_PREFIX, Entry, split_key
 
 IMAGE_COLUMNS = ("image", "jpg", "jpeg", "png", "webp")  # found by name, in this order (datasets', img2dataset's)
 IMAGE_STRUCT_FIELD = "bytes"  # the field of datasets' Image struct that holds the bytes (beside "path")

@@ -15,64 +15,16 @@ when the job starts). fsspec opens the key as it is (`fsspec.open(key)`; it read
 headers to find the member); `read_member` reads it by one byte range from the index.
 """
 
-import dataclasses
 import itertools
 import os
 
+from parallel.inputs.members import (  # noqa: F401 (the keys' names, as they always were imported from here)
+    KEPT_PREFIX, KEY_PREFIX, KEY_PREFIXES, PARQUET_PREFIX, TFRECORD_PREFIX, Entry, is_member, member_key, split_key)
 from parallel.inputs.remote import fetch
 from parallel.locations import is_url
 
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
 MEMBERS_SUFFIX = ".members.parquet"  # an output's index of every member: <output>.members.parquet
-KEY_PREFIX = "tar://"  # every member's key starts so (`member_key`)
-PARQUET_PREFIX = "parquet://"  # a row of a Parquet file: parallel.inputs.parquet_stream
-TFRECORD_PREFIX = "tfrecord://"  # a record of a TFRecord file: parallel.inputs.tfrecord_stream
-KEY_PREFIXES = (KEY_PREFIX, PARQUET_PREFIX, TFRECORD_PREFIX)
-KEPT_PREFIX = "kept:"  # an index's column of the values kept beside its members (`--keep`)
-_SEPARATOR = "::"
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One line of a tar's index.
-
-    Attributes:
-      key: the member's key (`member_key`), or the tar's path or URL for a failure of the tar.
-      offset: where the member's data starts in the tar (for a damaged tar, where the damage is).
-      size: the member's size in bytes; -1 for a failure of the tar.
-      kept: the values kept beside it (`--keep`: a sibling member's text, a column's or a feature's
-        value), a str or None each, in the order of the names kept; () when nothing is kept.
-    """
-
-    key: str
-    offset: int
-    size: int
-    kept: tuple = ()
-
-
-def member_key(member, tar):
-    """The key of `member` (its name in the tar) of the tar at `tar` (an absolute path or a URL)."""
-    return "%s%s%s%s" % (KEY_PREFIX, member, _SEPARATOR, tar)
-
-
-def is_member(key):
-    """Whether `key` names an image of a file read as a stream (a tar's member tar://<member>::<tar>, a
-    Parquet file's row parquet://<id>::<file>, a TFRecord's record tfrecord://<id>::<file>), not a file
-    that could not be read."""
-    return key.startswith(KEY_PREFIXES) and _SEPARATOR in key
-
-
-def split_key(key):
-    """(member, file) of a member's key (the part between the prefix and the last "::", and the tar's or
-    file's path or URL); ValueError when `key` is not one."""
-    prefix = next((prefix for prefix in KEY_PREFIXES if key.startswith(prefix)), None)
-    if prefix is None or _SEPARATOR not in key:
-        raise ValueError("%r is not the key of a tar member (tar://<member>::<tar>) nor of a row "
-                         "(parquet://<id>::<file>, tfrecord://<id>::<file>)" % (key,))
-    member, tar = key[len(prefix):].rsplit(_SEPARATOR, 1)
-    return member, tar
-
-
 def write_index(path, entries, keep=()):
     """Writes a shard's index (Parquet: key, key_bytes, offset, size, then a string column KEPT_PREFIX + name
     for each of the names `keep`, from each Entry's `kept`; one row per Entry, in stream order)."""

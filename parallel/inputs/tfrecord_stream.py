@@ -42,7 +42,6 @@ length) starts in the uncompressed stream, Entry.size the length of its Example:
 
 import gzip
 import io
-import json
 import os
 import struct
 import zlib
@@ -52,12 +51,12 @@ import google_crc32c
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
 from parallel.inputs.locations import open_stream
+from parallel.inputs.members import TFRECORD_PREFIX, Entry, split_key
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable, fetch
-from parallel.inputs.tars import TFRECORD_PREFIX, Entry, split_key
+from parallel.inputs.tf_example import (  # noqa: F401 (IMAGE_FEATURES, KEY_FEATURES: named here too)
+    IMAGE_FEATURES, KEY_FEATURES, feature_text, image_bytes, image_feature, own_key, parse)
 from parallel.locations import is_url
 
-IMAGE_FEATURES = ("image/encoded", "jpg", "jpeg", "png", "webp", "image")  # the image, the first found
-KEY_FEATURES = ("key", "image/filename")  # a record's own key: the first present
 GZIP_MAGIC = b"\x1f\x8b"
 _HEADER = struct.Struct("<QI")  # length, masked CRC of the length
 _FOOTER = 4  # masked CRC of the data
@@ -117,7 +116,7 @@ def _rows(stream, path, index, max_bytes, image_column, keep):
             elif isinstance(data, ImageError):
                 failure = data
             else:
-                example = _parse(data)
+                example = parse(data)
                 if example is None:
                     failure = ImageError("corrupt", "record %d at byte %d is not a tf.train.Example" % (number, offset))
             if failure is not None:
@@ -137,7 +136,7 @@ def _rows(stream, path, index, max_bytes, image_column, keep):
             seen.add(own)
             key = record_key(record_id, path)
             index.append(Entry(key, offset, length, tuple(feature_text(features.get(name)) for name in keep)))
-            yield key, _image(features, image, "record %d" % number)
+            yield key, image_bytes(features, image, "record %d" % number)
     except _Damaged as damage:
         index.append(Entry(path, damage.args[0], -1))
         yield path, ImageError(*damage.args[1:])
@@ -226,74 +225,6 @@ def _skip(stream, count, end, offset):
     return skipped
 
 
-def _parse(data):
-    """The tf.train.Example serialized in `data`, or None when it is not one."""
-    from google.protobuf.message import DecodeError
-    from tensorflow.core.example import example_pb2
-    try:
-        return example_pb2.Example.FromString(data)
-    except (DecodeError, RuntimeError, ValueError):
-        return None
-
-
-def image_feature(features, image_column, path):
-    """The name of the image's feature among an Example's `features` (`image_column`, or the first of
-    IMAGE_FEATURES that is a bytes_list); ValueError naming the file `path` and the features it has."""
-    names = ", ".join(sorted(features)) or "none"
-    if image_column is None:
-        for name in IMAGE_FEATURES:
-            if name in features and features[name].WhichOneof("kind") == "bytes_list":
-                return name
-        raise ValueError("%s has no image feature (a bytes_list named %s); its features: %s; pass --image-column "
-                         "to name it" % (path, ", ".join(IMAGE_FEATURES), names))
-    if image_column not in features:
-        raise ValueError("%s has no feature %r; its features: %s; pass --image-column to name the image's"
-                         % (path, image_column, names))
-    kind = features[image_column].WhichOneof("kind")
-    if kind != "bytes_list":
-        raise ValueError("the feature %r of %s is a %s, not the bytes_list of an image; its features: %s; pass "
-                         "--image-column to name the image's" % (image_column, path, kind, names))
-    return image_column
-
-
-def _image(features, name, record):
-    """The image's bytes of `record` (the first value of its feature `name`), or ImageError("missing")."""
-    feature = features.get(name)
-    if feature is None or feature.WhichOneof("kind") != "bytes_list" or not feature.bytes_list.value:
-        return ImageError("missing", "%s has no image bytes (no value of its feature %r)" % (record, name))
-    return feature.bytes_list.value[0]
-
-
-def own_key(features):
-    """A record's own key (KEY_FEATURES: its "key", else its "image/filename", one value) as text, or None."""
-    for name in KEY_FEATURES:
-        feature = features.get(name)
-        if feature is not None:
-            kind = feature.WhichOneof("kind")
-            values = getattr(feature, kind).value if kind else ()
-            if len(values) != 1:
-                return None
-            value = values[0]
-            return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
-    return None
-
-
-def feature_text(feature):
-    """A feature's value kept beside its record: None when absent or empty; bytes decoded UTF-8 (errors
-    replaced), numbers str(); a list of one value is that value, of several a JSON list of them."""
-    kind = feature.WhichOneof("kind") if feature is not None else None
-    if kind is None:
-        return None
-    values = list(getattr(feature, kind).value)
-    if kind == "bytes_list":
-        values = [value.decode("utf-8", "replace") for value in values]
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0] if kind == "bytes_list" else str(values[0])
-    return json.dumps(values, ensure_ascii=False)
-
-
 def check_file(path, version=None, image_column=None, keep=()):
     """Checks that `path` is a TFRecord file of Examples with an image feature and the features `keep`,
     from its first record only (a file of no records passes).
@@ -313,11 +244,9 @@ def check_file(path, version=None, image_column=None, keep=()):
             first = next(_framed(source, decode.MAX_BYTES, None), None)
         except _Damaged as damage:
             raise ValueError("%s is not a TFRecord file: %s" % (path, damage.args[2])) from None
-    if first is None or first[2] is None:
-        return  # no records; or a first record too large to read for a check
-    if isinstance(first[2], ImageError):
-        raise ValueError("%s is not a TFRecord file: %s" % (path, first[2].message))
-    example = _parse(first[2])
+    if first is None or first[2] is None or isinstance(first[2], ImageError):
+        return  # no records; a first record too large to read for a check; or damaged (framed: a TFRecord file)
+    example = parse(first[2])
     if example is None:
         raise ValueError("%s is not a TFRecord file of tf.train.Example: its first record is not one" % path)
     features = example.features.feature
@@ -359,14 +288,14 @@ def read_record(key, entry, image_column=None):
             data = _record_at(source, entry, path)
     if isinstance(data, ImageError):
         raise data
-    example = _parse(data)
+    example = parse(data)
     if example is None:
         raise ImageError("corrupt", "the record at byte %d of %s is not a tf.train.Example" % (entry.offset, path))
     features = example.features.feature
     if not record_id.startswith("#") and own_key(features) != record_id:
         raise ImageError("changed", "the record at byte %d of %s is no longer %r (its key now: %r)"
                          % (entry.offset, path, record_id, own_key(features)))
-    image = _image(features, image_feature(features, image_column, path), "the record at byte %d of %s"
+    image = image_bytes(features, image_feature(features, image_column, path), "the record at byte %d of %s"
                    % (entry.offset, path))
     if isinstance(image, ImageError):
         raise image

@@ -6,6 +6,7 @@ over several (`config.distribution`).
 
 import dataclasses
 import functools
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -140,6 +141,12 @@ class Config:
     def source(self):
         """The `parallel.inputs.sources.Source` that `images` names (ValueError when it names none)."""
         source = parse_images(self.images)
+        if source.streamed:  # a glob beside the output (data/*.parquet) would take its own files for inputs
+            own = self.output if is_url(self.output) else os.path.abspath(self.output)
+            files = tuple(name for name in source.files if name != own and not name.startswith(own + "."))
+            if not files:
+                raise ValueError("images=%s names only files of output=%s" % (source.description, self.output))
+            source = dataclasses.replace(source, files=files)
         if source.streamed and self.images_from is not None:
             raise ValueError("images_from= lists images, and images= names %s files: give one or the other"
                              % source.kind)
