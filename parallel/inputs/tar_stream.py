@@ -306,7 +306,7 @@ class LaterCopies:
             if is_member(key) and key in self.seen:
                 placeholder = "later-copy-%d:%s" % (len(self.placeholders) + 1, key)  # never a key or a tar
                 entry = self.entries[-1]  # appended for this item, before it was yielded
-                self.entries[-1] = Entry(placeholder, entry.offset, entry.size)
+                self.entries[-1] = dataclasses.replace(entry, key=placeholder)  # what it kept, kept
                 self.placeholders[placeholder] = key
                 key = placeholder
             else:
@@ -320,6 +320,6 @@ class LaterCopies:
         for entry in self.entries:
             last[self.placeholders.get(entry.key, entry.key)] = entry.key
         kept = set(last.values())
-        entries = [Entry(self.placeholders.get(entry.key, entry.key), entry.offset, entry.size)
+        entries = [dataclasses.replace(entry, key=self.placeholders.get(entry.key, entry.key))
                    for entry in self.entries if entry.key in kept]
         return entries, kept, {placeholder: key for placeholder, key in self.placeholders.items() if placeholder in kept}
