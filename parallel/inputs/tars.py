@@ -97,15 +97,15 @@ def kept_names(path):
 
 def read_index(path, keys=None):
     """The entries of the index at `path` (a shard's MEMBERS_FILE, or an output's O.members.parquet);
-    only those of `keys` (an iterable of keys) when given, so a few are found without holding all."""
+    only those of `keys` (an iterable of keys) when given, so a few are found without holding all: the
+    index is filtered as it is read, batch by batch, and only the rows of `keys` are kept."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     kept = [KEPT_PREFIX + name for name in kept_names(path)]
-    table = pq.read_table(path, columns=["key_bytes", "offset", "size"] + kept)
-    if keys is not None:
-        wanted = pa.array([key.encode("utf-8", "surrogateescape") for key in keys], pa.binary())
-        table = table.filter(pc.is_in(table.column("key_bytes"), value_set=wanted))
+    wanted = None if keys is None else pc.field("key_bytes").isin(
+        pa.array([key.encode("utf-8", "surrogateescape") for key in keys], pa.binary()))
+    table = pq.read_table(path, columns=["key_bytes", "offset", "size"] + kept, filters=wanted)
     values = list(zip(*(table.column(name).to_pylist() for name in kept))) if kept else itertools.repeat(())
     return [Entry(raw.decode("utf-8", "surrogateescape"), offset, size, tuple(row))
             for raw, offset, size, row in zip(table.column("key_bytes").to_pylist(), table.column("offset").to_pylist(),
