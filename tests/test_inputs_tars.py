@@ -152,3 +152,22 @@ def test_the_values_kept_beside_a_member_stay_with_its_last_copy(tmp_path):
     resolved, _, _ = copies.resolve()
     assert [(tars.split_key(entry.key)[0], entry.kept) for entry in resolved] == [
         ("s/2.jpg", ("second", None)), ("s/1.jpg", ("again", None))]
+
+
+def test_an_index_is_read_for_a_few_keys_a_row_group_at_a_time(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+    monkeypatch.setattr(tars, "INDEX_ROW_GROUP", 3)
+    entries = [tars.Entry(tars.member_key("%d.jpg" % number, "/d/t.tar"), 512 * number, 10 + number,
+                          ("caption %d" % number, None if number % 2 else "{}")) for number in range(10)]
+    path = tmp_path / "index.parquet"
+    tars.write_index(path, entries, ("txt", "json"))
+    assert pq.ParquetFile(path).num_row_groups == 4
+    assert tars.kept_names(path) == ("txt", "json") and tars.read_index(path) == entries
+    wanted = [entries[7].key, entries[1].key, "tar://missing.jpg::/d/t.tar"]
+    read, groups = pq.ParquetFile.read_row_group, []
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda file, group, columns, **options: groups.append(
+        (group, len(columns))) or read(file, group, columns=columns, **options))
+    assert tars.read_index(path, wanted) == [entries[1], entries[7]]  # in the index's order
+    assert [group for group, columns in groups if columns > 1] == [0, 2]  # the groups holding them, whole
+    assert [group for group, columns in groups if columns == 1] == [0, 1, 2, 3]  # every group's keys
+    assert tars.read_index(path, []) == []
