@@ -126,9 +126,10 @@ class Service:
 
     def _with_kept(self, rows):
         """`rows` (dicts with a "key"), each given "kept": {name: str or None} when the output kept values."""
-        values = self.kept.of(row["key"] for row in rows)
-        for row in rows if self.kept.names else ():
-            row["kept"] = values.get(row["key"], dict.fromkeys(self.kept.names))
+        if self.kept.names:
+            values = self.kept.of(row["key"] for row in rows)
+            for row in rows:
+                row["kept"] = values.get(row["key"], dict.fromkeys(self.kept.names))
         return rows
 
     def row(self, text):
