@@ -304,11 +304,10 @@ def _neighbour_lists(index, args, queries):
 
 
 def _neighbours(args, bars):
-    from parallel.output.csv_rows import csv_line
+    from search.queries import Kept, neighbour_lines
     index = _load(args)
-    lines = [csv_line(["query", "rank", "score", "path"])]
-    for label, _, found, _ in _neighbour_lists(index, args, args.queries):
-        lines += [csv_line([label, str(rank), "%.6f" % score, path]) for rank, (path, score) in enumerate(found, 1)]
+    lists = [(label, found) for label, _, found, _ in _neighbour_lists(index, args, args.queries)]
+    lines = neighbour_lines(lists, Kept(index))
     sys.stdout.buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
     return EXIT_OK
 
@@ -334,9 +333,9 @@ def _duplicates(args, bars):
 
 
 def _page(args, bars):
-    from parallel.inputs.tars import MEMBERS_SUFFIX
     from search import duplicates
     from search.page import check_page_folder, write_page
+    from search.queries import Kept, members_index
     index = _load(args)
     folder = Path(args.out or index.folder / "page")
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
@@ -354,7 +353,7 @@ def _page(args, bars):
     page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
                     threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
                     % Path(index.meta["source"]["output"]).name, details=details, progress=bars,
-                    members=index.meta["source"]["output"] + MEMBERS_SUFFIX, overwrite=args.overwrite)
+                    members=members_index(index), kept=Kept(index).of, overwrite=args.overwrite)
     bars.close()
     print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
     return EXIT_OK

@@ -21,7 +21,8 @@ The modules, one job each:
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM; the Host
                     check and the signal policy the service shares
     queries.py      queries as vectors (keys, .npy, image files, sentences) and their ranked rows: what the
-                    command line and the service share; new images and sentences by an embedder given
+                    command line and the service share; new images and sentences by an embedder given;
+                    the values kept beside the rows shown (--keep), from the output's members index
     service.py      the live service's operations: search by sentence, image, key, row, vector; duplicate
                     groups; an indexed image by its row; bounded requests and queries at once
     api.py          its HTTP side: routes, parameters, JSON answers and errors, on 127.0.0.1 by default

@@ -12,7 +12,8 @@ and a Content-Security-Policy that lets the page load only its own files. Groups
 GROUPS_PER_PAGE at a time (buttons page through them) and thumbnails load lazily, so a report
 of thousands of groups opens at once. Image paths and a text query's sentence are shown as text
 (textContent), never as HTML: a sentence is the title of its query, and stands in a tile where an image
-query's thumbnail would.
+query's thumbnail would. The values kept beside a row (`run_inference.py --keep`: a caption, a .json member)
+are shown under its path, as text too, one line a name.
 """
 
 import concurrent.futures
@@ -142,6 +143,8 @@ figure{margin:0;width:164px;background:#fff;border:1px solid #ddd;padding:2px}
 figure.query{border:2px solid #c03030}
 figure img{display:block;width:160px;height:160px;object-fit:contain;background:#eee}
 figcaption{font-size:11px;overflow-wrap:anywhere}
+.kept{font-size:11px;color:#555;overflow-wrap:anywhere;max-height:5.5em;overflow:hidden}
+.kept .name{font-weight:600;margin-right:.3em}
 figure.sentence{display:flex;align-items:center;justify-content:center;height:160px;font-size:15px;
 text-align:center;overflow-wrap:anywhere;overflow:hidden;background:#fff8e6}
 h3.sentence::before{content:"text: "}
@@ -159,6 +162,15 @@ function figure(item) {
   const cap = document.createElement("figcaption");
   cap.textContent = (item.score === undefined ? "" : item.score.toFixed(3) + "  ") + item.path;
   fig.append(img, cap);
+  for (const [name, value] of Object.entries(item.kept || {})) {
+    if (value === null) continue;  // this row has none of it
+    const line = document.createElement("div"), label = document.createElement("span");
+    const text = document.createElement("span");
+    line.className = "kept"; line.dataset.name = name; line.title = value;
+    label.className = "name"; label.textContent = name; text.textContent = value;
+    line.append(label, text);
+    fig.append(line);
+  }
   return fig;
 }
 function showQueries() {
@@ -172,7 +184,7 @@ function showQueries() {
       tile.textContent = "\u201c" + query.label + "\u201d";
       row.append(tile);
     }
-    if (query.thumb) row.append(figure({path: query.label, thumb: query.thumb, query: true}));
+    if (query.thumb) row.append(figure({path: query.label, thumb: query.thumb, query: true, kept: query.kept}));
     for (const item of query.neighbours) row.append(figure(item));
     box.append(row);
   }
@@ -218,7 +230,7 @@ def check_page_folder(folder, overwrite=False):
 
 
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
-               details="", progress=None, members=None, overwrite=False):
+               details="", progress=None, members=None, kept=None, overwrite=False):
     """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced, another
     index.html only if `overwrite`).
 
@@ -231,6 +243,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
       threshold: the duplicates threshold, drawn on the histogram; None: not drawn.
       images_root: the folder or s3:// prefix the paths are relative to (the indexed output's images).
       members: the output's members index (`<output>.members.parquet`), for keys of tar members.
+      kept: callable(keys) -> {key: {name: str or None}}: the values kept beside the rows shown
+        (`search.queries.Kept.of`), shown under their paths; None: none shown.
       title: the page's heading. details: a line under it (what was indexed).
       progress: callable(done, total) while thumbnails are made, or None.
       overwrite: replace an index.html in `folder` that is not a page written here.
@@ -248,13 +262,18 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     images |= {query["image"] for query in queries if query.get("image")}
     images |= {path for group in groups for path in group[:MEMBERS_SHOWN]}
     thumbs = _thumbnails(folder, images, images_root, members, progress)
+    values = kept(images) if kept is not None else {}
+
+    def item(path, **more):
+        return dict(more, path=path, thumb=thumbs[path], **({"kept": values[path]} if path in values else {}))
     data = {
-        "queries": [{"label": query["label"], "thumb": thumbs.get(query.get("image")),
-                     "text": bool(query.get("text")),
-                     "neighbours": [{"path": path, "score": float(score), "thumb": thumbs[path]}
-                                    for path, score in query["neighbours"]]} for query in queries],
-        "groups": [{"size": len(group), "members": [{"path": path, "thumb": thumbs[path]}
-                                                    for path in group[:MEMBERS_SHOWN]]} for group in groups],
+        "queries": [dict({"label": query["label"], "thumb": thumbs.get(query.get("image")),
+                          "text": bool(query.get("text")),
+                          "neighbours": [item(path, score=float(score)) for path, score in query["neighbours"]]},
+                         **({"kept": values[query["image"]]} if query.get("image") in values else {}))
+                    for query in queries],
+        "groups": [{"size": len(group), "members": [item(path) for path in group[:MEMBERS_SHOWN]]}
+                   for group in groups],
         "groupsPerPage": GROUPS_PER_PAGE,
     }
     # "</" inside a script element would end it: escaped, the JSON reads the same.

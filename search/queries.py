@@ -9,6 +9,13 @@ is computed by `embedder`. A sentence is computed by `embedder` too. The embedde
 builds it from the engine and the models, models/query_embedder.py): search never imports TensorFlow.
 It has `images(list of bytes) -> (float32 [M, D], [(number, kind, message)])` and
 `text(sentences) -> float32 [N, D]`.
+
+The values kept beside the rows (`run_inference.py --keep`: a tar sample's .txt or .json, a Parquet column, a
+TFRecord feature) are in the output's members index; `Kept` reads them for the rows shown, never the whole index:
+
+    kept = Kept(index)
+    kept.names                                  # ("txt", "json"); () when nothing was kept
+    kept.of(["tar://a/1.jpg::/d/0.tar"])       # {"tar://a/1.jpg::/d/0.tar": {"txt": "a dog", "json": None}}
 """
 
 from pathlib import Path
@@ -106,3 +113,65 @@ def ranked(index, unit_vectors, k):
     ids, scores = index.search_ids(np.asarray(unit_vectors, np.float32), min(k, len(index)))
     return [[(int(row), float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
             for row_ids, row_scores in zip(ids, scores)]
+
+
+def neighbour_lines(lists, kept):
+    """The CSV lines (str, each ending in "\\n") that `neighbours` prints: a header, then a line per neighbour:
+    query, rank, score, path, and a column "kept:<name>" per value kept (`Kept`: "" when the row has none).
+
+    Args:
+      lists: [(the query's label, [(path, score)] best first)].
+      kept: the index's `Kept`; its values are read for these rows only.
+    """
+    from parallel.inputs.tars import KEPT_PREFIX
+    from parallel.output.csv_rows import csv_line
+    values = kept.of(path for _, found in lists for path, _ in found)
+    lines = [csv_line(["query", "rank", "score", "path"] + [KEPT_PREFIX + name for name in kept.names])]
+    for label, found in lists:
+        lines += [csv_line([label, str(rank), "%.6f" % score, path] + kept.texts(values.get(path)))
+                  for rank, (path, score) in enumerate(found, 1)]
+    return lines
+
+
+def members_index(index):
+    """The path (str) of the indexed output's members index, `<output>.members.parquet` (for a kept
+    <output>.shards/ folder, its output's); it exists only for an output of tars, Parquet or TFRecord files."""
+    from parallel.inputs.tars import MEMBERS_SUFFIX  # a constant: parallel.inputs.tars imports no engine
+    from search.image_rows import SHARDS_SUFFIX
+    output = index.meta["source"]["output"]
+    return (output[:-len(SHARDS_SUFFIX)] if output.endswith(SHARDS_SUFFIX) else output) + MEMBERS_SUFFIX
+
+
+class Kept:
+    """The values kept beside an index's rows (`--keep`), read from its output's members index for the rows asked.
+
+    Args:
+      index: a loaded `search.index.Index`.
+    """
+
+    def __init__(self, index):
+        self.path = members_index(index)
+        self._names = None  # read once, on first need
+
+    @property
+    def names(self):
+        """The names kept, in order (the index's KEPT_PREFIX columns); () for an output without --keep or
+        without a members index (a folder of images)."""
+        if self._names is None:
+            from parallel.inputs.tars import kept_names
+            self._names = kept_names(self.path) if Path(self.path).is_file() else ()
+        return self._names
+
+    def of(self, keys):
+        """{key: {name: str or None}} of the `keys` (the rows' paths) found in the members index, the rows of
+        those keys only read; {} when nothing was kept."""
+        keys = set(keys)
+        if not self.names or not keys:
+            return {}
+        from parallel.inputs.tars import read_index
+        return {entry.key: dict(zip(self.names, entry.kept)) for entry in read_index(self.path, keys)}
+
+    def texts(self, values):
+        """[str] of one row's values ({name: value} as `of` gives it, or None), in the order of `names`; "" for
+        a value the row has not."""
+        return [(values or {}).get(name) or "" for name in self.names]

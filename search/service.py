@@ -12,7 +12,10 @@
     GET  /api/image?row=3                the indexed image of a row: its file's, tar member's or object's bytes
 
 Every answer is JSON but an image's; an error is {"status": N, "error": "one line"}, never a traceback. The
-answers are the command line's: the same query vectors (search/queries.py) and the same search.
+answers are the command line's: the same query vectors (search/queries.py) and the same search. For an output
+that kept values beside its rows (`run_inference.py --keep txt,json`), each row answered (a neighbour, and the
+first `Limits.kept_per_group` rows of a duplicate group) holds them: "kept": {"txt": "...", "json": null}, read
+from the output's members index for those rows only.
 
 Safe by default: the Host check of search/server.py (DNS rebinding); a Content-Security-Policy; an image fetched
 by row, never by a path the request names (a parameter that is not the endpoint's is refused); uploads bounded in
@@ -30,7 +33,7 @@ import threading
 import numpy as np
 from PIL import Image
 
-from search.queries import check_text_queries, image_vectors, ranked, text_vectors
+from search.queries import Kept, check_text_queries, image_vectors, members_index, ranked, text_vectors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Limits:
     max_sentence: int = 1000                # characters of a sentence
     max_image_bytes: int = 256 << 20        # an indexed image served by /api/image
     max_groups: int = 1000                  # duplicate groups returned (the count of all is given)
+    kept_per_group: int = 60                # a duplicate group's first rows given their kept values (--keep)
     running: int = 2                        # queries computed at once (the machine's cores, not more)
     waiting: int = 32                       # queries waiting for their turn; more: 503
     connections: int = 64                   # connections open at once (a thread each); more: 503, closed
@@ -83,10 +87,10 @@ class Service:
     """
 
     def __init__(self, index, embedder=None, limits=Limits()):
-        from parallel.inputs.tars import MEMBERS_SUFFIX  # a constant: parallel.inputs.tars imports no engine
         self.index, self.embedder, self.limits = index, embedder, limits
         self.slots = _Slots(limits.running, limits.waiting)
-        self.members = index.meta["source"]["output"] + MEMBERS_SUFFIX
+        self.members = members_index(index)
+        self.kept = Kept(index)  # its names read once, on the first answer
         self._duplicates_lock = threading.Lock()
 
     def describe(self):
@@ -116,8 +120,17 @@ class Service:
 
     def _answer(self, query, unit_vector, k):
         found = ranked(self.index, unit_vector[None], k)[0]
-        return {"query": query, "neighbours": [{"rank": rank, "row": row, "key": self.index.paths[row],
-                                                "score": score} for rank, (row, score) in enumerate(found, 1)]}
+        neighbours = [{"rank": rank, "row": row, "key": self.index.paths[row], "score": score}
+                      for rank, (row, score) in enumerate(found, 1)]
+        return {"query": query, "neighbours": self._with_kept(neighbours)}
+
+    def _with_kept(self, rows):
+        """`rows` (dicts with a "key"), each given "kept": {name: str or None} when the output kept values."""
+        if self.kept.names:
+            values = self.kept.of(row["key"] for row in rows)
+            for row in rows:
+                row["kept"] = values.get(row["key"], dict.fromkeys(self.kept.names))
+        return rows
 
     def row(self, text):
         """The row numbered `text`, checked to be one of the index's (404 if not)."""
@@ -185,9 +198,10 @@ class Service:
         with self.slots, self._duplicates_lock:  # one at a time: a pass over every row
             pairs, _ = find_pairs(self.index, threshold, neighbours=neighbours)
             groups = group_pairs(pairs, len(self.index))
-        return {"threshold": threshold, "pairs": len(pairs), "groups": len(groups), "shown": [
-            [{"row": int(row), "key": self.index.paths[row]} for row in group]
-            for group in groups[:self.limits.max_groups]]}
+        shown = [[{"row": int(row), "key": self.index.paths[row]} for row in group]
+                 for group in groups[:self.limits.max_groups]]
+        self._with_kept([member for group in shown for member in group[:self.limits.kept_per_group]])
+        return {"threshold": threshold, "pairs": len(pairs), "groups": len(groups), "shown": shown}
 
     def image(self, text):
         """(bytes, content type) of the indexed image of row `text`: a file under the output's images folder, a tar

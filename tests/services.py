@@ -3,10 +3,12 @@
     with Running(Service(index)) as service:          # make_service on a free loopback port, in a thread
         status, answer, headers = service.request("/api/index")
     clip_job                                          # a module's fixture: a small CLIP's output of 12 PNGs, indexed
+    kept_job                                          # a module's fixture: an output of tars with --keep txt,json
 """
 
 import io
 import json
+import tarfile
 import threading
 import urllib.error
 import urllib.request
@@ -86,3 +88,42 @@ def clip_job(tmp_path_factory):
                                    "clip_vit_b32", "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
         assert run("--quiet", "index", folder / "f.npy") == 0
         yield folder, weights, folder / "f.npy.index", images
+
+
+# A caption holding HTML, shown as text wherever the value is shown.
+HTML_CAPTION = '<img src=x onerror="document.title=1"> <b>bold</b> & "quoted"'
+
+
+def kept_values(sample):
+    """{"txt": ..., "json": ...} kept beside sample `sample` of `kept_job`'s tars: sample 2 has no .json member,
+    sample 5 neither, sample 3's caption holds HTML."""
+    return {"txt": None if sample == 5 else HTML_CAPTION if sample == 3 else "caption of %d" % sample,
+            "json": None if sample in (2, 5) else json.dumps({"sample": sample, "tags": ["a", "b"]})}
+
+
+@pytest.fixture(scope="module")
+def kept_job(tmp_path_factory):
+    """A job over 2 tars of 4 JPEG samples each, with .txt and .json members beside the images (before the image in
+    sample 6, after it elsewhere), run with keep=("txt", "json") (`--keep txt,json`) by tests/colour_jobs.py's cheap
+    model, and its index. Yields (the index's folder, {key: kept_values(sample)} of every row)."""
+    from parallel import jobs
+    from parallel.inputs.tars import member_key
+    from colour_jobs import config_for
+    folder = tmp_path_factory.mktemp("kept-job")
+    expected = {}
+    for number in range(2):
+        tar_path = folder / ("%06d.tar" % number)
+        with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT) as tar:
+            for sample in range(4 * number, 4 * number + 4):
+                image = io.BytesIO()
+                Image.open(io.BytesIO(png((48, 32), sample))).save(image, "JPEG", quality=90)
+                members = [("jpg", image.getvalue())] + [(name, value.encode("utf-8")) for name, value in
+                                                        kept_values(sample).items() if value is not None]
+                for extension, data in members[::-1] if sample == 6 else members:
+                    info = tarfile.TarInfo("s/%04d.%s" % (sample, extension))
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                expected[member_key("s/%04d.jpg" % sample, str(tar_path))] = kept_values(sample)
+    jobs.run(config_for(folder, str(folder / "*.tar"), output=folder / "f.csv", keep=("txt", "json")))
+    assert run("--quiet", "index", folder / "f.csv") == 0
+    yield folder / "f.csv.index", expected

@@ -138,3 +138,36 @@ def test_a_too_large_member_of_a_tar_in_a_store_is_passed_by_without_a_get_of_it
     items, _ = read("s3://bucket/huge/t.tar")
     assert [data if isinstance(data, bytes) else data.kind for _, data in items] == [b"AAA", "too_large", b"CCC"]
     assert sum(fetched) < 4 * (16 << 10), fetched  # the headers' blocks; none of the member's 2 MiB
+
+
+def test_the_values_kept_beside_a_member_stay_with_its_last_copy(tmp_path):
+    """A name given twice (`tar -rf`): the entries LaterCopies resolves keep what each copy's sample kept."""
+    path = tmp_path / "t.tar"
+    make_tar(path, [("s/1.jpg", b"old"), ("s/1.txt", b"first"), ("s/2.jpg", b"two"), ("s/2.txt", b"second"),
+                    ("s/1.jpg", b"new"), ("s/1.txt", b"again")])
+    entries = []
+    copies = tar_stream.LaterCopies(entries)
+    items = list(copies.wrap(tar_stream.stream_members(str(path), entries, keep=("txt", "json"))))
+    assert [data for _, data in items] == [b"old", b"two", b"new"]
+    resolved, _, _ = copies.resolve()
+    assert [(tars.split_key(entry.key)[0], entry.kept) for entry in resolved] == [
+        ("s/2.jpg", ("second", None)), ("s/1.jpg", ("again", None))]
+
+
+def test_an_index_is_read_for_a_few_keys_a_row_group_at_a_time(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+    monkeypatch.setattr(tars, "INDEX_ROW_GROUP", 3)
+    entries = [tars.Entry(tars.member_key("%d.jpg" % number, "/d/t.tar"), 512 * number, 10 + number,
+                          ("caption %d" % number, None if number % 2 else "{}")) for number in range(10)]
+    path = tmp_path / "index.parquet"
+    tars.write_index(path, entries, ("txt", "json"))
+    assert pq.ParquetFile(path).num_row_groups == 4
+    assert tars.kept_names(path) == ("txt", "json") and tars.read_index(path) == entries
+    wanted = [entries[7].key, entries[1].key, "tar://missing.jpg::/d/t.tar"]
+    read, groups = pq.ParquetFile.read_row_group, []
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda file, group, columns, **options: groups.append(
+        (group, len(columns))) or read(file, group, columns=columns, **options))
+    assert tars.read_index(path, wanted) == [entries[1], entries[7]]  # in the index's order
+    assert [group for group, columns in groups if columns > 1] == [0, 2]  # the groups holding them, whole
+    assert [group for group, columns in groups if columns == 1] == [0, 1, 2, 3]  # every group's keys
+    assert tars.read_index(path, []) == []

@@ -21,6 +21,7 @@ import run_inference
 import search_features
 from search_data import clustered, with_near_copy, write_npy
 from serving import serving, stopped
+from services import HTML_CAPTION, kept_job  # noqa: F401 -- kept_job: a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 # The threshold documented in docs/search.md for these features (seeded random VGG16 weights, fc7):
@@ -398,6 +399,37 @@ def test_page_does_not_replace_an_index_html_it_did_not_write(output, tmp_path, 
     assert (site / "index.html").read_text() == "<html>mine</html>" and sorted(site.iterdir()) == [site / "index.html"]
     assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site, "--overwrite") == 0
     assert run("--quiet", "page", tmp_path / "f.npy.index", "--out", site) == 0  # now its own page
+
+
+def _page_data(page):
+    """The data of a page search_features wrote, and its text outside the data's script element."""
+    text = page.read_text()
+    head, rest = text.split('<script type="application/json" id="data">')
+    payload, tail = rest.split("</script>", 1)
+    return json.loads(payload.replace("<\\/", "</")), head + tail
+
+
+def test_neighbours_and_the_page_show_the_values_kept_beside_each_row(kept_job, tmp_path, capsys):
+    index, expected = kept_job
+    query = sorted(expected)[3]  # its caption holds HTML
+    assert expected[query]["txt"] == HTML_CAPTION
+    capsys.readouterr()
+    assert run("neighbours", index, query, "-k", "8") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(rows[0]) == ["query", "rank", "score", "path", "kept:txt", "kept:json"]
+    assert rows[0]["path"] == query and sorted(row["path"] for row in rows) == sorted(expected)
+    assert [(row["kept:txt"], row["kept:json"]) for row in rows] == [
+        (expected[row["path"]]["txt"] or "", expected[row["path"]]["json"] or "") for row in rows]
+    assert run("--quiet", "page", index, "--query", query, "-k", "3", "--threshold", "-1", "--out",
+               tmp_path / "page") == 0
+    data, outside = _page_data(tmp_path / "page" / "index.html")
+    [shown] = data["queries"]
+    assert shown["kept"] == expected[query] and len(shown["neighbours"]) == 3
+    assert all(found["kept"] == expected[found["path"]] for found in shown["neighbours"])
+    [group] = data["groups"]  # every row, at a cosine of -1
+    assert sorted(member["path"] for member in group["members"]) == sorted(expected)
+    assert all(member["kept"] == expected[member["path"]] for member in group["members"])
+    assert "bold" not in outside and "caption of" not in outside  # data only, put on the page as text
 
 
 # ----------------------------------------------------------------------------- text queries (CLIP)

@@ -17,7 +17,7 @@ from search.index import Index
 from search.service import Service
 from search_data import clustered
 from serving import serving, stopped
-from services import Running, clip_job, png  # noqa: F401 -- clip_job: a fixture
+from services import HTML_CAPTION, Running, clip_job, kept_job, png  # noqa: F401 -- clip_job, kept_job: fixtures
 from test_search_page import BROWSER_FLAGS, CHROMIUM, wait_for_images
 
 TESTS = Path(__file__).resolve().parent
@@ -250,5 +250,42 @@ def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_offers_no_se
             # Its rows have no image files: each thumbnail is a 404 of /api/image, and nothing else failed.
             assert set(browser.errors) == {"Failed to load resource: the server responded with a status of 404 "
                                            "(Not Found)"}
+        finally:
+            browser.close()
+
+
+KEPT_LINES = ("figures => figures.map(f => [f.querySelector('.key').textContent, Array.from(f.querySelectorAll("
+              "'.kept')).map(line => [line.dataset.name, line.lastChild.textContent])])")
+
+
+@needs_a_browser
+def test_the_values_kept_beside_each_row_show_under_its_key_as_text(kept_job):
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+    from playwright.sync_api import expect, sync_playwright
+    folder, expected = kept_job
+
+    def lines(key):
+        return [[name, value] for name, value in expected[key].items() if value is not None]
+
+    with Running(Service(Index.load(folder))) as service, sync_playwright() as playwright:
+        browser = Browser(playwright, "http://127.0.0.1:%d/" % service.port)
+        page = browser.page
+        try:
+            answer = service.request("/api/duplicates?threshold=0.000")[1]
+            assert answer["groups"] >= 1, answer  # colours' features: some rows alike at a cosine of 0
+            page.fill("#threshold", "0")
+            expect(page.locator("#groups-count")).to_have_text(_groups_line(answer))
+            groups = page.eval_on_selector_all("#groups figure", KEPT_LINES)
+            assert [key for key, _ in groups] == [member["key"] for group in answer["shown"] for member in group]
+            assert all(shown == lines(key) for key, shown in groups), groups
+            query = sorted(expected)[3]  # its caption holds HTML
+            page.locator("#groups figure").nth([key for key, _ in groups].index(query)).locator("button").click()
+            browser.results_titled("neighbours of %s: %d results" % (query, len(expected)))
+            results = page.eval_on_selector_all("#results figure", KEPT_LINES)
+            assert sorted(key for key, _ in results) == sorted(expected) and results[0][0] == query
+            assert all(shown == lines(key) for key, shown in results), results
+            assert results[0][1][0] == ["txt", HTML_CAPTION]
+            assert page.evaluate("document.querySelectorAll('b, img:not([src^=\"/api/image?row=\"])').length") == 0
+            assert page.title() == "Search" and browser.errors == []
         finally:
             browser.close()

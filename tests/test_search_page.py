@@ -13,6 +13,7 @@ from hangs import HANG_SECONDS
 from search.duplicates import histogram
 from search.page import GROUPS_PER_PAGE, THUMBS, make_thumbnail, write_page
 from search.server import make_server
+from services import kept_job  # noqa: F401 -- a fixture
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -236,6 +237,42 @@ def test_a_text_query_in_chromium_is_its_sentence_then_its_images(tmp_path):
     assert rows[1][0][0] == "query" and rows[1][0][2] > 0  # an image query keeps its thumbnail
     with Image.open(tmp_path / "shot.png") as shot:
         assert np.asarray(shot.convert("L"), dtype=np.float32).std() > 10
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not installed "
+                                                  "(apt-get install chromium; .ci/run does)")
+def test_the_values_kept_beside_each_row_show_under_its_path_as_text_in_chromium(kept_job, tmp_path):
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+    from playwright.sync_api import sync_playwright
+    from services import HTML_CAPTION, run
+    index, expected = kept_job
+    query = sorted(expected)[3]
+    assert run("--quiet", "page", index, "--query", query, "-k", "4", "--threshold", "-1", "--out",
+               tmp_path / "page") == 0
+    errors = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS,
+                                             timeout=HANG_SECONDS * 1000)
+        try:
+            view = browser.new_page(viewport={"width": 1100, "height": 900})
+            view.set_default_timeout(HANG_SECONDS * 1000)
+            view.on("console", lambda message: message.type == "error" and errors.append(message.text))
+            view.on("pageerror", lambda error: errors.append(str(error)))
+            view.goto((tmp_path / "page" / "index.html").as_uri())
+            shown = view.eval_on_selector_all("figure", "figures => figures.map(f => [f.querySelector('img').alt, "
+                                                        "Array.from(f.querySelectorAll('.kept')).map(line => "
+                                                        "[line.dataset.name, line.lastChild.textContent])])")
+            injected = view.evaluate("document.querySelectorAll('b, img:not([src^=\"thumbs/\"])').length")
+            title = view.title()
+        finally:
+            browser.close()
+    assert errors == [] and injected == 0 and title == "Search: f.csv"
+    # The query, its 4 neighbours, then the one group of every row: each with its own values, none for none.
+    assert [path for path, _ in shown[:2]] == [query, query]  # the query's tile, then itself, first found
+    assert sorted(path for path, _ in shown[5:]) == sorted(expected) and len(shown) == 5 + len(expected)
+    assert all(lines == [[name, value] for name, value in expected[path].items() if value is not None]
+               for path, lines in shown), shown
+    assert [query, [["txt", HTML_CAPTION], ["json", expected[query]["json"]]]] in shown
 
 
 def test_a_page_is_not_written_over_an_index_html_it_did_not_write(tmp_path):

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from search.index import Index, SearchError
-from search.queries import check_text_queries, query_vectors, ranked
+from search.queries import Kept, check_text_queries, neighbour_lines, query_vectors, ranked
 from search_data import clustered, write_npy
+from services import kept_job  # noqa: F401 -- a fixture
 
 
 class Embedder:
@@ -51,3 +52,33 @@ def test_an_unreadable_image_and_a_sentence_on_an_image_model_are_one_line(index
         check_text_queries(index)
     with pytest.raises(SearchError, match="'nope.jpg' is not a path in the index, a .npy file or an image file"):
         query_vectors(index, ["nope.jpg"], [], None)
+
+
+def test_the_values_kept_beside_rows_are_read_for_the_rows_asked_only(kept_job, monkeypatch):
+    import csv
+    import io
+    from parallel.inputs import tars
+    folder, expected = kept_job
+    kept = Kept(Index.load(folder))
+    assert kept.names == ("txt", "json")
+    read, asked = tars.read_index, []
+    monkeypatch.setattr(tars, "read_index", lambda path, keys: asked.append(set(keys)) or read(path, keys))
+    keys = sorted(expected)[2:6]
+    assert kept.of(keys + ["not/a/row.jpg"]) == {key: expected[key] for key in keys}
+    assert asked == [set(keys + ["not/a/row.jpg"])]  # the index read for these rows, never whole
+    assert kept.of([]) == {} and len(asked) == 1
+    lines = neighbour_lines([("q", [(key, 1.0 - number / 10) for number, key in enumerate(keys)])], kept)
+    rows = list(csv.DictReader(io.StringIO("".join(lines))))
+    assert list(rows[0]) == ["query", "rank", "score", "path", "kept:txt", "kept:json"]
+    assert [(row["path"], row["kept:txt"], row["kept:json"]) for row in rows] == [
+        (key, expected[key]["txt"] or "", expected[key]["json"] or "") for key in keys]
+
+
+def test_an_output_without_kept_values_shows_none(index, tmp_path):
+    from parallel.inputs.tars import MEMBERS_SUFFIX, Entry, write_index
+    kept = Kept(index)  # an output of a folder: no members index
+    assert kept.names == () and kept.of(["img/00001.jpg"]) == {}
+    assert neighbour_lines([("q", [("img/00001.jpg", 0.5)])], kept) == ["query,rank,score,path\n",
+                                                                         "q,1,0.500000,img/00001.jpg\n"]
+    write_index(str(tmp_path / "f.npy") + MEMBERS_SUFFIX, [Entry("img/00001.jpg", 0, 3)])  # tars without --keep
+    assert Kept(index).names == () and Kept(index).of(["img/00001.jpg"]) == {}

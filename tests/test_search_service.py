@@ -24,7 +24,7 @@ from search.index import Index
 from search.service import Limits, Service
 from search_data import clustered, write_npy
 from serving import serving, stopped
-from services import Running, clip_job, png, run  # noqa: F401 -- clip_job: a fixture
+from services import HTML_CAPTION, Running, clip_job, kept_job, png, run  # noqa: F401 -- clip_job, kept_job: fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,6 +179,32 @@ def test_duplicate_groups_at_a_threshold(tmp_path):
         status, answer, _ = service.request("/api/duplicates?threshold=0.99")
         assert status == 200 and answer["groups"] == 1 and answer["pairs"] == 1
         assert answer["shown"] == [[{"row": 3, "key": "img/00003.jpg"}, {"row": 49, "key": "img/00049.jpg"}]]
+
+
+def test_each_row_answered_holds_the_values_kept_beside_it(kept_job, vgg_index, capsys):
+    folder, expected = kept_job
+    index = Index.load(folder)
+    query = sorted(expected)[3]
+    vector = json.dumps({"vector": index.stored([index.row(query)])[0].tolist()}).encode()
+    with Running(Service(index, limits=Limits(kept_per_group=3))) as service:
+        answers = [service.request(path, body)[1] for path, body in (
+            ("/api/search?" + urllib.parse.urlencode({"key": query, "k": 8}), None),
+            ("/api/neighbours?row=%d&k=8" % index.row(query), None), ("/api/search/vector?k=8", vector))]
+        for answer in answers:
+            assert sorted(found["key"] for found in answer["neighbours"]) == sorted(expected)
+            assert [found["kept"] for found in answer["neighbours"]] == [
+                expected[found["key"]] for found in answer["neighbours"]]
+        assert answers[0]["neighbours"][0]["kept"] == {"txt": HTML_CAPTION, "json": expected[query]["json"]}
+        # As `neighbours` prints them, in the same order.
+        cli = _cli_neighbours(capsys, folder, query, "-k", "8")
+        assert [found["key"] for found in answers[0]["neighbours"]] == [key for key, _ in cli]
+        status, answer, _ = service.request("/api/duplicates?threshold=-1")  # one group of every row
+        [group] = answer["shown"]
+        assert status == 200 and sorted(member["key"] for member in group) == sorted(expected)
+        assert [member.get("kept") for member in group] == [expected[member["key"]] for member in group[:3]] + [
+            None] * (len(group) - 3)  # a group's first rows only: a group may hold every row of the index
+    with Running(Service(vgg_index)) as service:  # an output of a folder keeps nothing: no "kept"
+        assert "kept" not in service.request("/api/neighbours?row=1&k=1")[1]["neighbours"][0]
 
 
 def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):

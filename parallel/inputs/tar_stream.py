@@ -306,7 +306,7 @@ class LaterCopies:
             if is_member(key) and key in self.seen:
                 placeholder = "later-copy-%d:%s" % (len(self.placeholders) + 1, key)  # never a key or a tar
                 entry = self.entries[-1]  # appended for this item, before it was yielded
-                self.entries[-1] = dataclasses.replace(entry, key=placeholder)
+                self.entries[-1] = dataclasses.replace(entry, key=placeholder)  # what it kept, kept
                 self.placeholders[placeholder] = key
                 key = placeholder
             else:

@@ -25,6 +25,7 @@ from parallel.locations import is_url
 
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
 MEMBERS_SUFFIX = ".members.parquet"  # an output's index of every member: <output>.members.parquet
+INDEX_ROW_GROUP = 65536  # rows of an index read at once when a few keys are looked up (`read_index`)
 def write_index(path, entries, keep=()):
     """Writes a shard's index (Parquet: key, key_bytes, offset, size, then a string column KEPT_PREFIX + name
     for each of the names `keep`, from each Entry's `kept`; one row per Entry, in stream order)."""
@@ -38,7 +39,7 @@ def write_index(path, entries, keep=()):
     for position, name in enumerate(keep):
         columns[KEPT_PREFIX + name] = pa.array([entry.kept[position] if entry.kept else None for entry in entries],
                                                pa.string())
-    pq.write_table(pa.table(columns), path)
+    pq.write_table(pa.table(columns), path, row_group_size=INDEX_ROW_GROUP)
 
 
 def kept_names(path):
@@ -49,15 +50,28 @@ def kept_names(path):
 
 def read_index(path, keys=None):
     """The entries of the index at `path` (a shard's MEMBERS_FILE, or an output's O.members.parquet);
-    only those of `keys` (an iterable of keys) when given, so a few are found without holding all."""
+    only those of `keys` (an iterable of keys) when given, so a few are found without holding all: the
+    keys are read a row group at a time (INDEX_ROW_GROUP rows), a group's other columns (offsets, values
+    kept) only when it holds one of them."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     kept = [KEPT_PREFIX + name for name in kept_names(path)]
-    table = pq.read_table(path, columns=["key_bytes", "offset", "size"] + kept)
-    if keys is not None:
-        wanted = pa.array([key.encode("utf-8", "surrogateescape") for key in keys], pa.binary())
-        table = table.filter(pc.is_in(table.column("key_bytes"), value_set=wanted))
+    columns = ["key_bytes", "offset", "size"] + kept
+    if keys is None:
+        return _entries(pq.read_table(path, columns=columns), kept)
+    wanted = pa.array([key.encode("utf-8", "surrogateescape") for key in keys], pa.binary())
+    entries = []
+    with pq.ParquetFile(path) as file:
+        for group in range(file.num_row_groups):
+            found = pc.is_in(file.read_row_group(group, columns=["key_bytes"]).column(0), value_set=wanted)
+            if pc.any(found).as_py():
+                entries += _entries(file.read_row_group(group, columns=columns).filter(found), kept)
+    return entries
+
+
+def _entries(table, kept):
+    """The Entry of each row of `table` (an index's columns key_bytes, offset, size and the `kept` ones)."""
     values = list(zip(*(table.column(name).to_pylist() for name in kept))) if kept else itertools.repeat(())
     return [Entry(raw.decode("utf-8", "surrogateescape"), offset, size, tuple(row))
             for raw, offset, size, row in zip(table.column("key_bytes").to_pylist(), table.column("offset").to_pylist(),

@@ -63,8 +63,25 @@ function tile(item) {
   key.className = "key";
   key.textContent = item.key;
   caption.append(open, key);
-  figure.append(button, caption);
+  figure.append(button, caption, ...keptLines(item.kept));
   return figure;
+}
+
+// The values the output kept beside the row (run_inference.py --keep), one line a name, as text.
+function keptLines(kept) {
+  return Object.entries(kept || {}).filter(([, value]) => value !== null).map(([name, value]) => {
+    const line = document.createElement("div");
+    line.className = "kept";
+    line.dataset.name = name;
+    line.title = value;
+    const label = document.createElement("span");
+    label.className = "name";
+    label.textContent = name;
+    const text = document.createElement("span");
+    text.textContent = value;
+    line.append(label, text);
+    return line;
+  });
 }
 
 async function search(path, title, body) {
