@@ -353,7 +353,8 @@ def _page(args, bars):
     page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
                     threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
                     % Path(index.meta["source"]["output"]).name, details=details, progress=bars,
-                    members=members_index(index), kept=Kept(index).of, overwrite=args.overwrite)
+                    members=members_index(index), kept=Kept(index).of, overwrite=args.overwrite,
+                    image_column=index.settings.get("image_column"))
     bars.close()
     print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
     return EXIT_OK

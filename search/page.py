@@ -60,25 +60,23 @@ def make_thumbnail(source, destination, size=THUMB_SIZE):
         return False
 
 
-def _thumbnails(folder, images, images_root, members, progress):
+def _thumbnails(folder, images, images_root, members, progress, image_column=None):
     """{image path as given: "thumbs/<hash>.jpg"} for every image; made once (kept between reports)."""
     thumbs = folder / THUMBS
     thumbs.mkdir(parents=True, exist_ok=True)
     names = {image: "%s/%s" % (THUMBS, _thumb_name(image)) for image in images}
     missing = sorted(image for image, name in names.items() if not (folder / name).is_file())
-    members = _member_entries(members, [image for image in missing if image.startswith(TAR_PREFIX)])
+    from parallel.inputs.members import is_member
+    members = _member_entries(members, [image for image in missing if is_member(image)])
     done = len(names) - len(missing)
     with concurrent.futures.ThreadPoolExecutor(THUMB_THREADS) as pool:
-        made = [pool.submit(_make, image, folder / names[image], images_root, members) for image in missing]
+        made = [pool.submit(_make, image, folder / names[image], images_root, members, image_column) for image in missing]
         for future in concurrent.futures.as_completed(made):
             future.result()
             done += 1
             if progress:
                 progress(done, len(names))
     return names
-
-
-TAR_PREFIX = "tar://"
 
 
 def _member_entries(members, keys):
@@ -89,20 +87,22 @@ def _member_entries(members, keys):
     return {entry.key: entry for entry in read_index(members, keys)}
 
 
-def _make(image, target, images_root, members):
+def _make(image, target, images_root, members, image_column=None):
     """The thumbnail of `image` (a key as the output holds it) at `target`; a placeholder when it cannot be read."""
     try:
-        source = image_source(image, images_root, members)
+        source = image_source(image, images_root, members, image_column)
     except Exception:  # noqa: BLE001 -- a missing member, a store that fails: this image's tile says so
         source = None
     make_thumbnail(source, target)
 
 
-def image_source(image, images_root, members):
-    """A local path, or the bytes (BytesIO) of a tar member or an object, of the key `image`."""
-    if image.startswith(TAR_PREFIX):
+def image_source(image, images_root, members, image_column=None):
+    """A local path, or the bytes (BytesIO) of a tar member, a row of a Parquet or TFRecord file (read back
+    by its entry in the members index `members`; `image_column`: the job's), or an object, of the key `image`."""
+    from parallel.inputs.members import is_member
+    if is_member(image):
         from parallel.inputs.tars import read_member
-        return io.BytesIO(read_member(image, members))  # ValueError when the index lacks it
+        return io.BytesIO(read_member(image, members, image_column))  # ValueError when the index lacks it
     from parallel.locations import is_url
     if is_url(image) or (images_root is not None and is_url(str(images_root))):
         from parallel.inputs.locations import locate
@@ -230,7 +230,7 @@ def check_page_folder(folder, overwrite=False):
 
 
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
-               details="", progress=None, members=None, kept=None, overwrite=False):
+               details="", progress=None, members=None, kept=None, overwrite=False, image_column=None):
     """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced, another
     index.html only if `overwrite`).
 
@@ -242,7 +242,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
       histogram: (counts [B], edges [B + 1]) of nearest-neighbour scores, or None.
       threshold: the duplicates threshold, drawn on the histogram; None: not drawn.
       images_root: the folder or s3:// prefix the paths are relative to (the indexed output's images).
-      members: the output's members index (`<output>.members.parquet`), for keys of tar members.
+      members: the output's members index (`<output>.members.parquet`), for keys of tar members and of
+        rows of Parquet and TFRecord files; image_column: the job's --image-column, for those rows.
       kept: callable(keys) -> {key: {name: str or None}}: the values kept beside the rows shown
         (`search.queries.Kept.of`), shown under their paths; None: none shown.
       title: the page's heading. details: a line under it (what was indexed).
@@ -261,7 +262,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     images = {path for query in queries for path, _ in query["neighbours"]}
     images |= {query["image"] for query in queries if query.get("image")}
     images |= {path for group in groups for path in group[:MEMBERS_SHOWN]}
-    thumbs = _thumbnails(folder, images, images_root, members, progress)
+    thumbs = _thumbnails(folder, images, images_root, members, progress, image_column)
     values = kept(images) if kept is not None else {}
 
     def item(path, **more):

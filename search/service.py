@@ -210,7 +210,8 @@ class Service:
         row = self.row(text)
         with self.slots:
             try:
-                source = image_source(self.index.paths[row], self.index.settings.get("images"), self.members)
+                source = image_source(self.index.paths[row], self.index.settings.get("images"), self.members,
+                                      self.index.settings.get("image_column"))
                 if not isinstance(source, io.BytesIO):
                     if source.stat().st_size > self.limits.max_image_bytes:
                         raise ApiError(413, "the image of row %d is larger than %d bytes" % (

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -117,10 +118,9 @@ def test_three_static_ranks_are_one_process_s_bytes_from_local_files_and_from_a_
         assert set(mine) == set(theirs) == {"", ".errors.csv", MEMBERS_SUFFIX, ".run.json"}
         assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)} == \
             {suffix: theirs[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)}
-    features = pq.read_table(single).column("colour").to_pylist()
-    with open(folder_output, newline="") as file:
-        reference = [[float(value) for value in row[1:]] for row in list(csv.reader(file))[1:]]
-    assert features == reference
+    features = np.array(pq.read_table(single).column("colour").to_pylist(), np.float32)
+    reference = np.array([features for _, features in rows(folder_output)], np.float32)  # CSV's text: float32s exactly
+    assert features.shape == (23, 6) and np.array_equal(features, reference)
 
 
 @pytest.mark.parametrize("layout", ["img2dataset", "wds_tfrecord"])

@@ -85,7 +85,7 @@ def index_keys(path, tars=None):
             .column("key_bytes").to_pylist()]
     if tars is None:
         return keys
-    return [key for key in keys if key in tars or (key.startswith(KEY_PREFIX) and split_key(key)[1] in tars)]
+    return [key for key in keys if key in tars or (is_member(key) and split_key(key)[1] in tars)]
 
 
 def merge_indexes(paths, target):
