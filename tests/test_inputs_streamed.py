@@ -248,3 +248,15 @@ def test_keep_and_image_column_are_refused_where_the_images_cannot_have_them(job
         job_child.config(str(tars[0]), tmp_path / "out.csv", "csv", image_column="jpg")
     with pytest.raises(ValueError, match="images= takes files of one kind; got Parquet files and tars"):
         parse_images((str(tars[0]), str(tmp_path / "x.parquet")))
+
+
+def test_an_output_beside_the_files_a_glob_names_is_never_taken_for_one_of_them(job_images, tmp_path):
+    write_files("img2dataset", job_images, tmp_path / "data", 8)
+    pattern, output = str(tmp_path / "data" / "*.parquet"), tmp_path / "data" / "feats.parquet"
+    first = jobs.run(job_child.config(pattern, output, "parquet"))
+    assert (first.written, first.failed) == (23, 1)
+    assert sorted(path.name for path in (tmp_path / "data").glob("*.parquet")) == [
+        "000000.parquet", "000001.parquet", "000002.parquet", "feats.parquet", "feats.parquet.manifest.parquet",
+        "feats.parquet.members.parquet"]
+    again = jobs.run(job_child.config(pattern, output, "parquet"))  # the same 3 files: finished, nothing to do
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)

@@ -228,6 +228,26 @@ def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):
     assert status == 200 and image == data and headers["Content-Type"] == "image/png"
 
 
+def test_a_row_of_a_parquet_file_is_served_by_its_row_with_the_job_s_image_column_and_its_caption(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from colour_jobs import config_for
+    from parallel import jobs
+    images = [png((30 + row, 20), row) for row in range(6)]
+    pq.write_table(pa.table({"picture": pa.array(images, pa.binary()), "caption": ["c%d" % row for row in range(6)]}),
+                   tmp_path / "data.parquet", row_group_size=4)  # row 5: in the second row group
+    jobs.run(config_for(tmp_path, str(tmp_path / "data.parquet"), output=tmp_path / "f.csv", image_column="picture",
+                        keep=("caption",)))
+    assert run("--quiet", "index", tmp_path / "f.csv") == 0
+    index = Index.load(tmp_path / "f.csv.index")
+    row = index.row("parquet://#5::%s" % (tmp_path / "data.parquet"))
+    with Running(Service(index)) as service:
+        status, image, headers = service.request("/api/image?row=%d" % row)
+        answer = service.request("/api/neighbours?row=%d&k=1" % row)[1]
+    assert status == 200 and image == images[5] and headers["Content-Type"] == "image/png"
+    assert answer["neighbours"][0]["kept"] == {"caption": "c5"}
+
+
 def test_an_object_of_a_store_is_fetched_by_the_service_by_its_row(tmp_path, s3):
     """The browser never gets the store's address or a credential: the service fetches the object a row names."""
     from search_data import SETTINGS

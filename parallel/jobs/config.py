@@ -18,7 +18,7 @@ from parallel.inputs.sources import FOLDER, PARQUET, TFRECORD, parse_images
 from parallel.inputs.streamed import check_first
 from parallel.jobs.identity import own_files
 from parallel.model import ModelSpec
-from parallel.output import FORMATS, ErrorLog
+from parallel.output import FORMATS, ErrorLog, sidecar_path
 from parallel.output.record import ERRORS_SUFFIX
 from parallel.locations import is_url
 
@@ -143,7 +143,8 @@ class Config:
         source = parse_images(self.images)
         if source.streamed:  # a glob beside the output (data/*.parquet) would take its own files for inputs
             own = self.output if is_url(self.output) else os.path.abspath(self.output)
-            files = tuple(name for name in source.files if name != own and not name.startswith(own + "."))
+            ours = not is_url(own) and os.path.exists(sidecar_path(own))  # a file named so is the protocol's refusal
+            files = tuple(name for name in source.files if not name.startswith(own + ".") and (name != own or not ours))
             if not files:
                 raise ValueError("images=%s names only files of output=%s" % (source.description, self.output))
             source = dataclasses.replace(source, files=files)
