@@ -32,7 +32,8 @@ A failure of the file (or of the rest of it) is its Entry(path, row, -1) in the 
 (path, ImageError), after which the stream ends, as parallel.inputs.tar_stream does for a tar.
 
 Streaming: the file is opened by parallel.inputs.locations.open_stream (a store's object read by
-ranged GETs of large blocks) and read by pyarrow's buffered page reader (BUFFER_BYTES at a time per
+ranged GETs of large blocks; a local file, once opened so, by pyarrow's own file: reading through a
+Python file object takes the GIL at every read, from the decoding threads) and read by pyarrow's buffered page reader (BUFFER_BYTES at a time per
 column chunk, never a whole column chunk at once), ROWS_AT_A_TIME rows a batch, only the columns
 needed (the image, "key", those kept): a row group's image column is not held whole, only the
 batch's rows and the page they come from. A page is the least that can be read (it is one
@@ -58,6 +59,7 @@ from parallel.inputs.decode import ImageError
 from parallel.inputs.locations import open_stream
 from parallel.inputs.members import PARQUET_PREFIX, Entry, split_key
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
+from parallel.locations import is_url
 
 IMAGE_COLUMNS = ("image", "jpg", "jpeg", "png", "webp")  # found by name, in this order (datasets', img2dataset's)
 IMAGE_STRUCT_FIELD = "bytes"  # the field of datasets' Image struct that holds the bytes (beside "path")
@@ -110,8 +112,8 @@ def stream_rows(path, index, version=None, max_bytes=None, image_column=None, ke
 
 def _rows(stream, path, index, max_bytes, image_column, keep):
     row = 0
-    try:
-        parquet = _open(stream, path)
+    try:  # a local file is read by pyarrow's own file (the Python file object takes the GIL at every read)
+        parquet = _open(stream if is_url(path) else path, path)
         image, is_struct, key = _columns(parquet.schema_arrow, path, image_column, keep)
     except ImageError as error:
         index.append(Entry(path, -1, -1))
