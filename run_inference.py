@@ -112,7 +112,8 @@ def parse_args(argv=None):
                              "'path' of a .csv or .parquet file")
     parser.add_argument("--image-column", metavar="NAME",
                         help="Parquet and TFRecord files: the column or feature of the images (default: found by "
-                             "the names datasets, img2dataset and TensorFlow's ImageNet write: image, jpg, image/encoded)")
+                             "the names datasets, img2dataset and TensorFlow's ImageNet write: image, jpg, "
+                             "image/encoded)")
     parser.add_argument("--keep", metavar="NAMES", type=names, default=(),
                         help="values kept beside each row, in <output>.members.parquet: columns of Parquet files, "
                              "features of TFRecord files, a tar sample's members by extension (txt,json,cls)")

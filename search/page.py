@@ -70,7 +70,8 @@ def _thumbnails(folder, images, images_root, members, progress, image_column=Non
     members = _member_entries(members, [image for image in missing if is_member(image)])
     done = len(names) - len(missing)
     with concurrent.futures.ThreadPoolExecutor(THUMB_THREADS) as pool:
-        made = [pool.submit(_make, image, folder / names[image], images_root, members, image_column) for image in missing]
+        made = [pool.submit(_make, image, folder / names[image], images_root, members, image_column)
+                for image in missing]
         for future in concurrent.futures.as_completed(made):
             future.result()
             done += 1

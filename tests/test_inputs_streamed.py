@@ -49,7 +49,8 @@ def job_files(output):
     if str(output).startswith("s3://"):
         fs, name = store(), str(output)[len("s3://"):]
         return {suffix: fs.cat_file(name + suffix) for suffix in suffixes if fs.exists(name + suffix)}
-    return {suffix: Path(str(output) + suffix).read_bytes() for suffix in suffixes if Path(str(output) + suffix).exists()}
+    return {suffix: Path(str(output) + suffix).read_bytes() for suffix in suffixes
+            if Path(str(output) + suffix).exists()}
 
 
 def static(rank, world_size):
@@ -90,7 +91,8 @@ def test_each_layout_gives_the_folder_s_features_byte_for_byte_and_reads_a_row_b
     names = sorted(key for key, _ in reference + [("a/bad.png", None)])
     prefix = "parquet://" if SUFFIXES[layout] == ".parquet" else "tfrecord://"
     expected = ["%s%s::%s" % (prefix, own_key(layout, names.index(name), name),
-                              pattern.replace("{000000..000002}", "%06d" % (names.index(name) // 8))) for name, _ in reference]
+                              pattern.replace("{000000..000002}", "%06d" % (names.index(name) // 8)))
+                for name, _ in reference]
     assert [key for key, _ in got] == expected
     assert [kind for _, kind in errors(output)] == ["not_an_image"] and split_key(errors(output)[0][0])[0] == \
         own_key(layout, names.index("a/bad.png"), "a/bad.png")
@@ -180,17 +182,21 @@ def test_a_file_of_another_kind_or_without_an_image_column_is_one_line_and_exit_
     pq.write_table(pa.table({"name": ["a"], "pixels": pa.array([b"x"], pa.binary())}), tmp_path / "plain.parquet")
     (tmp_path / "text.tfrecord").write_text("not a tfrecord file\n" * 50)
     output = tmp_path / "out.csv"
-    for images, said in (("text.parquet", "is not a Parquet file"), ("text.tfrecord", "is not a TFRecord file"),
-                         ("plain.parquet", "--image-column")):
+    for images, said in (("text.parquet", "is not a Parquet file"), ("plain.parquet", "--image-column")):
         status, error = run_cli("--images", tmp_path / images, "--output", output, cwd=tmp_path)
         assert status == 2 and error.count("\n") == 1 and said in error and str(tmp_path / images) in error, error
         assert not output.exists() and not Path(str(output) + ".manifest.parquet").exists()
-    status, error = run_cli("--images", tmp_path / "plain.parquet", "--image-column", "pixels", "--keep", "nothing",
-                            "--output", output, cwd=tmp_path)
-    assert status == 2 and error.count("\n") == 1 and "nothing" in error, error
-    status, error = run_cli("--images", tmp_path / "plain.parquet", "--image-column", "pixels", "--keep", "name",
-                            "--output", output, cwd=tmp_path)
-    assert status == 3 and read_index(Path(str(output) + MEMBERS_SUFFIX))[0].kept == ("a",), error  # b"x": corrupt
+    # The same refusals in the library, before anything is written.
+    for images, said, options in (("text.tfrecord", "is not a TFRecord file", {}),
+                                  ("plain.parquet", "has no column 'nothing' to keep",
+                                   {"image_column": "pixels", "keep": ("nothing",)})):
+        with pytest.raises(ValueError, match=said) as refused:
+            jobs.run(job_child.config(str(tmp_path / images), output, "csv", **options))
+        assert "\n" not in str(refused.value) and not Path(str(output) + ".manifest.parquet").exists()
+    summary = jobs.run(job_child.config(str(tmp_path / "plain.parquet"), output, "csv", image_column="pixels",
+                                        keep=("name",)))
+    assert (summary.written, summary.failed, summary.exit_status) == (0, 1, 3)  # b"x": a row, not an image
+    assert read_index(Path(str(output) + MEMBERS_SUFFIX))[0].kept == ("a",)
 
 
 def kept_rows(output):

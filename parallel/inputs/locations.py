@@ -74,6 +74,28 @@ def open_stream(location, version=None):
     return io.BufferedReader(_ResumingStream(location, version), buffer_size=STREAM_BLOCK)
 
 
+SEEK_BYTES = 1 << 20  # bytes to pass by from which a seek beats reading through (in a store: no GET of them)
+
+
+def skip(stream, count, end, read):
+    """Passes by `count` bytes of `stream` (open_stream's, or a decompressing one; its size `end`, or None
+    when it cannot seek): how many there were (fewer only at its end). Many are passed by with a seek:
+    none read, none held; else they are read through `read(stream, count)` (the reader's, which turns a
+    failure into its own error) in blocks of SEEK_BYTES."""
+    if end is not None and count >= SEEK_BYTES:
+        here = stream.tell()
+        target = min(here + count, end)
+        stream.seek(target)
+        return target - here
+    skipped = 0
+    while skipped < count:
+        chunk = read(stream, min(count - skipped, SEEK_BYTES))
+        if not chunk:
+            break
+        skipped += len(chunk)
+    return skipped
+
+
 class _ResumingStream(io.RawIOBase):
     """An object read by ranged requests, each retried and pinned to one version: a raw stream for BufferedReader."""
 

@@ -33,7 +33,8 @@ A failure of the file (or of the rest of it) is its Entry(path, row, -1) in the 
 
 Streaming: the file is opened by parallel.inputs.locations.open_stream (a store's object read by
 ranged GETs of large blocks; a local file, once opened so, by pyarrow's own file: reading through a
-Python file object takes the GIL at every read, from the decoding threads) and read by pyarrow's buffered page reader (BUFFER_BYTES at a time per
+Python file object takes the GIL at every read, from the decoding threads) and read by pyarrow's
+buffered page reader (BUFFER_BYTES at a time per
 column chunk, never a whole column chunk at once), ROWS_AT_A_TIME rows a batch, only the columns
 needed (the image, "key", those kept): a row group's image column is not held whole, only the
 batch's rows and the page they come from. A page is the least that can be read (it is one

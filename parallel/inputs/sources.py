@@ -177,7 +177,8 @@ def parse_images(values):
     others = [value for value in values if file_kind(value) is None]
     if others:
         raise ValueError("images= takes one folder or prefix, or files (tars, Parquet, TFRecord); got %d values, of "
-                         "which %s is not a .tar, .parquet or .tfrecord: quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
+                         "which %s is not a .tar, .parquet or .tfrecord: quote a pattern (--images "
+                         "'shards/{000..099}.tar') and give one folder"
                          % (len(values), others[0]))
     kinds = sorted({file_kind(value) for value in values})
     if len(kinds) > 1:
@@ -189,8 +190,8 @@ def parse_images(values):
         raise ValueError("images=%s names no %s" % (" ".join(values), _NAMES[kind]))
     odd = [name for name in files if "::" in name]
     if odd:
-        raise ValueError("images=%s: a %s whose path holds '::' cannot be keyed (%s<member>::<file>); rename it"
-                         % (odd[0], _NAMES[kind], {TARS: "tar://", PARQUET: "parquet://", TFRECORD: "tfrecord://"}[kind]))
+        raise ValueError("images=%s: a %s whose path holds '::' cannot be keyed (<kind>://<member>::<file>); "
+                         "rename it" % (odd[0], _NAMES[kind]))
     return Source(kind, "", tuple(files))
 
 

@@ -24,8 +24,8 @@ feature) or "#<n>", the row's or record's number in its file: see each module.
 """
 
 from parallel.inputs.decode import ImageError
-from parallel.inputs.sources import PARQUET, TARS, TFRECORD
 from parallel.inputs.members import KEY_PREFIX, PARQUET_PREFIX, TFRECORD_PREFIX, is_member, split_key
+from parallel.inputs.sources import PARQUET, TARS, TFRECORD
 from parallel.inputs.tars import read_index, read_member
 
 _KINDS = {KEY_PREFIX: TARS, PARQUET_PREFIX: PARQUET, TFRECORD_PREFIX: TFRECORD}

@@ -43,13 +43,12 @@ import os
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
 from parallel.inputs.discovery import has_image_extension
-from parallel.inputs.locations import open_stream
+from parallel.inputs.locations import open_stream, skip
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
 from parallel.inputs.members import Entry, is_member, member_key
 
 _BLOCK = 512
 _FILE_TYPES = (b"0", b"\0", b"7")
-_SEEK_BYTES = 1 << 20  # bytes to pass by from which a seek beats reading through (in a store: no GET of them)
 KEPT_MAX_BYTES = 1 << 20  # a sibling member kept beside its sample's images holds at most this much text
 
 
@@ -164,7 +163,7 @@ def _members(stream, tar, index, max_bytes, siblings):
                 got = len(data)
                 data = data[:size]
             else:  # not an image, or one too large to hold: its bytes pass by unkept
-                got = _skip(stream, padded, end)
+                got = skip(stream, padded, end, _read)
         except ImageError as error:
             data, got = error, -1
         offset = data_offset + padded
@@ -203,23 +202,6 @@ def _read(stream, count):
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-def _skip(stream, count, end):
-    """Passes by `count` bytes of `stream` (whose size is `end`, or None when unknown): returns how many
-    there were (fewer only at its end). Many are passed by with a seek: none read, none held."""
-    if end is not None and count >= _SEEK_BYTES:
-        here = stream.tell()
-        target = min(here + count, end)
-        stream.seek(target)
-        return target - here
-    skipped = 0
-    while skipped < count:
-        chunk = _read(stream, min(count - skipped, 1 << 20))
-        if not chunk:
-            break
-        skipped += len(chunk)
-    return skipped
 
 
 def _size(stream):
@@ -322,4 +304,5 @@ class LaterCopies:
         kept = set(last.values())
         entries = [dataclasses.replace(entry, key=self.placeholders.get(entry.key, entry.key))
                    for entry in self.entries if entry.key in kept]
-        return entries, kept, {placeholder: key for placeholder, key in self.placeholders.items() if placeholder in kept}
+        return entries, kept, {placeholder: key for placeholder, key in self.placeholders.items()
+                               if placeholder in kept}

@@ -110,7 +110,8 @@ def own_key(features):
 
 def feature_text(feature):
     """A feature's value kept beside its record: None when absent or empty; bytes decoded UTF-8 (errors
-    replaced), numbers str() (a float32 its shortest text); a list of one value is that value, of several a JSON list of them."""
+    replaced), numbers str() (a float32 its shortest text); a list of one value is that value, of several a
+    JSON list of them."""
     kind = feature.WhichOneof("kind") if feature is not None else None
     if kind is None:
         return None

@@ -50,7 +50,7 @@ import google_crc32c
 
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
-from parallel.inputs.locations import open_stream
+from parallel.inputs.locations import open_stream, skip
 from parallel.inputs.members import TFRECORD_PREFIX, Entry, split_key
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable, fetch
 from parallel.inputs.tf_example import (  # noqa: F401 (IMAGE_FEATURES, KEY_FEATURES: named here too)
@@ -61,7 +61,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 _HEADER = struct.Struct("<QI")  # length, masked CRC of the length
 _FOOTER = 4  # masked CRC of the data
 _MASK_DELTA = 0xA282EAD8
-_SKIP_BYTES = 1 << 20  # passed by with a seek from so many bytes (no GET of them in a store), else read by so many
 
 
 class _Damaged(Exception):
@@ -170,7 +169,7 @@ def _framed(stream, max_bytes, end, offset=0):
                                               "be read" % offset)
         if length > max_bytes:
             yield offset, length, None  # passed by after, unread (check_file asks for the first record only)
-            data, got = None, _skip(stream, length + _FOOTER, end, offset)
+            data, got = None, skip(stream, length + _FOOTER, end, lambda part, count: _read(part, count, offset))
         else:
             data = _read(stream, length, offset)
             footer = _read(stream, _FOOTER, offset) if len(data) == length else b""
@@ -207,22 +206,6 @@ def _read(stream, count, offset):
     except OSError as error:
         raise _Damaged(offset, "unreadable", "the TFRecord file broke off at byte %d: %s"
                        % (offset, error.strerror or error)) from None
-
-
-def _skip(stream, count, end, offset):
-    """Passes by `count` bytes of `stream` (whose size is `end`, or None when it cannot seek): how many there were."""
-    if end is not None and count >= _SKIP_BYTES:
-        here = stream.tell()
-        target = min(here + count, end)
-        stream.seek(target)
-        return target - here
-    skipped = 0
-    while skipped < count:
-        chunk = _read(stream, min(count - skipped, _SKIP_BYTES), offset)
-        if not chunk:
-            break
-        skipped += len(chunk)
-    return skipped
 
 
 def check_file(path, version=None, image_column=None, keep=()):
@@ -282,7 +265,7 @@ def read_record(key, entry, image_column=None):
     if isinstance(data, ImageError) and _range(path, 0, 2) == GZIP_MAGIC:
         with open_stream(path) as stream, gzip.GzipFile(fileobj=stream, mode="rb") as source:
             try:
-                _skip(source, entry.offset, None, 0)
+                skip(source, entry.offset, None, lambda part, count: _read(part, count, 0))
             except _Damaged as damage:
                 raise ImageError(damage.args[1], "%s: %s" % (path, damage.args[2])) from None
             data = _record_at(source, entry, path)

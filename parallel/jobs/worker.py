@@ -108,7 +108,7 @@ class ShardWorker:
         are kept; an attempt whose files are not what its record says (damaged, cut) is computed again."""
         options = dict(format="parquet", column_prefix=self.config.model.output_name,
                        feature_size=self.runner.feature_size, settings=dict(self.settings, shard=str(index)),
-                       record_digests=not self.job.streamed)  # checked on resume (a tar's is rewritten: keep_last_copies)
+                       record_digests=not self.job.streamed)  # on resume (a stream's is rewritten: keep_last_copies)
         try:
             if self.job.streamed and (read_record(attempt / SHARD_FEATURES) or {}).get("state") == "complete":
                 # Closed by a process killed before its commit, and maybe rewritten (keep_last_copies) since.
