@@ -39,8 +39,9 @@ Where a local output and one in an object store differ is one narrow interface, 
 (Delta Lake's LogStore is the model): pull, read, publish, create-if-absent, sizes, remove, a lock,
 and a shard's files committed as one group (a rename in a folder; parts then a record last in a
 store), listed, read back verified against their SHA-256, set aside, dropped. Everything above it
-is one ShardedJob. A job of tars freezes the tars, a shard being a fixed group of consecutive tars
-(identity.tars_per_shard) read front to back once (engine.extract_stream, parallel.inputs.tars).
+is one ShardedJob. A job of tars (or of Parquet or TFRecord files: one more source behind
+parallel.inputs.streamed) freezes the files, a shard being a fixed group of consecutive files
+(identity.tars_per_shard) read front to back once (engine.extract_stream, parallel.inputs.streamed).
 
     runner.run(config)    this process alone (rank 0 of 1, holding O.lock), or one of many
     protocol              the checks before anything is written or removed, for every mode

@@ -177,10 +177,10 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
 
 
 def tars_per_shard(manifest):
-    """How many consecutive tars make a shard of a job over `manifest`'s tars: as many as hold about
-    TAR_SHARD_BYTES at their median size, at least 1 (fixed when the job is frozen, so the same on
-    any number of processes). Tars of more than half of it are a shard each; small ones
-    share one, so that a shard is worth its commit and 100,000 tiny tars are not 100,000 shards."""
+    """How many consecutive tars (or Parquet or TFRecord files) make a shard of a job over `manifest`'s
+    files: as many as hold about TAR_SHARD_BYTES at their median size, at least 1 (fixed when the job is
+    frozen, so the same on any number of processes). Files of more than half of it are a shard each;
+    small ones share one, so that a shard is worth its commit and 100,000 tiny tars are not 100,000 shards."""
     sizes = sorted(size for size in manifest.sizes if size > 0)
     return max(1, min(len(manifest), TAR_SHARD_BYTES // sizes[len(sizes) // 2])) if sizes else 1
 
