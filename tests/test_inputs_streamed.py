@@ -266,3 +266,46 @@ def test_an_output_beside_the_files_a_glob_names_is_never_taken_for_one_of_them(
         "feats.parquet.members.parquet"]
     again = jobs.run(job_child.config(pattern, output, "parquet"))  # the same 3 files: finished, nothing to do
     assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+
+
+@pytest.mark.parametrize("layout", ["img2dataset", "imagenet", "wds_tfrecord"])
+def test_a_file_replaced_in_the_store_while_the_job_reads_it_leaves_no_row_of_either_version(layout, job_images,
+                                                                                             s3_store, tmp_path,
+                                                                                             monkeypatch):
+    from parallel import engine
+    from parallel.inputs import locations, remote
+    (old,) = write_files(layout, job_images, tmp_path / "old", 24)
+    (new,) = write_files(layout, job_images, tmp_path / "new", 24, pattern="a/*.png")  # 12 images and bad.png
+    url = "s3://bucket/swapped-%s/%s" % (layout, old.name)
+    store().pipe(url[len("s3://"):], old.read_bytes())
+    output = tmp_path / "out.csv"
+    monkeypatch.setattr(locations, "STREAM_BLOCK", 1024)  # several ranged GETs: the replacement lands in between
+    real, swapped = remote.fetch, []
+
+    def fetch(location, start=None, stop=None, version=None):
+        data = real(location, start, stop, version)
+        if not swapped and Path(str(output) + ".manifest.parquet").exists():  # the job froze it and reads it now
+            store().pipe(url[len("s3://"):], new.read_bytes())
+            swapped.append(location)
+        return data
+    monkeypatch.setattr(remote, "fetch", fetch)
+    config = job_child.config(url, output, "csv")
+    with pytest.raises(engine.RunError, match="changed since the job listed it .*rerun the same command"):
+        jobs.run(config)
+    assert not output.exists() and not list(tmp_path.glob("out.csv.attempts/*"))  # nothing of the attempt kept
+    monkeypatch.setattr(remote, "fetch", real)
+    rerun = jobs.run(config)  # the file as it is now: its new version recorded, then read
+    assert swapped == [url] and (rerun.written, rerun.failed) == (12, 1)
+
+
+def test_a_first_file_replaced_since_it_was_listed_is_left_to_the_read_of_its_shard(job_images, s3_store, tmp_path):
+    from parallel.inputs.remote import ObjectChanged
+    from parallel.inputs.sources import TFRECORD
+    from parallel.inputs.streamed import check_first
+    from parallel.inputs.tfrecord_stream import check_file
+    (path,) = write_files("imagenet", job_images, tmp_path, 24)
+    store().pipe("bucket/check/000000.tfrecord", path.read_bytes())
+    url = "s3://bucket/check/000000.tfrecord"
+    with pytest.raises(ObjectChanged):  # the file's check reads the version the job listed
+        check_file(url, version="0123456789abcdef")
+    check_first(TFRECORD, [url], ["0123456789abcdef"], [len(path.read_bytes())])  # not a mistake of the command
