@@ -127,7 +127,7 @@ def test_a_too_large_member_of_a_tar_in_a_store_is_passed_by_without_a_get_of_it
     from stores import store
     monkeypatch.setattr(decode, "MAX_BYTES", 64 << 10, raising=False)
     monkeypatch.setattr(locations, "STREAM_BLOCK", 16 << 10)
-    monkeypatch.setattr(tar_stream, "_SEEK_BYTES", 16 << 10, raising=False)
+    monkeypatch.setattr(locations, "SEEK_BYTES", 16 << 10)
     path = tmp_path / "t.tar"
     tar_with_a_huge_member(path, 2 << 20)
     store().pipe("bucket/huge/t.tar", path.read_bytes())

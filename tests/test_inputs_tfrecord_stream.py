@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from image_files import noise_jpeg
-from parallel.inputs import remote, tars, tfrecord_stream
+from parallel.inputs import locations, remote, tars, tfrecord_stream
 from parallel.inputs.decode import ImageError
 from parallel.inputs.streams import StreamReader
 from parallel.inputs.tfrecord_stream import check_file, read_record, record_key, stream_records
@@ -103,7 +103,7 @@ def test_img2dataset_records_keyed_by_their_key_feature_and_odd_keys_by_their_nu
 
 @pytest.mark.parametrize("compression", [None, "GZIP"])
 def test_a_record_without_image_bytes_is_missing_and_one_too_large_is_not_read(tmp_path, monkeypatch, compression):
-    monkeypatch.setattr(tfrecord_stream, "_SKIP_BYTES", 1024)  # passed by with a seek, or read through in blocks
+    monkeypatch.setattr(locations, "SEEK_BYTES", 1024)  # passed by with a seek, or read through in blocks
     images = jpegs(tmp_path, 3)
     records = [example(jpg=images[0], key="a"), example(jpg=[], key="b"), example(key="c", txt="no image"),
                example(jpg=images[1] + bytes(5000), key="d"), example(jpg=images[2], key="e")]
