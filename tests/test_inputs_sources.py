@@ -31,7 +31,7 @@ def test_a_folder_a_prefix_and_tars(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("values, message", [
-    (["photos", "a.tar"], "got 2 values, of which photos is not a .tar, .parquet or .tfrecord: quote a pattern"),
+    (["photos", "a.tar"], "got 2 values, of which photos is not a .tar, .parquet or .tfrecord, nor a file of one by its first bytes: quote"),
     ("nowhere", "images=nowhere is not a folder"),
     ("none-*.tar", "names no tar"),
     ("a::b.tar", "whose path holds '::'"),
@@ -89,3 +89,43 @@ def test_a_prefix_without_an_image_object_is_a_usage_error_as_an_empty_folder_is
         with pytest.raises(ValueError, match="^images=%s holds no image: no object under it has an image extension$"
                            % prefix):
             parse_images(prefix).scan()
+
+
+def test_files_of_no_known_ending_are_taken_by_their_first_bytes(tmp_path, monkeypatch, s3_store):
+    import gzip
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from parallel.inputs.sources import PARQUET, TFRECORD, sniff
+    from parallel.inputs.tfrecord_stream import masked_crc
+    from stores import store
+    data = b"an Example's bytes"
+    header = len(data).to_bytes(8, "little")
+    record = header + masked_crc(header).to_bytes(4, "little") + data + masked_crc(data).to_bytes(4, "little")
+    (tmp_path / "imagenet").mkdir()
+    for number in range(3):  # TensorFlow's ImageNet names: no ending
+        (tmp_path / "imagenet" / ("train-%05d-of-00003" % number)).write_bytes(record * 2)
+    (tmp_path / "packed").write_bytes(gzip.compress(record))
+    pq.write_table(pa.table({"jpg": [b"x"]}), tmp_path / "table")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("a.jpg"))
+    (tmp_path / "archive").write_bytes(buffer.getvalue())
+    (tmp_path / "notes").write_text("neither\n" * 100)
+    assert [sniff(tmp_path / name) for name in ("packed", "table", "archive", "notes", "absent")] == [
+        TFRECORD, PARQUET, TARS, None, None]
+    monkeypatch.chdir(tmp_path)
+    names = tuple(str(tmp_path / "imagenet" / ("train-%05d-of-00003" % number)) for number in range(3))
+    assert parse_images("imagenet/train-*") == sources.Source(TFRECORD, "", names)
+    assert parse_images("imagenet/train-{00000..00002}-of-00003") == parse_images(list(names))  # the shell's
+    assert parse_images("table") == sources.Source(PARQUET, "", (str(tmp_path / "table"),))
+    store().pipe("bucket/sniffed/train-00000-of-00001", record)
+    assert parse_images("s3://bucket/sniffed/train-*").kind == TFRECORD
+    with pytest.raises(ValueError, match="images=notes is a file, not a folder: .* images_from="):
+        parse_images("notes")
+    (tmp_path / "imagenet" / "README").write_text("the ImageNet files\n")
+    with pytest.raises(ValueError, match="got 1 value, of which imagenet/R\\* is not a .tar, .parquet or .tfrecord, "
+                                         "nor a file of one by its first bytes"):
+        parse_images("imagenet/R*")

@@ -311,3 +311,14 @@ def test_a_first_file_replaced_since_it_was_listed_is_left_to_the_read_of_its_sh
     with pytest.raises(ObjectChanged):  # the file's check reads the version the job listed
         check_file(url, version="0123456789abcdef")
     check_first(TFRECORD, [url], ["0123456789abcdef"], [len(path.read_bytes())])  # not a mistake of the command
+
+
+def test_tensorflow_s_imagenet_files_named_without_an_ending_are_read_as_tfrecords(job_images, folder_output, tmp_path):
+    for number, path in enumerate(write_files("imagenet", job_images, tmp_path / "imagenet", 8)):
+        path.rename(path.with_name("train-%05d-of-00003" % number))
+    output = tmp_path / "out.csv"
+    summary = jobs.run(job_child.config(str(tmp_path / "imagenet" / "train-*"), output, "csv"))
+    assert (summary.written, summary.failed) == (23, 1)
+    got = rows(output)
+    assert [features for _, features in got] == [features for _, features in rows(folder_output)]
+    assert got[0][0] == "tfrecord://a/00.png::%s" % (tmp_path / "imagenet" / "train-00000-of-00003")

@@ -22,6 +22,8 @@ What --images takes (one value, or several files):
                                    jpg): one, a brace pattern, a glob, several, as tars (parallel.inputs.parquet_stream)
     'data/{0..9}.tfrecord'         TFRecord files of tf.train.Example (.tfrecord, .tfrecords, .tfrec, maybe .gz;
                                    plain or GZIP), likewise (parallel.inputs.tfrecord_stream)
+    'imagenet/train-*'             files of none of those endings (TensorFlow's ImageNet: train-00000-of-01024):
+                                   a file or a pattern is taken by the first bytes of its first file (`sniff`)
 
 Files of one kind are one job's: tars and Parquet files together are refused (one line).
 
@@ -52,6 +54,7 @@ from parallel.inputs.discovery import has_image_extension
 from parallel.inputs.locations import describe_all
 from parallel.inputs.manifest import Manifest
 from parallel.locations import is_url
+from parallel.messages import counted
 
 FOLDER, PREFIX, TARS, PARQUET, TFRECORD = "folder", "prefix", "tars", "parquet", "tfrecord"
 STREAMED = (TARS, PARQUET, TFRECORD)  # files read front to back, their images found as they are read
@@ -166,21 +169,22 @@ def parse_images(values):
         _check_url(value)
     if len(values) == 1 and values[0].lower().endswith(".json"):
         values = wids_tars(values[0])
-    if len(values) == 1 and file_kind(values[0]) is None:
+    if len(values) == 1 and file_kind(values[0]) is None and not _names_files(values[0]):
         value = values[0]
         if is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
-        if os.path.isfile(value):
-            raise ValueError("images=%s is a file, not a folder: to compute some images, list their paths in a "
-                             "text file, one a line, and give it as images_from=" % value)
         return Source(FOLDER, str(Path(image_folder(value)).resolve()))
-    others = [value for value in values if file_kind(value) is None]
+    named = {value: file_kind(value) or _sniffed(value) for value in values}
+    others = [value for value, kind in named.items() if kind is None]
+    if len(values) == 1 and others and os.path.isfile(values[0]):
+        raise ValueError("images=%s is a file, not a folder: to compute some images, list their paths in a "
+                         "text file, one a line, and give it as images_from=" % values[0])
     if others:
-        raise ValueError("images= takes one folder or prefix, or files (tars, Parquet, TFRecord); got %d values, of "
-                         "which %s is not a .tar, .parquet or .tfrecord: quote a pattern (--images "
-                         "'shards/{000..099}.tar') and give one folder"
-                         % (len(values), others[0]))
-    kinds = sorted({file_kind(value) for value in values})
+        raise ValueError("images= takes one folder or prefix, or files (tars, Parquet, TFRecord); got %s, of "
+                         "which %s is not a .tar, .parquet or .tfrecord, nor a file of one by its first bytes: "
+                         "quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
+                         % (counted(len(values), "value"), others[0]))
+    kinds = sorted(set(named.values()))
     if len(kinds) > 1:
         raise ValueError("images= takes files of one kind; got %s and %s" % (_NAMES[kinds[0]] + "s",
                                                                             _NAMES[kinds[1]] + "s"))
@@ -193,6 +197,52 @@ def parse_images(values):
         raise ValueError("images=%s: a %s whose path holds '::' cannot be keyed (<kind>://<member>::<file>); "
                          "rename it" % (odd[0], _NAMES[kind]))
     return Source(kind, "", tuple(files))
+
+
+def _names_files(value):
+    """Whether --images `value`, of no known ending, may name files: it is a local file, or a pattern
+    (braces, a glob) of them."""
+    pattern = "{" in value or bool(_GLOB.search(value.split("://", 1)[-1]))
+    return pattern or (not is_url(value) and os.path.isfile(value))
+
+
+def _sniffed(value):
+    """The kind of the files `value` (of no known ending) names, by the first bytes of the first that exists
+    (TensorFlow's ImageNet files are named train-00000-of-01024); None when it is none of STREAMED."""
+    if not _names_files(value):
+        return None
+    for name in _expand(value, None):
+        if is_url(name) or os.path.isfile(name):
+            return sniff(name)
+    return None
+
+
+def sniff(location):
+    """The kind of the file at `location` (a path or a URL) by its first bytes: PARQUET ("PAR1"), TARS
+    (ustar), TFRECORD (a first record's length whose masked CRC-32C holds, maybe GZIP); None else, or when it
+    cannot be read."""
+    import zlib
+    try:
+        if is_url(location):
+            head = remote.fetch(location, 0, 512)
+        else:
+            with open(location, "rb") as file:
+                head = file.read(512)
+    except (OSError, remote.ImageError):
+        return None
+    if head[:4] == b"PAR1":
+        return PARQUET
+    if head[257:262] == b"ustar":
+        return TARS
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 12)
+        except zlib.error:
+            return None
+    from parallel.inputs.tfrecord_stream import masked_crc
+    if len(head) >= 12 and masked_crc(head[:8]) == int.from_bytes(head[8:12], "little"):
+        return TFRECORD
+    return None
 
 
 def wids_tars(index):
@@ -256,7 +306,8 @@ def _expand(value, kind=TARS):
         if _GLOB.search(name.split("://", 1)[-1]):
             matches = _glob(name)
             if not matches:
-                raise ValueError("images=%s names no %s: the glob %s matches none" % (value, _NAMES[kind], name))
+                raise ValueError("images=%s names no %s: the glob %s matches none" % (value, _NAMES.get(kind, "file"),
+                                                                                      name))
             found.extend(matches)
         else:
             found.append(name if is_url(name) else os.path.abspath(name))
