@@ -1,5 +1,8 @@
 """Tar shards (WebDataset, img2dataset): their members' keys, the index of a shard, a member read back by range.
 
+The index and the read back serve the rows of Parquet and TFRecord files too (parallel.inputs.streamed): their
+keys and entries are parallel.inputs.members', as a tar member's are.
+
     member_key("a/0001.jpg", "s3://b/shards/000007.tar") -> "tar://a/0001.jpg::s3://b/shards/000007.tar"
     write_index(path, entries) / read_index(path)          the index of a shard: MEMBERS_FILE
     read_member(key, index)      -> the member's bytes, by one byte range (no tar read again)
@@ -26,6 +29,8 @@ from parallel.locations import is_url
 MEMBERS_FILE = "_members.parquet"  # "_": readers of a Parquet folder skip it
 MEMBERS_SUFFIX = ".members.parquet"  # an output's index of every member: <output>.members.parquet
 INDEX_ROW_GROUP = 65536  # rows of an index read at once when a few keys are looked up (`read_index`)
+
+
 def write_index(path, entries, keep=()):
     """Writes a shard's index (Parquet: key, key_bytes, offset, size, then a string column KEPT_PREFIX + name
     for each of the names `keep`, from each Entry's `kept`; one row per Entry, in stream order)."""
