@@ -94,7 +94,8 @@ class Service:
         self._duplicates_lock = threading.Lock()
 
     def describe(self):
-        """The index: its rows, kind, the output and model it holds, which queries it takes, the limits."""
+        """The index: its rows, kind, the output and model it holds, the names of the values kept beside its rows
+        (`--keep`; [] when none), which queries it takes, the limits."""
         settings, centre = self.index.settings, self.index.meta["centre"]
         try:
             check_text_queries(self.index)
@@ -102,7 +103,8 @@ class Service:
         except ValueError:
             takes_text = False
         return {"rows": len(self.index), "kind": self.index.kind, "output": self.index.meta["source"]["output"],
-                "model": settings.get("model"), "layer": settings.get("layer"), "centred": centre["centred"],
+                "model": settings.get("model"), "layer": settings.get("layer"), "kept": list(self.kept.names),
+                "centred": centre["centred"],
                 "dimensions": int(self.index.mean.shape[0]), "queries": {
                     "key": True, "row": True, "vector": True, "text": takes_text,
                     "image": self.embedder is not None and "model" in settings},

@@ -203,8 +203,10 @@ def test_each_row_answered_holds_the_values_kept_beside_it(kept_job, vgg_index, 
         assert status == 200 and sorted(member["key"] for member in group) == sorted(expected)
         assert [member.get("kept") for member in group] == [expected[member["key"]] for member in group[:3]] + [
             None] * (len(group) - 3)  # a group's first rows only: a group may hold every row of the index
+        assert service.request("/api/index")[1]["kept"] == ["txt", "json"]
     with Running(Service(vgg_index)) as service:  # an output of a folder keeps nothing: no "kept"
         assert "kept" not in service.request("/api/neighbours?row=1&k=1")[1]["neighbours"][0]
+        assert service.request("/api/index")[1]["kept"] == []
 
 
 def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):
