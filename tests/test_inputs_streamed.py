@@ -103,28 +103,32 @@ def test_each_layout_gives_the_folder_s_features_byte_for_byte_and_reads_a_row_b
     assert (again.written, again.already_done, again.failed) == (0, 23, 1)
 
 
-@pytest.mark.parametrize("where", ["local", "store"])
-def test_three_static_ranks_are_one_process_s_bytes_from_local_files_and_from_a_store(dataset, where, s3_store,
-                                                                                     folder_output, tmp_path):
-    layout, pattern = dataset
-    if where == "store":
-        for path in sorted(Path(pattern).parent.iterdir()):
-            store().pipe("bucket/%s-%s/%s" % (layout, tmp_path.name, path.name), path.read_bytes())
-        pattern = "s3://bucket/%s-%s/*%s" % (layout, tmp_path.name, SUFFIXES[layout])
+def ranks_give_one_process_s_bytes(pattern, output, folder_output, tmp_path):
+    """Runs the job over `pattern` on one process, and on 3 static ranks into `output`; asserts the same bytes
+    and the folder's features."""
     single = tmp_path / "single.parquet"
     jobs.run(job_child.config(pattern, single, "parquet"))
-    # Into a local output from local files, into the store beside them (a glob's neighbour) from the store's.
-    for output in ((tmp_path / "ranks.parquet",) if where == "local" else
-                   ("s3://bucket/%s-%s/ranks.parquet" % (layout, tmp_path.name),)):
-        for rank in (2, 0, 1):
-            jobs.run(job_child.config(pattern, output, "parquet", static(rank, 3)))
-        mine, theirs = job_files(output), job_files(single)
-        assert set(mine) == set(theirs) == {"", ".errors.csv", MEMBERS_SUFFIX, ".run.json"}
-        assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)} == \
-            {suffix: theirs[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)}
+    for rank in (2, 0, 1):
+        jobs.run(job_child.config(pattern, output, "parquet", static(rank, 3)))
+    mine, theirs = job_files(output), job_files(single)
+    assert set(mine) == set(theirs) == {"", ".errors.csv", MEMBERS_SUFFIX, ".run.json"}
+    assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)} == \
+        {suffix: theirs[suffix] for suffix in ("", ".errors.csv", MEMBERS_SUFFIX)}
     features = np.array(pq.read_table(single).column("colour").to_pylist(), np.float32)
     reference = np.array([features for _, features in rows(folder_output)], np.float32)  # CSV's text: float32s exactly
     assert features.shape == (23, 6) and np.array_equal(features, reference)
+
+
+def test_three_static_ranks_are_one_process_s_bytes(dataset, folder_output, tmp_path):
+    ranks_give_one_process_s_bytes(dataset[1], tmp_path / "ranks.parquet", folder_output, tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["hf", "wds_tfrecord"])  # a Parquet layout and a TFRecord one stand for their kinds
+def test_three_static_ranks_are_one_process_s_bytes_in_a_store(layout, job_images, s3_store, folder_output, tmp_path):
+    for path in write_files(layout, job_images, tmp_path / "data", 8):
+        store().pipe("bucket/%s-%s/%s" % (layout, tmp_path.name, path.name), path.read_bytes())
+    prefix = "s3://bucket/%s-%s/" % (layout, tmp_path.name)  # the output beside the files its glob names
+    ranks_give_one_process_s_bytes(prefix + "*" + SUFFIXES[layout], prefix + "ranks.parquet", folder_output, tmp_path)
 
 
 @pytest.mark.parametrize("layout", ["img2dataset", "wds_tfrecord"])
@@ -184,12 +188,13 @@ def test_a_file_of_another_kind_or_without_an_image_column_is_one_line_and_exit_
     pq.write_table(pa.table({"name": ["a"], "pixels": pa.array([b"x"], pa.binary())}), tmp_path / "plain.parquet")
     (tmp_path / "text.tfrecord").write_text("not a tfrecord file\n" * 50)
     output = tmp_path / "out.csv"
-    for images, said in (("text.parquet", "is not a Parquet file"), ("plain.parquet", "--image-column")):
-        status, error = run_cli("--images", tmp_path / images, "--output", output, cwd=tmp_path)
-        assert status == 2 and error.count("\n") == 1 and said in error and str(tmp_path / images) in error, error
-        assert not output.exists() and not Path(str(output) + ".manifest.parquet").exists()
-    # The same refusals in the library, before anything is written.
+    status, error = run_cli("--images", tmp_path / "text.parquet", "--output", output, cwd=tmp_path)
+    assert status == 2 and error.count("\n") == 1 and "is not a Parquet file" in error, error
+    assert str(tmp_path / "text.parquet") in error and not output.exists()
+    assert not Path(str(output) + ".manifest.parquet").exists()
+    # The others, as the library raises them for the command line: one line, before anything is written.
     for images, said, options in (("text.tfrecord", "is not a TFRecord file", {}),
+                                  ("plain.parquet", "has no image column .* pass --image-column NAME", {}),
                                   ("plain.parquet", "has no column 'nothing' to keep",
                                    {"image_column": "pixels", "keep": ("nothing",)})):
         with pytest.raises(ValueError, match=said) as refused:
