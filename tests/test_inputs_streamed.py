@@ -327,3 +327,38 @@ def test_tensorflow_s_imagenet_files_named_without_an_ending_are_read_as_tfrecor
     got = rows(output)
     assert [features for _, features in got] == [features for _, features in rows(folder_output)]
     assert got[0][0] == "tfrecord://a/00.png::%s" % (tmp_path / "imagenet" / "train-00000-of-00003")
+
+
+def test_a_large_parquet_file_is_cut_in_pieces_of_row_groups_each_a_shard_of_its_own(job_images, tmp_path, s3_store,
+                                                                                      monkeypatch):
+    from parallel.inputs import parquet_stream
+    from parallel.inputs.manifest import manifest_path, read_job
+    from parallel.jobs.shards import ShardedJob
+    (path,) = write_files("hf", job_images, tmp_path / "data", 24)
+    pq.write_table(pq.read_table(path), path, row_group_size=5)  # row groups of 5, 5, 5, 5, 4 rows
+    whole = tmp_path / "whole.parquet"
+    jobs.run(job_child.config(str(path), whole, "parquet"))  # one shard, the file read through
+    monkeypatch.setattr(parquet_stream, "PIECE_BYTES", 1)  # each row group is more than a piece holds
+    single = tmp_path / "single.parquet"
+    summary = jobs.run(job_child.config(str(path), single, "parquet"))
+    assert (summary.written, summary.failed) == (23, 1)
+    job = ShardedJob(single)
+    assert job.load_manifest().paths == ["%s::rows=%d-%d" % (path, start, min(start + 5, 24)) for start in
+                                         range(0, 24, 5)]
+    output = tmp_path / "ranks.parquet"
+    for rank in (2, 0, 1):  # a piece a shard: 5 shards over 3 ranks
+        jobs.run(job_child.config(str(path), output, "parquet", static(rank, 3)))
+    recorded = read_job(manifest_path(output))
+    assert (recorded["images"], recorded["shard_size"]) == (5, 1)  # 5 pieces, a piece a shard
+    mine, theirs, unpieced = job_files(output), job_files(single), job_files(whole)
+    for suffix in ("", ".errors.csv", MEMBERS_SUFFIX):  # the same rows, keys and entries as the file read whole
+        assert mine[suffix] == theirs[suffix] == unpieced[suffix], suffix
+    again = jobs.run(job_child.config(str(path), output, "parquet"))  # bad.png retried, in its piece's place
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1)
+    assert job_files(output)[""] == unpieced[""]
+    (keyed,) = write_files("img2dataset", job_images, tmp_path / "keyed", 24)  # row groups of 3, and own keys
+    assert parquet_stream.pieces(str(keyed)) == [str(keyed)]  # a key is unique in its file: read whole, in one shard
+    url = "s3://bucket/pieces-%s/train.parquet" % tmp_path.name  # in a store: cut from its footer, at its version
+    store().pipe(url[len("s3://"):], path.read_bytes())
+    assert parse_images(url).scan().paths == ["%s::rows=%d-%d" % (url, start, min(start + 5, 24)) for start in
+                                              range(0, 24, 5)]

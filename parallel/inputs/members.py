@@ -62,3 +62,20 @@ def split_key(key):
                          "(parquet://<id>::<file>, tfrecord://<id>::<file>)" % (key,))
     member, tar = key[len(prefix):].rsplit(_SEPARATOR, 1)
     return member, tar
+
+
+PIECE_MARK = "::rows="  # a manifest's piece of a file: <file>::rows=<start>-<stop> (a file's path never holds "::")
+
+
+def piece_path(path, start, stop):
+    """The manifest's name of the rows [start, stop) of the file at `path`: a shard of a large Parquet file."""
+    return "%s%s%d-%d" % (path, PIECE_MARK, start, stop)
+
+
+def split_piece(name):
+    """(the file's path, start, stop) of a piece's name (`piece_path`); (name, None, None) for a whole file."""
+    path, mark, rows = name.rpartition(PIECE_MARK)
+    if not mark:
+        return name, None, None
+    start, _, stop = rows.partition("-")
+    return path, int(start), int(stop)

@@ -48,6 +48,11 @@ Versions: a file in a store is read as one version of its object (every ranged G
 remote.ObjectChanged is raised (after the rows already yielded, all of the old version), and the
 caller drops what it took of the file. remote.StoreUnavailable stops the run, as for tars.
 
+A large file is cut into pieces of whole row groups (`pieces`: read from its footer when the job is frozen),
+each a shard of its own: stream_rows given a piece's name (<file>::rows=<start>-<stop>, parallel.inputs.members)
+reads its row groups only, its rows numbered and keyed as in the file read whole; a failure of the file is
+then keyed by the piece's name (its shard's). A file with its own keys is not cut (a key is unique in its file).
+
 A row read back (`read_row`): a Parquet value cannot be read alone, as a tar member's byte range
 can: pyarrow reads the file's footer and that row's row group's image column chunk (one range),
 and the row is taken from it.
@@ -58,7 +63,7 @@ import json
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
 from parallel.inputs.locations import open_stream
-from parallel.inputs.members import PARQUET_PREFIX, Entry, split_key
+from parallel.inputs.members import PARQUET_PREFIX, Entry, piece_path, split_key, split_piece
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
 from parallel.locations import is_url
 
@@ -68,6 +73,7 @@ IMAGE_PATH_FIELD = "path"
 KEY_COLUMN = "key"  # the dataset's own key of a row (img2dataset writes one)
 ROWS_AT_A_TIME = 32  # rows of one batch read from the file: the rows in flight of the reader
 BUFFER_BYTES = 1 << 20  # bytes read at a time from a column chunk (pyarrow's buffered stream)
+PIECE_BYTES = 256 << 20  # a larger file is shards of about so many bytes of whole row groups (`pieces`)
 _SEPARATOR = "::"  # of a key's id and file, as tars.member_key's (split at the last)
 
 
@@ -101,44 +107,46 @@ def stream_rows(path, index, version=None, max_bytes=None, image_column=None, ke
       parallel.inputs.remote.StoreUnavailable: the store cannot be connected to.
     """
     max_bytes = decode.MAX_BYTES if max_bytes is None else max_bytes
+    name = path  # the manifest's: a file, or a piece of one (its failures are keyed so: its shard's)
+    path, start, stop = split_piece(name)
     try:
         stream = open_stream(path, version)
     except ImageError as error:
-        index.append(Entry(path, -1, -1))
-        yield path, ImageError(error.kind, "the Parquet file cannot be read: %s" % error.message)
+        index.append(Entry(name, -1, -1))
+        yield name, ImageError(error.kind, "the Parquet file cannot be read: %s" % error.message)
         return
     with stream:
-        yield from _rows(stream, path, index, max_bytes, image_column, tuple(keep))
+        yield from _rows(stream, path, name, (start, stop), index, max_bytes, image_column, tuple(keep))
 
 
-def _rows(stream, path, index, max_bytes, image_column, keep):
-    row = 0
+def _rows(stream, path, name, rows, index, max_bytes, image_column, keep):
     try:  # a local file is read by pyarrow's own file (the Python file object takes the GIL at every read)
         parquet = _open(stream if is_url(path) else path, path)
         image, is_struct, key = _columns(parquet.schema_arrow, path, image_column, keep)
+        row, groups = _row_groups(parquet.metadata, path, *rows)
     except ImageError as error:
-        index.append(Entry(path, -1, -1))
-        yield path, error
+        index.append(Entry(name, -1, -1))
+        yield name, error
         return
     except ValueError as error:
-        index.append(Entry(path, -1, -1))
-        yield path, ImageError("unreadable", str(error))
+        index.append(Entry(name, -1, -1))
+        yield name, ImageError("unreadable", str(error))
         return
     wanted = list(dict.fromkeys([image] + ([key] if key else []) + list(keep)))
     seen = set()
-    batches = parquet.iter_batches(batch_size=ROWS_AT_A_TIME, columns=wanted, use_threads=False)
+    batches = parquet.iter_batches(batch_size=ROWS_AT_A_TIME, row_groups=groups, columns=wanted, use_threads=False)
     while True:
         try:
             batch = next(batches, None)
         except (ObjectChanged, StoreUnavailable):
             raise
         except ImageError as error:
-            index.append(Entry(path, row, -1))
-            yield path, ImageError(error.kind, "the Parquet file broke off at row %d: %s" % (row, error.message))
+            index.append(Entry(name, row, -1))
+            yield name, ImageError(error.kind, "the Parquet file broke off at row %d: %s" % (row, error.message))
             return
         except Exception as error:  # pyarrow's: a damaged page, a bad checksum, a file cut short
-            index.append(Entry(path, row, -1))
-            yield path, ImageError("corrupt", "damaged Parquet file: its rows from %d on cannot be read: %s"
+            index.append(Entry(name, row, -1))
+            yield name, ImageError("corrupt", "damaged Parquet file: its rows from %d on cannot be read: %s"
                                    % (row, _one_line(error)))
             return
         if batch is None:
@@ -152,11 +160,60 @@ def _rows(stream, path, index, max_bytes, image_column, keep):
                 seen.add(own)
             else:
                 own = "#%d" % row
-            name = row_key(own, path)
+            image_key = row_key(own, path)
             failure, data = _failure(data, is_struct, row, max_bytes)
-            index.append(Entry(name, row, len(data) if data is not None else 0, tuple(map(kept_text, values))))
-            yield name, failure or data
+            index.append(Entry(image_key, row, len(data) if data is not None else 0, tuple(map(kept_text, values))))
+            yield image_key, failure or data
             row += 1
+
+
+def _row_groups(metadata, path, start, stop):
+    """(the first row's number, the row groups to read) of the rows [start, stop) of a file (None: all of it);
+    ValueError when the range is not whole row groups of the file (it changed since it was cut in pieces)."""
+    if start is None:
+        return 0, list(range(metadata.num_row_groups))
+    groups, first = [], 0
+    for group in range(metadata.num_row_groups):
+        rows = metadata.row_group(group).num_rows
+        if start <= first and first + rows <= stop:
+            groups.append(group)
+        first += rows
+    if sum(metadata.row_group(group).num_rows for group in groups) != stop - start:
+        raise ValueError("%s has no row groups holding rows %d to %d: it changed since the job cut it in pieces"
+                         % (path, start, stop))
+    return start, groups
+
+
+def pieces(path, version=None, piece_bytes=None):
+    """The manifest's names of a large Parquet file: pieces of whole row groups holding about `piece_bytes`
+    compressed bytes each (`members.piece_path`), read from its footer; [path] for a file that is not cut: one
+    without a row group to spare, or with its own keys (its "key" column: a key is unique in its file, which
+    only a reader of the whole file can see), or that cannot be read (its shard says why).
+
+    Args:
+      path: absolute path or URL. version: the ETag the job recorded (a store's object).
+      piece_bytes: about how much a piece holds; None: PIECE_BYTES.
+    """
+    piece_bytes = PIECE_BYTES if piece_bytes is None else piece_bytes
+    try:
+        with open_stream(path, version) as stream:
+            parquet = _open(stream if is_url(path) else path, path)
+            metadata = parquet.metadata
+            if metadata.num_row_groups < 2 or KEY_COLUMN in parquet.schema_arrow.names:
+                return [path]
+    except (ImageError, ObjectChanged):
+        return [path]
+    names, start, rows, held = [], 0, 0, 0
+    for group in range(metadata.num_row_groups):
+        size = sum(metadata.row_group(group).column(column).total_compressed_size
+                   for column in range(metadata.num_columns))
+        if rows and held + size > piece_bytes:
+            names.append(piece_path(path, start, start + rows))
+            start, rows, held = start + rows, 0, 0
+        rows += metadata.row_group(group).num_rows
+        held += size
+    names.append(piece_path(path, start, start + rows))
+    return names if len(names) > 1 else [path]
 
 
 def _failure(value, is_struct, row, max_bytes):

@@ -117,8 +117,21 @@ class Source:
             if all(size < 0 for _, size, _, _ in entries):
                 raise ValueError("images=%s names no %s that exists: %s" % (self.description, _NAMES[self.kind],
                                                                            _why_not(self.files[0])))
+            if self.kind == PARQUET:  # a large file: pieces of its row groups, shards of their own
+                entries = [piece for entry in entries for piece in _pieces(*entry)]
         return Manifest([entry[0] for entry in entries], [entry[1] for entry in entries],
                         [entry[2] for entry in entries], [entry[3] for entry in entries])
+
+
+def _pieces(path, size, mtime, etag):
+    """The manifest's entries of the Parquet file at `path`: itself, or when it holds more than PIECE_BYTES,
+    its pieces of whole row groups (`parquet_stream.pieces`), each with its file's time and version."""
+    from parallel.inputs import parquet_stream
+    if size <= parquet_stream.PIECE_BYTES:
+        return [(path, size, mtime, etag)]
+    names = parquet_stream.pieces(path, etag or None)
+    share = -(-size // len(names))  # a piece's share of the file, for the shards' grouping by size
+    return [(name, share if len(names) > 1 else size, mtime, etag) for name in names]
 
 
 def _why_not(tar):

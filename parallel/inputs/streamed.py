@@ -24,7 +24,7 @@ feature) or "#<n>", the row's or record's number in its file: see each module.
 """
 
 from parallel.inputs.decode import ImageError
-from parallel.inputs.members import KEY_PREFIX, PARQUET_PREFIX, TFRECORD_PREFIX, is_member, split_key
+from parallel.inputs.members import KEY_PREFIX, PARQUET_PREFIX, TFRECORD_PREFIX, is_member, split_key, split_piece
 from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.sources import PARQUET, TARS, TFRECORD
 from parallel.inputs.tars import read_index, read_member
@@ -75,7 +75,7 @@ def check_first(kind, paths, versions=(), sizes=(), image_column=None, keep=()):
     else:
         from parallel.inputs.tfrecord_stream import check_file
     try:
-        check_file(paths[position], version=version or None, image_column=image_column, keep=keep)
+        check_file(split_piece(paths[position])[0], version=version or None, image_column=image_column, keep=keep)
     except ObjectChanged:  # replaced since it was listed: its shard's read says so, and drops what it read
         return
 

@@ -22,7 +22,8 @@ import itertools
 import os
 
 from parallel.inputs.members import (  # noqa: F401 (the keys' names, as they always were imported from here)
-    KEPT_PREFIX, KEY_PREFIX, KEY_PREFIXES, PARQUET_PREFIX, TFRECORD_PREFIX, Entry, is_member, member_key, split_key)
+    KEPT_PREFIX, KEY_PREFIX, KEY_PREFIXES, PARQUET_PREFIX, TFRECORD_PREFIX, Entry, is_member, member_key, split_key,
+    split_piece)
 from parallel.inputs.remote import fetch
 from parallel.locations import is_url
 
@@ -84,13 +85,27 @@ def _entries(table, kept):
 
 
 def index_keys(path, tars=None):
-    """The keys of the index at `path`, in order; only those of the tars `tars` (a set) when given."""
+    """The keys of the index at `path`, in order; only those of the files `tars` (a set of a shard's manifest
+    names: tars, files, or pieces of a file, `members.piece_path`, whose rows are those its range holds) when given."""
     import pyarrow.parquet as pq
-    keys = [raw.decode("utf-8", "surrogateescape") for raw in pq.read_table(path, columns=["key_bytes"])
-            .column("key_bytes").to_pylist()]
+    table = pq.read_table(path, columns=["key_bytes", "offset"])
+    keys = [raw.decode("utf-8", "surrogateescape") for raw in table.column("key_bytes").to_pylist()]
     if tars is None:
         return keys
-    return [key for key in keys if key in tars or (is_member(key) and split_key(key)[1] in tars)]
+    pieces = {}  # file -> [(start, stop)] of its pieces among `tars`
+    for name in tars:
+        file, start, stop = split_piece(name)
+        if start is not None:
+            pieces.setdefault(file, []).append((start, stop))
+
+    def ours(key, offset):
+        if key in tars:
+            return True
+        if not is_member(key):
+            return False
+        file = split_key(key)[1]
+        return file in tars or any(start <= offset < stop for start, stop in pieces.get(file, ()))
+    return [key for key, offset in zip(keys, table.column("offset").to_pylist()) if ours(key, offset)]
 
 
 def merge_indexes(paths, target):

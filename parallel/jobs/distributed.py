@@ -150,7 +150,7 @@ def _run_ranks_shards(config, job, rank, weights, one_host):
                        % (manifest_path(config.output), error.strerror or first_line(error))) from error
     mine = list(rank.shards(job.shard_count))
     if one_host and job.streamed:
-        log.info("%s in %s; devices: %s", counted(job.images, files_name(config.source.kind)),
+        log.info("%s in %s; devices: %s", counted(len(config.source.files), files_name(config.source.kind)),
                  counted(job.shard_count, "shard"),
                  config.devices.describe(config.per_device_batch))
     elif one_host:
