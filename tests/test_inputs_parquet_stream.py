@@ -63,8 +63,9 @@ def test_datasets_image_rows_in_order_keyed_by_row_number_and_read_back(tmp_path
     # A dataset of paths written by to_parquet holds no bytes: each row is a missing image, its path named.
     items, index = read(datasets_parquet(tmp_path / "paths.parquet", files[:2], embed=False))
     assert [(data.kind, data.message) for _, data in items] == [
-        ("missing", "row %d has no image bytes (its path: %s)" % (number, name)) for number, (name, _) in
-        enumerate(files[:2])]
+        ("missing", "row %d has no image bytes (its path: %s; datasets' to_parquet of local files keeps their "
+                    "paths only: embed the bytes, as push_to_hub does, or give the images' folder)" % (number, name))
+        for number, (name, _) in enumerate(files[:2])]
     assert [(entry.offset, entry.size) for entry in index] == [(0, 0), (1, 0)]
 
 
@@ -116,7 +117,8 @@ def test_a_null_image_is_missing_and_an_oversized_one_too_large_the_others_read(
     pq.write_table(pa.table({"image": pa.array(rows, image)}), tmp_path / "hf.parquet")
     items, index = read(tmp_path / "hf.parquet")
     assert items[0][1] == files[0][1] and items[3][1] == files[2][1]
-    assert (items[1][1].kind, items[1][1].message) == ("missing", "row 1 has no image bytes (its path: gone/1.jpg)")
+    assert items[1][1].kind == "missing"
+    assert items[1][1].message.startswith("row 1 has no image bytes (its path: gone/1.jpg; datasets' to_parquet")
     assert (items[2][1].kind, items[2][1].message) == ("missing", "row 2 has no image bytes")
     assert [entry.size for entry in index] == [len(files[0][1]), 0, 0, len(files[2][1])]
     with pytest.raises(ImageError, match="row 1 has no image bytes") as error:

@@ -221,7 +221,8 @@ def _failure(value, is_struct, row, max_bytes):
     where = ""
     if is_struct and value is not None:
         where = value.get(IMAGE_PATH_FIELD)
-        where = " (its path: %s)" % where if where else ""
+        where = (" (its path: %s; datasets' to_parquet of local files keeps their paths only: embed the bytes, "
+                 "as push_to_hub does, or give the images' folder)" % where) if where else ""
         value = value.get(IMAGE_STRUCT_FIELD)
     if value is None:
         return ImageError("missing", "row %d has no image bytes%s" % (row, where)), None
