@@ -125,6 +125,8 @@ def test_files_of_no_known_ending_are_taken_by_their_first_bytes(tmp_path, monke
     assert parse_images("s3://bucket/sniffed/train-*").kind == TFRECORD
     with pytest.raises(ValueError, match="images=notes is a file, not a folder: .* images_from="):
         parse_images("notes")
+    (tmp_path / "photos [2019]").mkdir()  # a folder whose name looks like a pattern is the folder
+    assert parse_images("photos [2019]") == sources.Source(FOLDER, str((tmp_path / "photos [2019]").resolve()))
     (tmp_path / "imagenet" / "README").write_text("the ImageNet files\n")
     with pytest.raises(ValueError, match="got 1 value, of which imagenet/R\\* is not a .tar, .parquet or .tfrecord, "
                                          "nor a file of one by its first bytes"):

@@ -215,8 +215,9 @@ def parse_images(values):
 def _names_files(value):
     """Whether --images `value`, of no known ending, may name files: it is a local file, or a pattern
     (braces, a glob) of them."""
-    pattern = "{" in value or bool(_GLOB.search(value.split("://", 1)[-1]))
-    return pattern or (not is_url(value) and os.path.isfile(value))
+    if not is_url(value) and os.path.exists(value):  # a folder named "photos [2019]" is a folder
+        return os.path.isfile(value)
+    return "{" in value or bool(_GLOB.search(value.split("://", 1)[-1]))
 
 
 def _sniffed(value):
