@@ -37,7 +37,7 @@ from parallel.inputs.streams import StreamReader
 from parallel.inputs.tars import is_member
 from parallel.locations import is_url
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Summary, WriterThread, run_loop
-from parallel.messages import counted, first_line
+from parallel.messages import counted, error_line, first_line
 from parallel.model import ModelSpec
 from parallel.output import ErrorLog, OutputError
 from parallel.output.durable import is_disk_full
@@ -193,7 +193,7 @@ def run_errors():
         if isinstance(error, OutputError):  # the output layer's message already says what is kept and what to do
             raise RunError(first_line(error)) from error
         raise RunError("%s; rows committed so far are kept: rerun the same command to resume"
-                       % (first_line(error) or type(error).__name__)) from error
+                       % error_line(error)) from error
 
 
 @contextlib.contextmanager

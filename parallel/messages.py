@@ -14,6 +14,11 @@ def first_line(error):
     return lines[0] if lines else ""
 
 
+def error_line(error):
+    """The first line of `error`'s message, or its type's name when it has none ("KeyError" for KeyError())."""
+    return first_line(error) or type(error).__name__
+
+
 def one_line(message, limit=LINE_LIMIT):
     """`message` as the one line a user reads: its first line, cut at `limit` characters (a message that
     quotes a row of 4,096 features, or a long list of names, says what matters first)."""

@@ -18,8 +18,9 @@ import threading
 import urllib.parse
 from pathlib import Path
 
+from parallel.messages import error_line
 from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
-from search.service import ApiError, one_line
+from search.service import ApiError
 
 SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
                     "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
@@ -110,9 +111,9 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         except ApiError as error:
             self._error(error.status, str(error))
         except ValueError as error:  # SearchError, a query the index cannot take: the request's
-            self._error(400, one_line(error))
+            self._error(400, error_line(error))
         except Exception as error:  # noqa: BLE001 -- a disk, a device: one line, never a traceback
-            self._error(500, "%s: %s" % (type(error).__name__, one_line(error)))
+            self._error(500, "%s: %s" % (type(error).__name__, error_line(error)))
 
     def _answer(self, method):
         if not host_allowed(self):

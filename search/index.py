@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel.messages import first_line
+from parallel.messages import error_line
 from parallel.output.csv_rows import read_paths_csv, write_paths_csv
 from parallel.output.durable import replace_atomically
 from search.build import build_index
@@ -208,8 +208,7 @@ class Index:
         except SearchError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, RuntimeError, OSError) as error:
-            raise SearchError("index=%s is damaged (%s): build it again" % (folder, first_line(error)
-                                                                              or type(error).__name__)) from None
+            raise SearchError("index=%s is damaged (%s): build it again" % (folder, error_line(error))) from None
         return index
 
     def set_search(self, **parameters):

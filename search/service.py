@@ -33,6 +33,7 @@ import threading
 import numpy as np
 from PIL import Image
 
+from parallel.messages import error_line
 from search.queries import Kept, check_text_queries, image_vectors, members_index, ranked, text_vectors
 
 
@@ -220,7 +221,7 @@ class Service:
                             row, self.limits.max_image_bytes))
                     source = io.BytesIO(source.read_bytes())
             except (OSError, ValueError) as error:
-                raise ApiError(404, "the image of row %d cannot be read (%s)" % (row, one_line(error))) from None
+                raise ApiError(404, "the image of row %d cannot be read (%s)" % (row, error_line(error))) from None
             data = source.getvalue()
         try:
             with Image.open(io.BytesIO(data)) as image:
@@ -242,7 +243,7 @@ def check_pixels(data, max_pixels):
         with bomb_warnings_silenced(), Image.open(io.BytesIO(data)) as image:
             width, height = image.size
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:  # the warning, if made an error
-        raise ApiError(413, "the image is too large: %s" % one_line(error)) from None
+        raise ApiError(413, "the image is too large: %s" % error_line(error)) from None
     except Exception:  # noqa: BLE001 -- whatever Pillow raises on bytes it cannot open
         raise ApiError(400, "the body is not an image (JPEG, PNG, GIF, BMP, TIFF, WebP or PNM)") from None
     if width * height > max_pixels:
@@ -252,10 +253,3 @@ def check_pixels(data, max_pixels):
 def json_body(body):
     """The JSON value of a request's body (bytes); ValueError when it is not UTF-8 JSON."""
     return json.loads(body.decode("utf-8"))
-
-
-def one_line(error):
-    """An exception as one line: its first line, or its type."""
-    from parallel.messages import first_line
-    return first_line(error) or type(error).__name__
-

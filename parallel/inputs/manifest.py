@@ -35,7 +35,7 @@ from pathlib import Path
 
 from parallel.inputs.changes import Changes, describe_changes, other_source_message
 from parallel.inputs.discovery import IMAGE_EXTENSIONS, discover_images, has_image_extension, walk
-from parallel.messages import first_line
+from parallel.messages import error_line
 from parallel.output.durable import fsync, temporary_then_rename
 
 __all__ = ["IMAGE_EXTENSIONS", "Changes", "DamagedManifest", "Manifest", "describe_changes", "discover_images",
@@ -351,4 +351,4 @@ def _damaged(path):
     except (ValueError, OSError, KeyError, TypeError) as error:  # pyarrow raises several kinds for a damaged file
         if isinstance(error, ValueError) and str(error).startswith("shard "):
             raise
-        raise DamagedManifest(path, first_line(error) or type(error).__name__) from None
+        raise DamagedManifest(path, error_line(error)) from None

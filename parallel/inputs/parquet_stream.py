@@ -66,6 +66,7 @@ from parallel.inputs.locations import open_stream
 from parallel.inputs.members import PARQUET_PREFIX, Entry, piece_path, split_key, split_piece
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
 from parallel.locations import is_url
+from parallel.messages import error_line
 
 IMAGE_COLUMNS = ("image", "jpg", "jpeg", "png", "webp")  # found by name, in this order (datasets', img2dataset's)
 IMAGE_STRUCT_FIELD = "bytes"  # the field of datasets' Image struct that holds the bytes (beside "path")
@@ -147,7 +148,7 @@ def _rows(stream, path, name, rows, index, max_bytes, image_column, keep):
         except Exception as error:  # pyarrow's: a damaged page, a bad checksum, a file cut short
             index.append(Entry(name, row, -1))
             yield name, ImageError("corrupt", "damaged Parquet file: its rows from %d on cannot be read: %s"
-                                   % (row, _one_line(error)))
+                                   % (row, error_line(error)))
             return
         if batch is None:
             return
@@ -297,7 +298,7 @@ def read_row(key, entry, image_column=None):
             raise
         except Exception as error:
             raise ImageError("corrupt", "damaged Parquet file %s: row group %d cannot be read: %s"
-                             % (path, group, _one_line(error))) from None
+                             % (path, group, error_line(error))) from None
     value = table.column(0)[entry.offset - start].as_py()
     failure, data = _failure(value, is_struct, entry.offset, float("inf"))
     if failure:
@@ -337,7 +338,7 @@ def _open(stream, path):
     except (ObjectChanged, StoreUnavailable, ImageError):
         raise
     except Exception as error:
-        raise ImageError("corrupt", "%s is not a Parquet file: %s" % (path, _one_line(error))) from None
+        raise ImageError("corrupt", "%s is not a Parquet file: %s" % (path, error_line(error))) from None
 
 
 def _columns(schema, path, image_column, keep):
@@ -375,7 +376,3 @@ def _columns(schema, path, image_column, keep):
                          % (path, ", ".join(map(repr, absent)), ", ".join(names)))
     return image, pa.types.is_struct(schema.field(image).type), KEY_COLUMN if KEY_COLUMN in names else None
 
-
-def _one_line(error):
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__

@@ -26,7 +26,7 @@ from parallel.inputs.manifest import Manifest, check_shard_size, write_manifest
 from parallel.inputs.locations import describe_all, locate
 from parallel.inputs.remote import check_scheme
 from parallel.locations import is_url
-from parallel.messages import first_line
+from parallel.messages import error_line
 
 RUN_ENTRIES = 262_144   # entries sorted in memory at a time (about 50 MB of tuples)
 CHUNK_ENTRIES = 2_048   # entries pickled, and read back, at a time from a run
@@ -154,7 +154,7 @@ def list_entries(list_file, root, run_entries=RUN_ENTRIES):
         paths = SortedEntries(((path,) for path in _listed(list_file)), run_entries)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError("--images-from %s cannot be read: %s"
-                         % (list_file, first_line(error) or type(error).__name__)) from None
+                         % (list_file, error_line(error))) from None
     with paths:
         if not len(paths):
             raise ValueError("--images-from %s lists no images" % list_file)

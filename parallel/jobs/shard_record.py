@@ -30,7 +30,7 @@ import os
 import re
 
 from parallel.inputs.tars import MEMBERS_FILE, index_keys
-from parallel.messages import first_line
+from parallel.messages import error_line
 from parallel.output.durable import file_digest
 
 SHARD_FEATURES = "features.parquet"
@@ -75,7 +75,7 @@ def files_problem(folder, verify=False):
             if verify and file_digest(folder / name)[1] != expected["sha256"]:
                 return "its %s does not match the SHA-256 its %s records: it was changed" % (name, SHARD_RECORD)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        return "its files cannot be checked (%s)" % (first_line(error) or type(error).__name__)
+        return "its files cannot be checked (%s)" % error_line(error)
     return None
 
 
@@ -166,7 +166,7 @@ def quick_problem(folder, identity, index, images_digest):
         counted = count_rows(folder / SHARD_FEATURES)
         errors = error_paths(folder / SHARD_ERRORS)
     except (OSError, ValueError, KeyError) as error:
-        return "it cannot be read (%s)" % (first_line(error) or type(error).__name__)
+        return "it cannot be read (%s)" % error_line(error)
     if counted != int(record["rows"]):
         return "%s holds %d rows, not the %d committed" % (SHARD_FEATURES, counted, int(record["rows"]))
     if len(errors) != int(record["failed"]):
@@ -193,7 +193,7 @@ def content_problem(features, errors, paths):
         rows = row_paths(features)
         failed = error_paths(errors) if errors.exists() else []
     except (OSError, ValueError, KeyError) as error:
-        return "it cannot be read (%s)" % (first_line(error) or type(error).__name__)
+        return "it cannot be read (%s)" % error_line(error)
     failed_set, row_set, images = set(failed), set(rows), set(paths)
     if len(failed_set) != len(failed):
         return "%s lists an image twice" % SHARD_ERRORS
