@@ -187,7 +187,8 @@ def parse_images(values):
         if is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
         return Source(FOLDER, str(Path(image_folder(value)).resolve()))
-    named = {value: file_kind(value) or _sniffed(value) for value in values}
+    expanded = {}  # a value of no known ending: the files it names, listed once (a store's glob is a listing)
+    named = {value: file_kind(value) or _sniffed(value, expanded) for value in values}
     others = [value for value, kind in named.items() if kind is None]
     if len(values) == 1 and others and os.path.isfile(values[0]):
         raise ValueError("images=%s is a file, not a folder: to compute some images, list their paths in a "
@@ -202,7 +203,7 @@ def parse_images(values):
         raise ValueError("images= takes files of one kind; got %s and %s" % (_NAMES[kinds[0]] + "s",
                                                                             _NAMES[kinds[1]] + "s"))
     kind = kinds[0]
-    files = sorted({name for value in values for name in _expand(value, kind)})
+    files = sorted({name for value in values for name in expanded.get(value) or _expand(value, kind)})
     if not files:
         raise ValueError("images=%s names no %s" % (" ".join(values), _NAMES[kind]))
     odd = [name for name in files if "::" in name]
@@ -220,12 +221,14 @@ def _names_files(value):
     return "{" in value or bool(_GLOB.search(value.split("://", 1)[-1]))
 
 
-def _sniffed(value):
+def _sniffed(value, expanded):
     """The kind of the files `value` (of no known ending) names, by the first bytes of the first that exists
-    (TensorFlow's ImageNet files are named train-00000-of-01024); None when it is none of STREAMED."""
+    (TensorFlow's ImageNet files are named train-00000-of-01024); None when it is none of STREAMED. The files
+    it names are put in `expanded` ({value: [file]}), not to be listed again."""
     if not _names_files(value):
         return None
-    for name in _expand(value, None):
+    expanded[value] = _expand(value, None)
+    for name in expanded[value]:
         if is_url(name) or os.path.isfile(name):
             return sniff(name)
     return None

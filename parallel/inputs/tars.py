@@ -88,15 +88,15 @@ def index_keys(path, tars=None):
     """The keys of the index at `path`, in order; only those of the files `tars` (a set of a shard's manifest
     names: tars, files, or pieces of a file, `members.piece_path`, whose rows are those its range holds) when given."""
     import pyarrow.parquet as pq
-    table = pq.read_table(path, columns=["key_bytes", "offset"])
-    keys = [raw.decode("utf-8", "surrogateescape") for raw in table.column("key_bytes").to_pylist()]
-    if tars is None:
-        return keys
     pieces = {}  # file -> [(start, stop)] of its pieces among `tars`
-    for name in tars:
+    for name in tars or ():
         file, start, stop = split_piece(name)
         if start is not None:
             pieces.setdefault(file, []).append((start, stop))
+    table = pq.read_table(path, columns=["key_bytes"] + (["offset"] if pieces else []))  # a piece's: its rows
+    keys = [raw.decode("utf-8", "surrogateescape") for raw in table.column("key_bytes").to_pylist()]
+    if tars is None:
+        return keys
 
     def ours(key, offset):
         if key in tars:
@@ -105,7 +105,8 @@ def index_keys(path, tars=None):
             return False
         file = split_key(key)[1]
         return file in tars or any(start <= offset < stop for start, stop in pieces.get(file, ()))
-    return [key for key, offset in zip(keys, table.column("offset").to_pylist()) if ours(key, offset)]
+    offsets = table.column("offset").to_pylist() if pieces else [None] * len(keys)
+    return [key for key, offset in zip(keys, offsets) if ours(key, offset)]
 
 
 def merge_indexes(paths, target):

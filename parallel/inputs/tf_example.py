@@ -15,6 +15,7 @@ import functools
 import json
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from parallel.inputs.decode import ImageError
 
@@ -24,7 +25,6 @@ KEY_FEATURES = ("key", "image/filename")  # a record's own key: img2dataset's, e
 
 def parse(data):
     """The tf.train.Example serialized in `data`, or None when it is not one."""
-    from google.protobuf.message import DecodeError
     try:
         return _example_class().FromString(data)
     except (DecodeError, RuntimeError, ValueError):
