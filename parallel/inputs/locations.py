@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from parallel.inputs import remote
 from parallel.inputs.decode import ImageError
 from parallel.inputs.discovery import size_and_time
+from parallel.inputs.members import Entry
 from parallel.locations import is_url
 
 DESCRIBE_THREADS = 16  # objects described at once (HEAD requests)
@@ -72,6 +73,26 @@ def open_stream(location, version=None):
         except OSError as error:
             raise ImageError("unreadable", "cannot read %s: %s" % (location, error.strerror or error)) from None
     return io.BufferedReader(_ResumingStream(location, version), buffer_size=STREAM_BLOCK)
+
+
+def read_items(location, version, index, what, items, key=None):
+    """The items `items(stream)` yields of `location` opened by open_stream(location, version), closed after; or,
+    when it cannot be opened, the file's failure: Entry(key, -1, -1) put in `index` and one (key, ImageError)
+    item, as every reader of a file of images (a tar, a Parquet or TFRecord file) gives it.
+
+    Args:
+      what: the file as a message names it ("tar", "Parquet file").
+      key: what the failure is keyed by (a piece's name, parallel.inputs.members); None: `location`.
+    """
+    key = location if key is None else key
+    try:
+        stream = open_stream(location, version)
+    except ImageError as error:
+        index.append(Entry(key, -1, -1))
+        yield key, ImageError(error.kind, "the %s cannot be read: %s" % (what, error.message))
+        return
+    with stream:
+        yield from items(stream)
 
 
 SEEK_BYTES = 1 << 20  # bytes to pass by from which a seek beats reading through (in a store: no GET of them)

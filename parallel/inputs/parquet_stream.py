@@ -62,7 +62,7 @@ import json
 
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
-from parallel.inputs.locations import open_stream
+from parallel.inputs.locations import open_stream, read_items
 from parallel.inputs.members import PARQUET_PREFIX, Entry, piece_path, split_key, split_piece
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
 from parallel.locations import is_url
@@ -110,14 +110,8 @@ def stream_rows(path, index, version=None, max_bytes=None, image_column=None, ke
     max_bytes = decode.MAX_BYTES if max_bytes is None else max_bytes
     name = path  # the manifest's: a file, or a piece of one (its failures are keyed so: its shard's)
     path, start, stop = split_piece(name)
-    try:
-        stream = open_stream(path, version)
-    except ImageError as error:
-        index.append(Entry(name, -1, -1))
-        yield name, ImageError(error.kind, "the Parquet file cannot be read: %s" % error.message)
-        return
-    with stream:
-        yield from _rows(stream, path, name, (start, stop), index, max_bytes, image_column, tuple(keep))
+    return read_items(path, version, index, "Parquet file", lambda stream: _rows(
+        stream, path, name, (start, stop), index, max_bytes, image_column, tuple(keep)), key=name)
 
 
 def _rows(stream, path, name, rows, index, max_bytes, image_column, keep):

@@ -43,7 +43,7 @@ import os
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
 from parallel.inputs.discovery import has_image_extension
-from parallel.inputs.locations import open_stream, skip
+from parallel.inputs.locations import read_items, skip
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable
 from parallel.inputs.members import Entry, is_member, member_key
 
@@ -77,15 +77,9 @@ def stream_members(tar, index, version=None, max_bytes=None, keep=()):
         was replaced while it was read: what was yielded of it must be dropped.
       parallel.inputs.remote.StoreUnavailable: the store cannot be connected to.
     """
-    try:
-        stream = open_stream(tar, version)
-    except ImageError as error:
-        index.append(Entry(tar, -1, -1))
-        yield tar, ImageError(error.kind, "the tar cannot be read: %s" % error.message)
-        return
-    with stream:
-        yield from _members(stream, tar, index, decode.MAX_BYTES if max_bytes is None else max_bytes,
-                            _Siblings(index, keep))
+    max_bytes = decode.MAX_BYTES if max_bytes is None else max_bytes
+    return read_items(tar, version, index, "tar",
+                      lambda stream: _members(stream, tar, index, max_bytes, _Siblings(index, keep)))
 
 
 class _Siblings:

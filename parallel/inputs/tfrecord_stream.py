@@ -50,7 +50,7 @@ import google_crc32c
 
 from parallel.inputs import decode
 from parallel.inputs.decode import ImageError
-from parallel.inputs.locations import open_stream, skip
+from parallel.inputs.locations import open_stream, read_items, skip
 from parallel.inputs.members import TFRECORD_PREFIX, Entry, split_key
 from parallel.inputs.remote import ObjectChanged, StoreUnavailable, fetch
 from parallel.inputs.tf_example import (  # noqa: F401 (IMAGE_FEATURES, KEY_FEATURES: named here too)
@@ -92,15 +92,9 @@ def stream_records(path, index, version=None, max_bytes=None, image_column=None,
       parallel.inputs.remote.ObjectChanged: the file's object is not `version`, or was replaced while read.
       parallel.inputs.remote.StoreUnavailable: the store cannot be connected to.
     """
-    try:
-        stream = open_stream(path, version)
-    except ImageError as error:
-        index.append(Entry(path, -1, -1))
-        yield path, ImageError(error.kind, "the TFRecord file cannot be read: %s" % error.message)
-        return
-    with stream:
-        max_bytes = decode.MAX_BYTES if max_bytes is None else max_bytes
-        yield from _rows(stream, path, index, max_bytes, image_column, tuple(keep))
+    max_bytes = decode.MAX_BYTES if max_bytes is None else max_bytes
+    return read_items(path, version, index, "TFRecord file",
+                      lambda stream: _rows(stream, path, index, max_bytes, image_column, tuple(keep)))
 
 
 def _rows(stream, path, index, max_bytes, image_column, keep):
