@@ -115,7 +115,8 @@ class Summary:
         return text
 
 
-def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=None, progress=None):
+def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=None, progress=None,
+             clock=time.perf_counter):
     """Runs every batch through `compute` into `sink`; the loop of the module docstring.
 
     Args:
@@ -133,19 +134,20 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
         the batches in flight (`parallel.signals.StopRequest`).
       progress: None, or has `update(images, failed)`, called after each batch is handed to
         `compute`.
+      clock: the seconds the loop's times are read from (a test hands in one it moves itself).
 
     Returns:
       Summary with `written`, `failed`, `skipped`, `interrupted` and the times set; the
       caller fills in what it knows (`discovered`, `already_done`, `output`).
     """
     summary = Summary()
-    clock = _StageClock()
+    stage_clock = _StageClock(clock)
     stage = compute if hasattr(compute, "submit") else _Immediate(compute)
     in_flight = collections.deque()  # each batch submitted whose features are not back
 
     def put(completed):
         for features in completed:
-            with clock.stage("writer"):
+            with stage_clock.stage("writer"):
                 batch = in_flight.popleft()
                 sink.put(batch.paths, batch.features_of_paths(features))
 
@@ -153,7 +155,7 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
     try:
         iterator = iter(batches)
         while True:
-            with clock.stage("reader"):
+            with stage_clock.stage("reader"):
                 batch = next(iterator, None)
             if batch is None:
                 break
@@ -163,7 +165,7 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
             summary.failed += len(batch.failures)
             if len(batch.paths):
                 in_flight.append(batch)
-                with clock.stage("devices"):
+                with stage_clock.stage("devices"):
                     completed = stage.submit(batch.images)
                 put(completed)
             reached += len(batch.paths) + len(batch.failures)
@@ -174,20 +176,20 @@ def run_loop(batches, compute, sink, failures, *, images, strict=False, stop=Non
                 break
         # However the loop stopped (the end, a stop request, --strict), the batches handed to
         # the devices are written, as they are when each batch comes back at once.
-        with clock.stage("devices"):
+        with stage_clock.stage("devices"):
             completed = stage.flush()
         put(completed)
         if strict_error is not None:
             raise strict_error
     finally:
         # However the loop ended, the batches already handed to the sink are committed.
-        with clock.stage("writer"):
+        with stage_clock.stage("writer"):
             summary.written = sink.finish()
     summary.skipped = images - reached
-    summary.seconds = clock.elapsed()
-    summary.device_seconds = clock.totals["devices"]
-    summary.reader_wait_seconds = clock.totals["reader"]
-    summary.writer_wait_seconds = clock.totals["writer"]
+    summary.seconds = stage_clock.elapsed()
+    summary.device_seconds = stage_clock.totals["devices"]
+    summary.reader_wait_seconds = stage_clock.totals["reader"]
+    summary.writer_wait_seconds = stage_clock.totals["writer"]
     return summary
 
 
@@ -283,19 +285,20 @@ class WriterThread:
 
 
 class _StageClock:
-    """Wall time of the loop, and how much of it went to each stage."""
+    """Wall time of the loop, and how much of it went to each stage, read from `clock` (seconds)."""
 
-    def __init__(self):
-        self._started = time.perf_counter()
+    def __init__(self, clock):
+        self._clock = clock
+        self._started = clock()
         self.totals = collections.defaultdict(float)
 
     @contextlib.contextmanager
     def stage(self, name):
-        started = time.perf_counter()
+        started = self._clock()
         try:
             yield
         finally:
-            self.totals[name] += time.perf_counter() - started
+            self.totals[name] += self._clock() - started
 
     def elapsed(self):
-        return time.perf_counter() - self._started
+        return self._clock() - self._started
