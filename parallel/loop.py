@@ -23,7 +23,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import queue
 import threading
 import time
 from pathlib import Path
@@ -58,8 +57,8 @@ class Summary:
       seconds: wall time of the read -> compute -> write loop (start-up excluded).
       device_seconds: of `seconds`, the time the devices were computing (`sess.run`).
       reader_wait_seconds: of `seconds`, the time the devices waited for decoded images.
-      writer_wait_seconds: of `seconds`, the time the devices waited for the writer (its
-        queue full, and the last batches committed after the devices finished).
+      writer_wait_seconds: of `seconds`, the time the devices waited for the writer (the batch
+        before not committed yet, and the last batch committed after the devices finished).
       output: where the rows are.
       errors_file: where the failed images are listed.
       interrupted: stopped by SIGINT/SIGTERM.
@@ -222,17 +221,24 @@ class _Immediate:
 
 
 class WriterThread:
-    """A sink that commits batches to a writer on a thread of its own, behind a bounded queue.
+    """A sink that commits batches to a writer on a thread of its own, one batch at a time.
 
-    The writer needs `write(paths, features)`. A writer error is raised by the next `put` or
-    by `finish`. A context manager: leaving the block finishes (commits what was put).
+    `put` hands a batch over once the one before it is committed: the writer commits batch N while the
+    devices compute batch N + 1, and never holds a backlog. So a kill (even SIGKILL) costs at most two
+    batches of device work, the one being committed and the one on the devices; a queue of computed
+    batches waiting for the writer would be lost with them (docs/failure-behaviour.md). When committing
+    is slower than computing, the devices wait for the writer (the summary's "waiting for the writer").
+
+    The writer needs `write(paths, features)`. A writer error is raised by the next `put` or by
+    `finish`. A context manager: leaving the block finishes (commits what was put).
     """
 
     _DONE = object()
 
-    def __init__(self, writer, depth=2):
+    def __init__(self, writer):
         self._writer = writer
-        self._queue = queue.Queue(maxsize=depth)
+        self._handed = threading.Condition()
+        self._batch = None  # the batch handed over and not yet committed, or _DONE
         self._error = None
         self._finished = False
         self.rows_committed = 0
@@ -241,34 +247,49 @@ class WriterThread:
 
     def _loop(self):
         while True:
-            item = self._queue.get()
-            if item is self._DONE:
+            with self._handed:
+                self._handed.wait_for(lambda: self._batch is not None)
+                batch = self._batch
+            if batch is self._DONE:
                 return
-            if self._error is not None:
-                continue  # drain so that put() never blocks forever
-            try:
-                self._writer.write(*item)
-                self.rows_committed += len(item[0])
-            except BaseException as error:  # handed to the main thread
-                self._error = error
+            if self._error is None:  # after an error, batches are taken and dropped: put() never blocks forever
+                try:
+                    self._writer.write(*batch)
+                    self.rows_committed += len(batch[0])
+                except BaseException as error:  # handed to the main thread
+                    self._error = error
+            with self._handed:
+                self._batch = None
+                self._handed.notify_all()
+
+    def _hand_over(self, batch):
+        """Waits until the batch before is committed, then hands `batch` to the writer's thread."""
+        with self._handed:
+            self._handed.wait_for(lambda: self._batch is None)
+            self._batch = batch
+            self._handed.notify_all()
 
     def put(self, paths, features):
-        """Queues a batch: `paths` (list of str), `features` float32 [len(paths), D]."""
+        """Hands a batch to the writer once the one before it is committed: `paths` (list of str), `features`
+        float32 [len(paths), D]."""
         self._raise_if_failed()
-        self._queue.put((paths, features))
+        self._hand_over((paths, features))
 
     def finish(self):
-        """Waits for every queued batch to be committed; re-raises a writer error.
+        """Waits for every batch put to be committed; re-raises a writer error.
 
         Returns:
           int: rows committed through this sink.
         """
-        if not self._finished:
-            self._finished = True
-            self._queue.put(self._DONE)
-            self._thread.join()
+        self._stop()
         self._raise_if_failed()
         return self.rows_committed
+
+    def _stop(self):
+        if not self._finished:
+            self._finished = True
+            self._hand_over(self._DONE)
+            self._thread.join()
 
     def _raise_if_failed(self):
         if self._error is not None:
@@ -278,10 +299,7 @@ class WriterThread:
         return self
 
     def __exit__(self, kind, value, traceback):
-        if not self._finished:
-            self._finished = True
-            self._queue.put(self._DONE)
-            self._thread.join()
+        self._stop()
 
 
 class _StageClock:

@@ -1,10 +1,13 @@
 """The loop over the stages it is handed: counts, order, stops, and the time each stage cost the devices."""
 
+import threading
+
 import numpy as np
 import pytest
 
 from parallel.inputs.reader import Batch, Failure
 from parallel.loop import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, StrictError, Summary, WriterThread, run_loop
+from tests.hangs import HANG_SECONDS
 
 
 def batches(count, size=2, failing=()):
@@ -78,6 +81,45 @@ def test_strict_raises_at_the_first_failure_and_still_finishes_the_sink():
     with pytest.raises(StrictError, match="--strict: 1_1: bad \\(corrupt\\)"):
         run_loop(batches(3, failing={"1_1"}), compute, sink, Failures(), images=6, strict=True)
     assert sink.finished == 1 and [path for path, _ in sink.rows] == ["0_0", "0_1"]
+
+
+class Gate:
+    """A writer whose commit of batch 0 waits until the test opens it; it notes what it has committed."""
+
+    def __init__(self):
+        self.committed, self.writing, self.opened = [], threading.Event(), threading.Event()
+
+    def write(self, paths, features):
+        if paths == ["0"]:
+            self.writing.set()
+            self.opened.wait()
+        self.committed.append(paths[0])
+
+
+def test_a_batch_is_handed_to_the_writer_only_once_the_one_before_is_committed():
+    # So that a kill costs at most two batches: the one being committed and the one on the devices. A put
+    # that returned before batch 0 was committed would let batches queue up behind a slow commit, each lost
+    # to a kill with it.
+    gate, seen = Gate(), {}
+    features = np.zeros((1, 1), np.float32)
+    with WriterThread(gate) as sink:
+        sink.put(["0"], features)
+        assert gate.writing.wait(HANG_SECONDS)
+        about_to_put = threading.Event()
+
+        def put_the_next():
+            about_to_put.set()
+            sink.put(["1"], features)
+            seen["committed when put returned"] = list(gate.committed)
+
+        putting = threading.Thread(target=put_the_next)
+        putting.start()
+        assert about_to_put.wait(HANG_SECONDS)
+        gate.opened.set()
+        putting.join(HANG_SECONDS)
+        assert seen == {"committed when put returned": ["0"]}
+        assert sink.finish() == 2
+    assert gate.committed == ["0", "1"]
 
 
 def test_a_failing_sink_stops_the_loop_with_its_error():

@@ -19,8 +19,9 @@ store), on one process or many; the number of processes only decides who compute
                   without a committed row at their places in the job, so the rows are the bits of one
                   uninterrupted run however the job was resumed; the attempt's writer commits batch by
                   batch, and the next process on the host given the shard resumes the attempt of one
-                  that died (a kill costs at most a batch; a tar's stream is read again, the members
-                  with a row skipped unread by the devices)
+                  that died (a kill costs at most two batches, the one being committed and the one
+                  being computed; a tar's stream is read again, the members with a row
+                  skipped unread by the devices)
     4. commit     the finished attempt's files and their record committed as the shard's group
                   (shards.ShardedJob.commit, through commits)
     5. output     the shards written into O in order, each checked first (assembly): by the job's

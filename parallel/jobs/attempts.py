@@ -9,7 +9,8 @@
 
 An attempt of a process that died (its lock is free) is resumed by the next process given its shard,
 if it computes the same images (its `_attempt.json` is the one expected) and was not being committed:
-its writer's committed rows are kept, so a kill costs at most a batch. Any other is removed.
+its writer's committed rows are kept, so a kill costs at most two batches (the one being committed,
+the one being computed: parallel.loop.WriterThread). Any other is removed.
 """
 
 import contextlib

@@ -57,7 +57,8 @@ def _alone(config):
     """A job on this process alone: the sharded job with one static rank, which holds the output's lock.
 
     Its shards are computed in order, each in an attempt that commits batch by batch and that the
-    next run resumes (a kill costs at most a batch); its output is a many-rank job's, byte for byte.
+    next run resumes (a kill costs at most two batches: the one being committed, the one being
+    computed); its output is a many-rank job's, byte for byte.
     Its shards are `config.shard_size` images (its one rank's Distribution carries it, as a spread
     job's does); with `config.keep_shards` each stays once its rows are in the output, so that
     `<output>.shards/` is the Parquet dataset a spread job keeps.

@@ -198,8 +198,9 @@ class ShardedJob(CommittedOutput):
 
     def resumes_attempts(self):
         """Whether an attempt is resumed by the next run when its process dies (`attempt(resume=True)`): its writer
-        commits batch by batch, so that a kill costs at most a batch (a tar's stream is read again, its members
-        with a row skipped by their key: `engine.extract_stream`)."""
+        commits batch by batch, so that a kill costs at most two batches, the one being committed and the one
+        being computed (a tar's stream is read again, its members with a row skipped by their key:
+        `engine.extract_stream`)."""
         return True
 
     def new_attempt(self, index):
