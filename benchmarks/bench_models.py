@@ -177,8 +177,8 @@ import os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 sys.path.insert(0, sys.argv[4])
 import numpy as np
-from models.clip import TextTower
-from models.clip_tokenizer import Tokenizer
+from models.clip.clip import TextTower
+from models.clip.clip_tokenizer import Tokenizer
 weights, model, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 words = "a photo of the dog cat red blue car on beach in snow with two small big old new man woman".split()
 rng = np.random.default_rng(0)

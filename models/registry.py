@@ -15,7 +15,8 @@ Each model is three modules:
   `write_random(path, seed)`.
 Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes), the
 graph and the weight files are named "module:object": the object in that module offers what the module
-would ("models.clip:VIT_B32" has `feature_model`).
+would ("models.clip.clip:VIT_B32" has `feature_model`). A family's modules are its folder's, models/<family>/
+(`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's are flat in models/.
 """
 
 import dataclasses
@@ -45,20 +46,23 @@ class Entry:
 ENTRIES = (
     Entry("vgg16", "models.vgg16_layers", "models.vgg16", "models.weight_files",
           "VGG16 (2014), 224x224, Caffe preprocessing, fc7: 4096 floats"),
-    Entry("resnet50", "models.resnet50_layers", "models.resnet50", "models.resnet50_weights",
+    Entry("resnet50", "models.resnet.resnet_layers", "models.resnet.resnet", "models.resnet.resnet_weights",
           "ResNet50 (2015), 224x224, Caffe preprocessing, avg_pool: 2048 floats"),
-    Entry("efficientnet_b0", "models.efficientnet_b0_layers", "models.efficientnet_b0",
-          "models.efficientnet_b0_weights",
+    Entry("efficientnet_b0", "models.efficientnet.efficientnet_layers", "models.efficientnet.efficientnet",
+          "models.efficientnet.efficientnet_weights",
           "EfficientNetB0 (2019), 224x224, preprocessing inside the model, avg_pool: 1280 floats"),
-    Entry("convnext_tiny", "models.convnext_tiny_layers", "models.convnext_tiny", "models.convnext_tiny_weights",
+    Entry("convnext_tiny", "models.convnext.convnext_layers", "models.convnext.convnext",
+          "models.convnext.convnext_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
-    Entry("dinov2_vits14", "models.dinov2_layers", "models.dinov2:VITS14", "models.dinov2_weights:VITS14_FILES",
+    Entry("dinov2_vits14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14",
+          "models.dinov2.dinov2_weights:VITS14_FILES",
           "DINOv2 ViT-S/14 (2023), short side 256 bicubic, centre 224, class_token: 384 floats"),
-    Entry("dinov2_vitb14", "models.dinov2_layers", "models.dinov2:VITB14", "models.dinov2_weights:VITB14_FILES",
+    Entry("dinov2_vitb14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITB14",
+          "models.dinov2.dinov2_weights:VITB14_FILES",
           "DINOv2 ViT-B/14 (2023), short side 256 bicubic, centre 224, class_token: 768 floats"),
-    Entry("clip_vit_b32", "models.clip_layers", "models.clip:VIT_B32", "models.clip_weights:VIT_B32",
+    Entry("clip_vit_b32", "models.clip.clip_layers", "models.clip.clip:VIT_B32", "models.clip.clip_weights:VIT_B32",
           "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
-    Entry("clip_vit_b16", "models.clip_layers", "models.clip:VIT_B16", "models.clip_weights:VIT_B16",
+    Entry("clip_vit_b16", "models.clip.clip_layers", "models.clip.clip:VIT_B16", "models.clip.clip_weights:VIT_B16",
           "CLIP ViT-B/16 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}

@@ -11,7 +11,7 @@ text tower, which project into one space of 512 dimensions. The other layers (CL
 other models have no text tower to compare with.
 
 Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose an index's centring);
-`text_embedding` and `TextEmbedder` do, through models.clip.
+`text_embedding` and `TextEmbedder` do, through models.clip.clip.
 """
 
 # {model: the layer of its image tower in its text tower's space}.
@@ -73,8 +73,8 @@ class TextEmbedder:
     def __init__(self, model, weights="imagenet", precision="fp32", cache_dir=None):
         if model not in TEXT_LAYERS:
             raise ValueError("model=%r has no text tower; expected one of %s" % (model, ", ".join(TEXT_LAYERS)))
-        from models.clip import TextTower
-        from models.clip_tokenizer import Tokenizer
+        from models.clip.clip import TextTower
+        from models.clip.clip_tokenizer import Tokenizer
         self._tower = TextTower(model, weights=weights, precision=precision, cache_dir=cache_dir)
         self._tokenizer = Tokenizer.from_folder(self._tower.tokenizer_folder)
 

@@ -3,7 +3,7 @@ benchmarks/bench_models.py (keras-hub is a test-only dependency)."""
 
 import numpy as np
 
-from models import clip_layers
+from models.clip import clip_layers
 
 
 def keras_hub_clip(model, weights):

@@ -14,7 +14,7 @@ def real_clip():
     """(weights argument, folder of vocab.json and merges.txt), or None when the weights are not here."""
     if os.environ.get(ENVIRONMENT):
         return os.environ[ENVIRONMENT], Path(os.environ[ENVIRONMENT])
-    from models import clip_layers, clip_weights
+    from models.clip import clip_layers, clip_weights
     from models.hub_download import cache_path
     paths = {name: cache_path(file) for name, file in clip_weights.hub_files(clip_layers.VIT_B32).items()}
     if paths and all(path.is_file() for path in paths.values()):

@@ -17,7 +17,7 @@ REPOSITORY = TESTS.parent
 
 if __name__ == "__main__":
     sys.path[:1] = [str(REPOSITORY), str(TESTS)]  # the repository's modules, then small_clip
-    from models import clip, clip_layers
+    from models.clip import clip, clip_layers
     from small_clip import SMALL
     clip_layers.CONFIGS["clip_vit_b32"] = SMALL
     clip.VIT_B32 = clip.ImageModel(SMALL)

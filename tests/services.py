@@ -75,7 +75,7 @@ def png(size, seed, mode="RGB"):
 def clip_job(tmp_path_factory):
     """An output of CLIP's embedding computed by run_inference.py from 12 image files, by a small CLIP of the real
     layout (tests/small_clip.py), and its index. Yields (folder, weights, index folder, images folder)."""
-    from models import clip
+    from models.clip import clip
     from small_clip import SMALL, small_clip
     folder = tmp_path_factory.mktemp("clip-job")
     images = folder / "images"

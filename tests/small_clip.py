@@ -3,7 +3,7 @@
     with small_clip(tmp_path / "clip") as folder:   # model.safetensors, vocab.json, merges.txt
         text_embedding("clip_vit_b32", ["a dog"], weights=str(folder))   # float32 [1, 16]
 
-While the context is open, `models.clip_layers.config("clip_vit_b32")` (what `models.clip.TextTower` builds)
+While the context is open, `models.clip.clip_layers.config("clip_vit_b32")` (what `models.clip.clip.TextTower` builds)
 is SMALL: the same code computes with 32-wide blocks and a 16-dimension space, in well under a second, where
 ViT-B/32's 605 MB take about 25 s to write and load. Its token ids are the tests' vocabulary's (4,514).
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from models import clip_layers, clip_weights
-from models.clip_tokenizer import write_test_vocabulary
-from models.vit_layers import TransformerConfig
+from models.clip import clip_layers, clip_weights
+from models.clip.clip_tokenizer import write_test_vocabulary
+from models.vit.vit_layers import TransformerConfig
 
 SMALL = clip_layers.Config(
     "clip_vit_b32", "openai/clip-vit-base-patch32", patch_size=32,

@@ -7,9 +7,9 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
-from models import clip, clip_layers, clip_weights
+from models.clip import clip, clip_layers, clip_weights
 from models.files import WeightsError
-from models.vit_layers import TransformerConfig
+from models.vit.vit_layers import TransformerConfig
 from outputs import job_outputs
 from parallel import engine
 from parallel.devices import resolve_devices

@@ -2,7 +2,8 @@
 
 import pytest
 
-from models import clip_layers, vit_layers
+from models.clip import clip_layers
+from models.vit import vit_layers
 
 
 @pytest.mark.parametrize("name, parameters, positions", [("clip_vit_b32", 151_277_313, 50),

@@ -1,4 +1,4 @@
-"""models.clip_tokenizer: exact ids against Hugging Face's fast CLIP tokenizer and keras-hub's, on a few hundred
+"""models.clip.clip_tokenizer: exact ids against Hugging Face's fast CLIP tokenizer and keras-hub's, on a few hundred
 sentences (unicode, emoji, long ones cut); CLIP's own ids; start, end, padding, truncation; bad files."""
 
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import clip_tokenizer
-from models.clip_tokenizer import CONTEXT_LENGTH, Tokenizer, write_test_vocabulary
+from models.clip import clip_tokenizer
+from models.clip.clip_tokenizer import CONTEXT_LENGTH, Tokenizer, write_test_vocabulary
 from real_clip import MISSING, real_clip
 from sentences import sentences
 

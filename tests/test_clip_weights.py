@@ -4,11 +4,12 @@ command's folder."""
 import numpy as np
 import pytest
 
-from models import clip_layers, clip_weights, weight_files
-from models.clip_tokenizer import Tokenizer
+from models import weight_files
+from models.clip import clip_layers, clip_weights
+from models.clip.clip_tokenizer import Tokenizer
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
-from models.vit_layers import TransformerConfig
+from models.vit.vit_layers import TransformerConfig
 
 SMALL = clip_layers.Config(
     "clip_small", "test/clip-small", patch_size=32,
@@ -129,7 +130,7 @@ def test_a_random_file_alone_and_a_failed_folder_leaves_nothing(tmp_path, monkey
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("models.clip_tokenizer.write_test_vocabulary", full_disk)
+    monkeypatch.setattr("models.clip.clip_tokenizer.write_test_vocabulary", full_disk)
     with pytest.raises(OSError, match="No space left"):
         small.write_random(tmp_path / "folder")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["small.safetensors"]

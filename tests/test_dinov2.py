@@ -10,9 +10,10 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
-from models import dinov2, dinov2_layers, dinov2_weights, registry
-from models.dinov2_layers import VITB14, VITS14, Variant
-from models.vit_layers import TransformerConfig
+from models import registry
+from models.dinov2 import dinov2, dinov2_layers, dinov2_weights
+from models.dinov2.dinov2_layers import VITB14, VITS14, Variant
+from models.vit.vit_layers import TransformerConfig
 from outputs import job_outputs
 from parallel import engine
 from parallel.devices import resolve_devices

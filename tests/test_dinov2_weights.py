@@ -4,8 +4,9 @@ resize by its definition, wrong files refused in one line naming them, the `rand
 import numpy as np
 import pytest
 
-from models import dinov2_layers, dinov2_weights, safetensors_files, weight_files
-from models.dinov2_layers import VITB14, VITS14
+from models import safetensors_files, weight_files
+from models.dinov2 import dinov2_layers, dinov2_weights
+from models.dinov2.dinov2_layers import VITB14, VITS14
 from models.files import WeightsError
 
 

@@ -94,10 +94,20 @@ def test_a_circle_is_found():
 # loop sit on the three layers below them; the job layer on the engine; none of the three layers
 # knows another, but for the manifest's durable write.
 SHARED = {"parallel", "parallel.lazy", "parallel.locations", "parallel.messages", "parallel.model", "parallel.signals"}
+# A model family (models/<family>/) builds on the modules every family shares, the ViT's blocks and what a
+# model gives the engine; never on another family (ResNet on VGG16's Caffe preprocessing, which both use).
+MODELS_SHARED = {"models.common", "models.files", "models.hub_download", "models.imagenet_download", "models.keras_h5",
+                 "models.safetensors_files", "models.vit.vit", "models.vit.vit_layers", "parallel.model"}
 MAY_IMPORT = {
     "parallel.devices": SHARED,
     "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},
     "parallel.output": SHARED,
+    "models.clip": MODELS_SHARED,
+    "models.convnext": MODELS_SHARED,
+    "models.dinov2": MODELS_SHARED,
+    "models.efficientnet": MODELS_SHARED,
+    "models.resnet": MODELS_SHARED | {"models.vgg16"},
+    "models.vit": set(),
 }
 
 

@@ -44,21 +44,22 @@ KERAS_H5_MODELS = ("vgg16", "resnet50", "efficientnet_b0", "convnext_tiny")
 def keras_file_of_one_floats(model, path):
     """`model`'s weights file in the real layout, written by its own writer (every layer of the full file, under
     Keras's names), with every weight one float: the layout of a random file, in kilobytes."""
-    from models import (convnext_tiny_layers, convnext_tiny_weights, efficientnet_b0_layers, efficientnet_b0_weights,
-                        resnet50_layers, resnet50_weights, vgg16_layers, weight_files)
+    from models import vgg16_layers, weight_files
+    from models.convnext import convnext_layers, convnext_weights
+    from models.efficientnet import efficientnet_layers, efficientnet_weights
+    from models.resnet import resnet_layers, resnet_weights
 
     one = np.zeros(1, np.float32)
     if model == "vgg16":
         weight_files.save_h5({layer.name: (one, one) for layer in vgg16_layers.LAYERS}, path)
     elif model == "resnet50":
-        resnet50_weights.save_h5({layer: {name: one for name, _ in shapes}
-                                  for layer, shapes in resnet50_layers.weight_shapes().items()}, path)
+        resnet_weights.save_h5({layer: {name: one for name, _ in shapes}
+                                for layer, shapes in resnet_layers.weight_shapes().items()}, path)
     elif model == "efficientnet_b0":
-        efficientnet_b0_weights.save_h5({layer.name: {name: one for name, _ in layer.weights}
-                                         for layer in efficientnet_b0_layers.KERAS_LAYERS}, path)
+        efficientnet_weights.save_h5({layer.name: {name: one for name, _ in layer.weights}
+                                      for layer in efficientnet_layers.KERAS_LAYERS}, path)
     else:
-        convnext_tiny_weights.save_h5({layer.name: (one,) * len(layer.arrays) for layer in convnext_tiny_layers.LAYERS},
-                                      path)
+        convnext_weights.save_h5({layer.name: (one,) * len(layer.arrays) for layer in convnext_layers.LAYERS}, path)
     return path
 
 
@@ -93,9 +94,9 @@ def test_a_random_file_of_another_model_is_named_not_described_by_vgg16_s_names(
 
 
 def test_a_file_of_the_model_itself_is_never_said_to_be_another_s(tmp_path):
-    from models import resnet50_layers
+    from models.resnet import resnet_layers
 
-    full, notop = resnet50_layers.WEIGHT_FILE_NAMES, resnet50_layers.WEIGHT_FILE_NAMES - {"predictions"}
+    full, notop = resnet_layers.WEIGHT_FILE_NAMES, resnet_layers.WEIGHT_FILE_NAMES - {"predictions"}
     assert registry.looks_like(full, "resnet50") == registry.looks_like(notop, "ResNet50") == ""
     assert registry.looks_like(notop, "vgg16") == "; it looks like a ResNet50 weights file: pass --model resnet50"
     # One name the models share, or a file mostly of names no model has, is nobody's.

@@ -449,7 +449,7 @@ def clip_output(tmp_path_factory, photographs):
     """An output of CLIP's embedding layer, with the settings its model records: the image tower's embeddings
     of the five photographs and 15 colour images, by a small CLIP of the real layout under ViT-B/32's name
     (tests/small_clip.py), whose weights' identity the settings record. Yields (folder, weights, rows)."""
-    from models import clip
+    from models.clip import clip
     from parallel import engine
     from parallel.devices import resolve_devices
     from parallel.output import open_writer
@@ -469,8 +469,8 @@ def clip_output(tmp_path_factory, photographs):
 
 def _text_embeddings(weights, sentences):
     """The sentences' embeddings by CLIP's text tower and tokenizer themselves (not through search_features)."""
-    from models.clip import TextTower
-    from models.clip_tokenizer import Tokenizer
+    from models.clip.clip import TextTower
+    from models.clip.clip_tokenizer import Tokenizer
     with TextTower("clip_vit_b32", weights=str(weights)) as tower:
         return tower.embed(Tokenizer.from_folder(tower.tokenizer_folder).encode(sentences))
 

@@ -33,8 +33,8 @@ def test_which_outputs_take_a_sentence():
 
 
 def test_a_sentence_s_embedding_is_the_text_tower_s_of_its_tokens(clip_folder):
-    from models.clip import TextTower
-    from models.clip_tokenizer import Tokenizer
+    from models.clip.clip import TextTower
+    from models.clip.clip_tokenizer import Tokenizer
     embeddings = text_embedding("clip_vit_b32", SENTENCES, weights=str(clip_folder))
     assert embeddings.shape == (4, SMALL.projection) and embeddings.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1, rtol=1e-5)

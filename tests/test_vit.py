@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models import vit, vit_layers
-from models.vit_layers import TransformerConfig
+from models.vit import vit, vit_layers
+from models.vit.vit_layers import TransformerConfig
 
 tf1 = tf.compat.v1
 TOLERANCE = 1e-5  # of the largest reference value

@@ -1,6 +1,6 @@
 """ConvNeXt-Tiny's table: the parameter count, the layers Keras stores, the endpoints (no TensorFlow)."""
 
-from models import convnext_tiny_layers as table
+from models.convnext import convnext_layers as table
 
 
 def test_the_table_pins_the_parameter_counts_of_keras_s_two_files():

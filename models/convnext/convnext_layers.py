@@ -1,5 +1,5 @@
-"""ConvNeXt-Tiny's layers with weights: the table both the graph (`convnext_tiny.py`) and the weight files
-(`convnext_tiny_weights.py`) are built from.
+"""ConvNeXt-Tiny's layers with weights: the table both the graph (`convnext.py`) and the weight files
+(`convnext_weights.py`) are built from.
 
 It has no TensorFlow, so that reading, checking and writing weight files does not need it.
 

@@ -8,8 +8,8 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
-from models import convnext_tiny, convnext_tiny_layers
-from models.convnext_tiny_weights import load_weights, random_weights, save_h5
+from models.convnext import convnext, convnext_layers
+from models.convnext.convnext_weights import load_weights, random_weights, save_h5
 from models.files import WeightsError
 from outputs import job_outputs
 from parallel import engine
@@ -62,7 +62,7 @@ def notop_features(files, photographs):
 
 def run_model(path, images, endpoint="avg_pool", precision="fp32", num_devices=1):
     """Features through the engine's DeviceRunner on `num_devices` logical CPU devices, 2 images per device."""
-    spec = convnext_tiny.feature_model(endpoint, str(path), precision)
+    spec = convnext.feature_model(endpoint, str(path), precision)
     devices = resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0)
     with engine.DeviceRunner(spec, devices, per_device_batch=2) as runner:
         return runner.run(images)
@@ -92,17 +92,17 @@ def test_from_the_full_file_each_endpoint_equals_its_keras_output(files, keras_o
     without its softmax (predictions is their softmax, tested in test_predictions_are_the_softmax_of_the_logits)."""
     expected = keras_outputs[reference].reshape(FULL_IMAGES, -1)
     ours = run_model(files["full"], photographs[:FULL_IMAGES], endpoint)
-    assert ours.shape[1] == convnext_tiny.feature_size(endpoint) == expected.shape[1]
+    assert ours.shape[1] == convnext.feature_size(endpoint) == expected.shape[1]
     assert relative_difference(ours, expected) <= TOLERANCE
 
 
 def test_predictions_are_the_softmax_of_the_logits(files, photographs):
     def both(images):
-        logits = convnext_tiny.convnext_tiny(images, "logits")
+        logits = convnext.convnext_tiny(images, "logits")
         with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):  # the same variables
-            return tf.concat([logits, convnext_tiny.convnext_tiny(images, "predictions")], axis=1)
+            return tf.concat([logits, convnext.convnext_tiny(images, "predictions")], axis=1)
 
-    values = convnext_tiny.variable_values(load_weights(files["full"], with_top=True), "predictions")
+    values = convnext.variable_values(load_weights(files["full"], with_top=True), "predictions")
     spec = ModelSpec(name="both", fn=both, image_size=(224, 224), load_weights=lambda: values, output_name="both")
     with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=1) as runner:
         logits, predictions = np.split(runner.run(photographs[:1]), 2, axis=1)
@@ -116,7 +116,7 @@ def test_preprocessing_is_keras_s_normalization_layer(graph):
     pixels = np.random.default_rng(0).integers(0, 256, (2, 5, 4, 3), dtype=np.uint8)
     keras_normalization = PreStem(name="x")(tf.constant(pixels, tf.float32))
     with tf1.Session(graph=graph) as session:
-        ours, theirs = session.run([convnext_tiny.preprocess(tf.constant(pixels)), keras_normalization])
+        ours, theirs = session.run([convnext.preprocess(tf.constant(pixels)), keras_normalization])
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
     assert np.abs(theirs).max() > 1  # Keras's layer really normalized 0..255 (not an identity)
 
@@ -124,12 +124,12 @@ def test_preprocessing_is_keras_s_normalization_layer(graph):
 # ----------------------------------------------------------------------------- the graph
 
 @pytest.mark.parametrize("endpoint, shape, parameters", [
-    ("stage_3", [None, 7, 7, 768], convnext_tiny_layers.PARAMETER_COUNT_NOTOP - 2 * 768),
-    ("avg_pool", [None, 768], convnext_tiny_layers.PARAMETER_COUNT_NOTOP),
-    ("predictions", [None, 1000], convnext_tiny_layers.PARAMETER_COUNT),
+    ("stage_3", [None, 7, 7, 768], convnext_layers.PARAMETER_COUNT_NOTOP - 2 * 768),
+    ("avg_pool", [None, 768], convnext_layers.PARAMETER_COUNT_NOTOP),
+    ("predictions", [None, 1000], convnext_layers.PARAMETER_COUNT),
 ])
 def test_each_endpoint_builds_only_its_layers_and_no_weight_is_a_constant(graph, endpoint, shape, parameters):
-    output = convnext_tiny.convnext_tiny(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint)
+    output = convnext.convnext_tiny(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint)
     assert output.shape.as_list() == shape and output.dtype == tf.float32
     variables = tf1.global_variables()
     assert sum(variable.shape.num_elements() for variable in variables) == parameters
@@ -140,29 +140,29 @@ def test_each_endpoint_builds_only_its_layers_and_no_weight_is_a_constant(graph,
 def test_bad_arguments_are_refused_naming_the_value(graph, files):
     images = tf1.placeholder(tf.uint8, [None, 224, 224, 3])
     with pytest.raises(ValueError, match="layer='fc7'"):
-        convnext_tiny.convnext_tiny(images, endpoint="fc7")
+        convnext.convnext_tiny(images, endpoint="fc7")
     with pytest.raises(ValueError, match="float32"):
-        convnext_tiny.convnext_tiny(tf1.placeholder(tf.float32, [None, 224, 224, 3]))
+        convnext.convnext_tiny(tf1.placeholder(tf.float32, [None, 224, 224, 3]))
     with pytest.raises(ValueError, match=r"\[N, 224, 224, 3\]"):
-        convnext_tiny.convnext_tiny(tf1.placeholder(tf.uint8, [None, 100, 100, 3]))
+        convnext.convnext_tiny(tf1.placeholder(tf.uint8, [None, 100, 100, 3]))
     with pytest.raises(ValueError, match="precision='fp8'"):
-        convnext_tiny.feature_model(weights="imagenet", precision="fp8")
+        convnext.feature_model(weights="imagenet", precision="fp8")
     with pytest.raises(WeightsError, match="nowhere.h5 is not a file"):
-        convnext_tiny.feature_model(weights="nowhere.h5")
+        convnext.feature_model(weights="nowhere.h5")
     with pytest.raises(WeightsError, match="convnext_tiny_notop.h5 has no layer convnext_tiny_head_dense"):
-        convnext_tiny.feature_model("logits", weights=str(files["notop"])).load_weights()
+        convnext.feature_model("logits", weights=str(files["notop"])).load_weights()
 
 
 def test_settings_name_the_model_its_file_and_preprocessing(files):
-    notop, pooled, full = (convnext_tiny.feature_model(endpoint) for endpoint in ("stage_3", "avg_pool", "predictions"))
+    notop, pooled, full = (convnext.feature_model(endpoint) for endpoint in ("stage_3", "avg_pool", "predictions"))
     assert "convnext_tiny_notop.h5, sha256 d547c096" in notop.settings["weights"]
     assert "convnext_tiny.h5, sha256 8ae6e78c" in pooled.settings["weights"] == full.settings["weights"]
-    spec = convnext_tiny.feature_model(weights=str(files["full"]), precision="bf16")
+    spec = convnext.feature_model(weights=str(files["full"]), precision="bf16")
     assert (spec.name, spec.output_name, spec.image_size, spec.files) == (
         "convnext_tiny", "avg_pool", (224, 224), (str(files["full"]),))
     assert spec.settings["model"] == "convnext_tiny" and spec.settings["precision"] == "bf16"
     assert "convnext_tiny.h5 (" in spec.settings["weights"] and "ImageNet mean" in spec.settings["preprocessing"]
-    assert convnext_tiny.feature_model(weights=str(files["notop"])).settings["weights"] != spec.settings["weights"]
+    assert convnext.feature_model(weights=str(files["notop"])).settings["weights"] != spec.settings["weights"]
 
 
 def test_imagenet_avg_pool_reads_the_full_file_s_trained_head_layernorm(files, tmp_path):
@@ -179,12 +179,12 @@ def test_imagenet_avg_pool_reads_the_full_file_s_trained_head_layernorm(files, t
             dataset = file["layer_normalization"]["layer_normalization/%s:0" % name]
             dataset[...] = np.full(dataset.shape, value, np.float32)
     full = load_weights(files["full"])["head/layernorm"]
-    values = convnext_tiny.feature_model("avg_pool", weights="imagenet", cache_dir=tmp_path).load_weights()
+    values = convnext.feature_model("avg_pool", weights="imagenet", cache_dir=tmp_path).load_weights()
     np.testing.assert_array_equal(values["convnext_tiny/head/layernorm/gamma"], full[0])
     np.testing.assert_array_equal(values["convnext_tiny/head/layernorm/beta"], full[1])
     assert not np.any(full[0] == 1.0) and not np.any(full[1] == 0.0)  # the notop file's would be told apart
     assert np.all(load_weights(notop)["head/layernorm"][0] == 1.0)
-    stage_3 = convnext_tiny.feature_model("stage_3", weights="imagenet", cache_dir=tmp_path)
+    stage_3 = convnext.feature_model("stage_3", weights="imagenet", cache_dir=tmp_path)
     assert "convnext_tiny_notop.h5" in stage_3.settings["weights"] and not any("head" in name for name in (
         stage_3.load_weights()))
 
@@ -193,7 +193,7 @@ def test_imagenet_avg_pool_reads_the_full_file_s_trained_head_layernorm(files, t
 
 def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(files, photographs, notop_features):
     one = notop_features
-    spec = convnext_tiny.feature_model(weights=str(files["notop"]))
+    spec = convnext.feature_model(weights=str(files["notop"]))
     with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0), 2) as runner:
         recorder = runner.session.run = CrossingRecorder(runner.session)
         three = runner.run(photographs)
@@ -209,7 +209,7 @@ def test_on_gpus_every_op_has_a_gpu_kernel_and_each_replica_its_weights(precisio
     kernel for its dtype would fail there)."""
     from test_vgg16 import _has_gpu_kernel
 
-    model = convnext_tiny.feature_model(endpoint="predictions", weights="imagenet", precision=precision)
+    model = convnext.feature_model(endpoint="predictions", weights="imagenet", precision=precision)
     names = resolve_devices(gpus="0,1", gpu_count=2).names
     graph, placement, _, outputs = engine.build_graph(model, names)
     assert [output.device for output in outputs] == list(names)
@@ -217,7 +217,7 @@ def test_on_gpus_every_op_has_a_gpu_kernel_and_each_replica_its_weights(precisio
     for op in graph.get_operations():
         kinds.setdefault((op.type, str(sorted(op.node_def.attr.items()))), op)
     assert [op.name for op in kinds.values() if not _has_gpu_kernel(op)] == []
-    assert len(placement.variables()) == sum(len(layer.arrays) for layer in convnext_tiny_layers.LAYERS) and all(
+    assert len(placement.variables()) == sum(len(layer.arrays) for layer in convnext_layers.LAYERS) and all(
         [copy.device for copy in copies] == list(names) for copies in placement.variables().values())
 
 

@@ -1,5 +1,5 @@
 """ConvNeXt-Tiny (Liu et al., "A ConvNet for the 2020s", 2022) from raw TensorFlow ops, built from the table in
-`convnext_tiny_layers.py`, equal to `keras.applications.ConvNeXtTiny` on the same weights.
+`convnext_layers.py`, equal to `keras.applications.ConvNeXtTiny` on the same weights.
 
     images uint8 [N, 224, 224, 3] RGB
       -> preprocess (on the device, as Keras's model does inside itself): (x - ImageNet mean) / std, on 0..255
@@ -37,10 +37,10 @@ Which Keras output each endpoint equals:
 
 import tensorflow as tf
 
-from models.convnext_tiny_layers import (BODY, CLASSES, DEPTHS, ENDPOINTS, HEAD_DENSE, HEAD_LAYER_NORM,
-                                         IMAGE_SIZE, LAYER_NORM_EPSILON, WIDTHS)
-from models.convnext_tiny_weights import FULL_FILE, NOTOP_FILE, load_weights
 from models.common import Weights, check_endpoint, compute_dtype
+from models.convnext.convnext_layers import (BODY, CLASSES, DEPTHS, ENDPOINTS, HEAD_DENSE, HEAD_LAYER_NORM, IMAGE_SIZE,
+                                             LAYER_NORM_EPSILON, WIDTHS)
+from models.convnext.convnext_weights import FULL_FILE, NOTOP_FILE, load_weights
 from models.imagenet_download import KERAS_APPLICATIONS, KerasFile
 from parallel.model import ModelSpec
 
@@ -199,7 +199,7 @@ def variable_values(weights, endpoint="avg_pool", scope=NAME):
     """The arrays of the variables `convnext_tiny(endpoint=endpoint, scope=scope)` creates.
 
     Args:
-      weights: {layer name: arrays} as `convnext_tiny_weights.load_weights` returns.
+      weights: {layer name: arrays} as `convnext_weights.load_weights` returns.
       endpoint: the endpoint the graph was built for (only the layers it needs).
       scope: the variable scope the graph was built under.
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from hangs import HANG_SECONDS
-from models import efficientnet_b0_layers as table
+from models.efficientnet import efficientnet_layers as table
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def test_keras_s_correct_pad_is_the_same_padding_the_graph_uses():
 
 
 def test_the_table_imports_no_tensorflow():
-    code = ("import sys, models.efficientnet_b0_layers\n"
+    code = ("import sys, models.efficientnet.efficientnet_layers\n"
             "print(sorted({'tensorflow', 'keras', 'h5py'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPOSITORY, capture_output=True, text=True,
                           timeout=HANG_SECONDS)

@@ -1,5 +1,5 @@
-"""ResNet50's layers with weights: the table both the graph (`resnet50.py`) and the weight files
-(`resnet50_weights.py`) are built from.
+"""ResNet50's layers with weights: the table both the graph (`resnet.py`) and the weight files
+(`resnet_weights.py`) are built from.
 
 Every name is the Keras layer name of `keras.applications.ResNet50` (`conv1_conv`, `conv2_block1_1_conv`,
 `conv2_block1_1_bn`, ..., `conv5_block3_out`, `avg_pool`, `predictions`), which is also how Keras's weight

@@ -6,9 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from models import efficientnet_b0_weights as files
 from models import weight_files
-from models.efficientnet_b0_layers import KERAS_LAYERS, TOP_LAYERS
+from models.efficientnet import efficientnet_weights as files
+from models.efficientnet.efficientnet_layers import KERAS_LAYERS, TOP_LAYERS
 from models.files import WeightsError
 
 

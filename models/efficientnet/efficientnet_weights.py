@@ -4,7 +4,7 @@ Keras's files are `efficientnetb0_notop.h5` (every layer up to top_bn) and `effi
 `predictions` layer). In both, the root attribute `layer_names` lists the layers, each layer's group has the
 attribute `weight_names` and one dataset per name: "stem_conv/kernel:0" as tf.keras 2 wrote them,
 "stem_conv/kernel" as Keras 3 writes them. `models/keras_h5.py` reads and writes that layout; layers are
-read by their Keras name (from the table in `efficientnet_b0_layers.py`), weights in Keras's order; the one
+read by their Keras name (from the table in `efficientnet_layers.py`), weights in Keras's order; the one
 exception is the Normalization layer, whose name Keras numbers ("normalization", "normalization_1", ...):
 it is the layer whose weights are mean, variance and count (an int64).
 
@@ -20,8 +20,8 @@ with them are meaningless.
 import numpy as np
 
 from models import keras_h5
-from models.efficientnet_b0_layers import (BLOCKS, IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS, TOP_LAYERS,
-                                           keras_layers)
+from models.efficientnet.efficientnet_layers import (BLOCKS, IMAGENET_MEAN_RGB, IMAGENET_STDDEV_RGB, KERAS_LAYERS,
+                                                     TOP_LAYERS, keras_layers)
 
 _FILES = "efficientnetb0_notop.h5 or efficientnetb0.h5"  # Keras's two files, for messages
 _NORMALIZATION_WEIGHTS = {"mean", "variance", "count"}

@@ -1,10 +1,10 @@
 """ResNet50's weight files: Keras's legacy .h5 layout, read and checked by layer name, and written.
 
-Keras's two ImageNet files for `keras.applications.ResNet50` (`resnet50.py` names them and their hashes):
+Keras's two ImageNet files for `keras.applications.ResNet50` (`resnet.py` names them and their hashes):
 - `resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5`: every convolution and batch norm (`conv1_conv`,
   `conv1_bn`, ..., `conv5_block3_3_bn`), what every endpoint below the top needs;
 - `resnet50_weights_tf_dim_ordering_tf_kernels.h5`: the same and `predictions` (the 1000-class Dense).
-Either is read by Keras's layer names (the names of `resnet50_layers.py`), with `models/keras_h5.py`; a
+Either is read by Keras's layer names (the names of `resnet_layers.py`), with `models/keras_h5.py`; a
 layer's shapes are checked before anything is built. No TensorFlow here, so the `random` command starts
 at once:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from models import keras_h5
-from models.resnet50_layers import PREDICTIONS, keras_layer_names, weight_shapes
+from models.resnet.resnet_layers import PREDICTIONS, keras_layer_names, weight_shapes
 
 NOTOP_FILE_NAME = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
 FILE_NAME = "resnet50_weights_tf_dim_ordering_tf_kernels.h5"
@@ -59,7 +59,7 @@ def random_weights(seed=0, include_top=True):
       include_top: with `predictions`.
 
     Returns:
-      {Keras layer name: {weight name: array}}, the shapes of `resnet50_layers.weight_shapes`.
+      {Keras layer name: {weight name: array}}, the shapes of `resnet_layers.weight_shapes`.
     """
     rng = np.random.default_rng(seed)
     weights = {}

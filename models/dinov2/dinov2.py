@@ -19,11 +19,12 @@ copy; their values come from host arrays (`load_weights`), never graph constants
 
 import tensorflow as tf
 
-from models import dinov2_layers, vit
 from models.common import HubWeights, check_endpoint, compute_dtype
-from models.dinov2_layers import ENDPOINTS, IMAGE_SIZE, PATCH, RESIZE_SHORT_SIDE, feature_size
-from models.dinov2_weights import load_weights
+from models.dinov2 import dinov2_layers
+from models.dinov2.dinov2_layers import ENDPOINTS, IMAGE_SIZE, PATCH, RESIZE_SHORT_SIDE, feature_size
+from models.dinov2.dinov2_weights import load_weights
 from models.hub_download import HubFile
+from models.vit import vit
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
@@ -127,7 +128,7 @@ def feature_model(variant, endpoint="class_token", weights="imagenet", precision
 
 
 class SizedModel:
-    """One DINOv2 size for the registry (`models.dinov2:VITS14`): `feature_model` of that variant."""
+    """One DINOv2 size for the registry (`models.dinov2.dinov2:VITS14`): `feature_model` of that variant."""
 
     def __init__(self, variant):
         self.variant = variant

@@ -7,8 +7,8 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
-from models import efficientnet_b0 as model
-from models import efficientnet_b0_weights as files
+from models.efficientnet import efficientnet as model
+from models.efficientnet import efficientnet_weights as files
 from models.files import WeightsError
 from outputs import job_outputs
 from parallel.devices import DeviceRunner, resolve_devices

@@ -12,12 +12,12 @@ Endpoints carry Keras's layer names. Every convolution of Keras's model is follo
 (epsilon 1.001e-5); at load time each batch norm is FOLDED into the convolution before it
 (kernel * gamma / sqrt(variance + epsilon), and the bias likewise), so the graph runs convolution + bias
 (+ add) + ReLU, which TensorFlow fuses into one kernel each, and computes what Keras computes to float32
-rounding (tests/test_resnet50.py: within 1e-5 of the largest value).
+rounding (tests/test_resnet.py: within 1e-5 of the largest value).
 
 Variables are `resnet50/<Keras conv name>/kernel` and `.../bias` (holding the folded values), and
 `resnet50/predictions/kernel`, `.../bias`, created with `tf.compat.v1.get_variable` so that the engine's
 placement strategy gives every device its own copy; their values are loaded from host arrays, never
-embedded in the graph. The weights are read by `resnet50_weights.py` (Keras's .h5 files), and "imagenet"
+embedded in the graph. The weights are read by `resnet_weights.py` (Keras's .h5 files), and "imagenet"
 is fetched into Keras's cache by `imagenet_download.keras_file`.
 """
 
@@ -26,9 +26,9 @@ import tensorflow as tf
 
 from models.common import Weights, check_endpoint, compute_dtype
 from models.imagenet_download import KERAS_APPLICATIONS, KerasFile
-from models.resnet50_layers import (BATCH_NORM_EPSILON, BLOCKS, CONVS, ENDPOINTS, IMAGE_SIZE, OUTPUT_CHANNELS,
-                                    OUTPUT_SIDE, PREDICTIONS, STEM, TOP_ENDPOINTS)
-from models.resnet50_weights import FILE_NAME, NOTOP_FILE_NAME, load_weights
+from models.resnet.resnet_layers import (BATCH_NORM_EPSILON, BLOCKS, CONVS, ENDPOINTS, IMAGE_SIZE, OUTPUT_CHANNELS,
+                                         OUTPUT_SIDE, PREDICTIONS, STEM, TOP_ENDPOINTS)
+from models.resnet.resnet_weights import FILE_NAME, NOTOP_FILE_NAME, load_weights
 from models.vgg16 import BGR_MEAN, preprocess  # Caffe's preprocessing
 from parallel.model import ModelSpec
 
@@ -150,7 +150,7 @@ def variable_values(weights, endpoint="avg_pool", scope="resnet50"):
     """The arrays of the variables `resnet50(endpoint=endpoint, scope=scope)` creates, batch norms folded.
 
     Args:
-      weights: {Keras layer name: {weight name: array}} as `resnet50_weights.load_weights` returns
+      weights: {Keras layer name: {weight name: array}} as `resnet_weights.load_weights` returns
         (with `predictions` if the endpoint needs it).
       endpoint: the endpoint the graph was built for.
       scope: the variable scope the graph was built under.
@@ -176,7 +176,7 @@ def feature_model(endpoint="avg_pool", weights="imagenet", precision="fp32", cac
     Args:
       endpoint: one of ENDPOINTS (default avg_pool, 2048 floats: Keras's `pooling="avg"`).
       weights: "imagenet" (Keras's cache file, downloaded if absent: the notop file, or the full one for
-        predictions) or the path of either .h5 file (see `resnet50_weights.load_weights`); read when the
+        predictions) or the path of either .h5 file (see `resnet_weights.load_weights`); read when the
         engine asks, once.
       precision: one of PRECISION_NAMES, as for VGG16; the output is float32 either way.
       cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras).

@@ -1,4 +1,4 @@
-"""EfficientNetB0 (Tan & Le, 2019) from raw TensorFlow ops, built from the table in `efficientnet_b0_layers.py`,
+"""EfficientNetB0 (Tan & Le, 2019) from raw TensorFlow ops, built from the table in `efficientnet_layers.py`,
 equal to Keras's `keras.applications.EfficientNetB0` on the same weights.
 
     images uint8 [N, 224, 224, 3] RGB
@@ -33,10 +33,10 @@ weights=PATH. So the ImageNet file given by path, or a copy of it offline, gives
 import numpy as np
 import tensorflow as tf
 
-from models.efficientnet_b0_layers import (BATCH_NORM_EPSILON, BLOCKS, ENDPOINTS, FEATURE_SIZES, IMAGE_SIZE,
-                                           IMAGENET_STDDEV_RGB, NORMALIZATION_EPSILON, needs_top)
-from models.efficientnet_b0_weights import load_weights, looks_like_keras_imagenet_file
 from models.common import Weights, check_endpoint, compute_dtype
+from models.efficientnet.efficientnet_layers import (BATCH_NORM_EPSILON, BLOCKS, ENDPOINTS, FEATURE_SIZES, IMAGE_SIZE,
+                                                     IMAGENET_STDDEV_RGB, NORMALIZATION_EPSILON, needs_top)
+from models.efficientnet.efficientnet_weights import load_weights, looks_like_keras_imagenet_file
 from models.imagenet_download import KerasFile
 from parallel.model import ModelSpec
 
@@ -193,7 +193,7 @@ def variable_values(weights, endpoint="avg_pool", imagenet_rescaling=False, scop
     """The arrays of the variables `efficientnet_b0(endpoint=endpoint, scope=scope)` creates.
 
     Args:
-      weights: {Keras layer name: {weight name: array}} as `efficientnet_b0_weights.load_weights` returns
+      weights: {Keras layer name: {weight name: array}} as `efficientnet_weights.load_weights` returns
         (with the predictions layer if endpoint is predictions).
       endpoint: the endpoint the graph was built for.
       imagenet_rescaling: whether to divide the normalized input by sqrt(IMAGENET_STDDEV_RGB) too, as

@@ -8,8 +8,9 @@ import tensorflow as tf
 
 import run_inference
 from colour_jobs import make_images
-from models import registry, resnet50, resnet50_layers, resnet50_weights
+from models import registry
 from models.files import WeightsError
+from models.resnet import resnet, resnet_layers, resnet_weights
 from outputs import job_outputs, read_output
 from parallel import engine
 from parallel.devices import resolve_devices
@@ -30,8 +31,8 @@ def keras_model(tmp_path_factory, photographs):
     from keras.src.legacy.saving import legacy_h5_format
 
     folder = tmp_path_factory.mktemp("resnet50")
-    random_file = folder / resnet50_weights.FILE_NAME
-    resnet50_weights.write_random(random_file, seed=0)
+    random_file = folder / resnet_weights.FILE_NAME
+    resnet_weights.write_random(random_file, seed=0)
     model = keras.applications.ResNet50(weights=None)
     model.load_weights(str(random_file))
     for layer in model.layers:
@@ -51,7 +52,7 @@ def calibrated_file(keras_model):
 
 def run_model(path, images, endpoint="avg_pool", precision="fp32", devices="cpu:0", recorder=None):
     """Features of `images` through the engine's runner; `recorder(runner)` may wrap its Session's run."""
-    model = resnet50.feature_model(endpoint, weights=str(path), precision=precision)
+    model = resnet.feature_model(endpoint, weights=str(path), precision=precision)
     runner = engine.DeviceRunner(model, resolve_devices(devices=devices, gpu_count=0), per_device_batch=2)
     try:
         if recorder:
@@ -67,19 +68,19 @@ def test_the_table_is_keras_s_model_and_pins_the_parameter_counts(graph, keras_m
     model, _ = keras_model
     notop = keras.applications.ResNet50(weights=None, include_top=False)
     # Keras numbers its input layers (input_layer, input_layer_1, ...); the rest is the order its reader reads.
-    assert resnet50_layers.keras_layer_names()[1:] == [layer.name for layer in model.layers][1:]
-    assert resnet50_layers.keras_layer_names(include_top=False)[1:] == [layer.name for layer in notop.layers][1:]
+    assert resnet_layers.keras_layer_names()[1:] == [layer.name for layer in model.layers][1:]
+    assert resnet_layers.keras_layer_names(include_top=False)[1:] == [layer.name for layer in notop.layers][1:]
     for include_top, count in ((True, 25_636_712), (False, 23_587_712)):
-        shapes = resnet50_layers.weight_shapes(include_top)
+        shapes = resnet_layers.weight_shapes(include_top)
         assert sum(np.prod(shape) for weights in shapes.values() for _, shape in weights) == count
-    assert model.count_params() == resnet50_layers.PARAMETER_COUNT
-    assert notop.count_params() == resnet50_layers.PARAMETER_COUNT_NOTOP
+    assert model.count_params() == resnet_layers.PARAMETER_COUNT
+    assert notop.count_params() == resnet_layers.PARAMETER_COUNT_NOTOP
     assert {layer.name: tuple(tuple(weight.shape) for weight in layer.weights) for layer in model.layers
             if layer.weights} == {layer: tuple(shape for _, shape in weights)
-                                  for layer, weights in resnet50_layers.weight_shapes().items()}
-    resnet50.resnet50(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint="predictions")
+                                  for layer, weights in resnet_layers.weight_shapes().items()}
+    resnet.resnet50(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint="predictions")
     variables = tf1.global_variables(scope="resnet50/")  # not Keras's, made in this graph too
-    assert sum(v.shape.num_elements() for v in variables) == resnet50_layers.FOLDED_PARAMETER_COUNT == 25_530_472
+    assert sum(v.shape.num_elements() for v in variables) == resnet_layers.FOLDED_PARAMETER_COUNT == 25_530_472
     assert variables[0].op.name == "resnet50/conv1_conv/kernel" and variables[-1].op.name == "resnet50/predictions/bias"
 
 
@@ -87,25 +88,25 @@ def test_the_table_is_keras_s_model_and_pins_the_parameter_counts(graph, keras_m
     ("conv5_block3_out", [None, 7, 7, 2048], 106), ("avg_pool", [None, 2048], 106), ("predictions", [None, 1000], 108),
 ])
 def test_each_endpoint_s_shape_and_variables_and_no_weights_in_the_graph(graph, endpoint, shape, variables):
-    output = resnet50.resnet50(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint=endpoint)
+    output = resnet.resnet50(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), endpoint=endpoint)
     assert output.shape.as_list() == shape and output.dtype == tf.float32
     assert len(tf1.global_variables()) == variables  # 53 convolutions (kernel, bias), and the Dense
-    assert resnet50.feature_size(endpoint) == np.prod(shape[1:])
+    assert resnet.feature_size(endpoint) == np.prod(shape[1:])
     assert graph.as_graph_def().ByteSize() < 300_000  # 100 MB of weights are nowhere in it
 
 
 def test_bad_arguments_are_refused_naming_the_value(graph, tmp_path):
     images = tf1.placeholder(tf.uint8, [None, 224, 224, 3])
     with pytest.raises(ValueError, match="layer='fc7'"):
-        resnet50.resnet50(images, endpoint="fc7")
+        resnet.resnet50(images, endpoint="fc7")
     with pytest.raises(ValueError, match="float32"):
-        resnet50.resnet50(tf1.placeholder(tf.float32, [None, 224, 224, 3]))
+        resnet.resnet50(tf1.placeholder(tf.float32, [None, 224, 224, 3]))
     with pytest.raises(ValueError, match=r"\[N, 224, 224, 3\]"):
-        resnet50.resnet50(tf1.placeholder(tf.uint8, [None, 299, 299, 3]))
+        resnet.resnet50(tf1.placeholder(tf.uint8, [None, 299, 299, 3]))
     with pytest.raises(ValueError, match="precision='fp8'"):
-        resnet50.feature_model(precision="fp8")
+        resnet.feature_model(precision="fp8")
     with pytest.raises(WeightsError, match="nowhere.h5 is not a file"):
-        resnet50.feature_model(weights=str(tmp_path / "nowhere.h5"))
+        resnet.feature_model(weights=str(tmp_path / "nowhere.h5"))
 
 
 def test_equals_keras_on_the_same_weights_file_and_real_photographs(keras_model, photographs):
@@ -114,10 +115,10 @@ def test_equals_keras_on_the_same_weights_file_and_real_photographs(keras_model,
     import keras
 
     model, calibrated = keras_model
-    outputs = keras.Model(model.input, [model.get_layer(name).output for name in resnet50_layers.ENDPOINTS])
+    outputs = keras.Model(model.input, [model.get_layer(name).output for name in resnet_layers.ENDPOINTS])
     expected = outputs.predict(keras.applications.resnet.preprocess_input(photographs.astype(np.float32)),
                                verbose=0)
-    for endpoint, reference in zip(resnet50_layers.ENDPOINTS, expected):
+    for endpoint, reference in zip(resnet_layers.ENDPOINTS, expected):
         reference = reference.reshape(len(photographs), -1)
         ours = run_model(calibrated, photographs, endpoint)
         largest = np.abs(reference).max()
@@ -131,23 +132,23 @@ def test_feature_model_settings_name_the_file_layer_and_preprocessing(calibrated
     imagenet = registry.feature_model("resnet50")
     assert (imagenet.name, imagenet.output_name, imagenet.image_size) == ("resnet50", "avg_pool", (224, 224))
     assert imagenet.settings == {
-        "model": "resnet50", "layer": "avg_pool", "precision": "fp32", "preprocessing": resnet50.PREPROCESSING,
+        "model": "resnet50", "layer": "avg_pool", "precision": "fp32", "preprocessing": resnet.PREPROCESSING,
         "weights": "imagenet (Keras resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5, "
                    "md5 4d473c1dd8becc155b73f8504c6f6626)"}
     assert registry.feature_model("resnet50", "predictions").settings["weights"] == (
         "imagenet (Keras resnet50_weights_tf_dim_ordering_tf_kernels.h5, md5 2cb95161c43110f7111970584f804107)")
-    assert "B 103.939, G 116.779, R 123.68" in resnet50.PREPROCESSING
-    by_path = resnet50.feature_model(weights=str(calibrated_file))
+    assert "B 103.939, G 116.779, R 123.68" in resnet.PREPROCESSING
+    by_path = resnet.feature_model(weights=str(calibrated_file))
     assert by_path.settings["weights"].startswith("calibrated_by_keras.h5 (") and by_path.files == (
         str(calibrated_file),)
-    notop = tmp_path / "models" / resnet50_weights.NOTOP_FILE_NAME  # "imagenet" in Keras's cache: no download
+    notop = tmp_path / "models" / resnet_weights.NOTOP_FILE_NAME  # "imagenet" in Keras's cache: no download
     notop.parent.mkdir()
-    resnet50_weights.write_random(notop)
-    values = resnet50.feature_model(weights="imagenet", cache_dir=tmp_path).load_weights()
+    resnet_weights.write_random(notop)
+    values = resnet.feature_model(weights="imagenet", cache_dir=tmp_path).load_weights()
     assert len(values) == 2 * 53 and values["resnet50/conv1_conv/kernel"].shape == (7, 7, 3, 64)
     with pytest.raises(WeightsError, match="has no layer predictions, which ResNet50 needs .expected "
                                            "resnet50_weights_tf_dim_ordering_tf_kernels.h5"):
-        resnet50.feature_model("predictions", weights=str(notop)).load_weights()
+        resnet.feature_model("predictions", weights=str(notop)).load_weights()
 
 
 # ----------------------------------------------------------------------------- devices and precision
@@ -170,7 +171,7 @@ def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_on_gpus_every_op_is_on_its_replicas_gpu_and_has_a_gpu_kernel(precision):
-    model = resnet50.feature_model("predictions", precision=precision)
+    model = resnet.feature_model("predictions", precision=precision)
     names = resolve_devices(gpus="0,1", gpu_count=2).names
     graph, placement, _, outputs = engine.build_graph(model, names)
     assert [output.device for output in outputs] == list(names)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models import clip_layers
+from models.clip import clip_layers
 from models.files import WeightsError, fingerprint
 from models.hub_download import HubFile, hub_file
 from models.safetensors_files import read_tensors, write_tensors
@@ -256,9 +256,9 @@ class RandomFiles:
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the model to `path`: a folder (the path has no extension) holding
         model.safetensors and the tests' vocab.json and merges.txt (a real prefix of CLIP's merges:
-        `models.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M (B/32) or 150 M
+        `models.clip.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M (B/32) or 150 M
         (B/16) float32 parameters, about 600 MB. The folder is made whole or not at all."""
-        from models.clip_tokenizer import write_test_vocabulary
+        from models.clip.clip_tokenizer import write_test_vocabulary
 
         path = Path(path)
         weights = random_weights(self.model, seed)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hangs import HANG_SECONDS
-from models import resnet50_layers, resnet50_weights
 from models.files import WeightsError
+from models.resnet import resnet_layers, resnet_weights
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -19,16 +19,16 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def written():
     """Seed 0's random weights, with the top."""
-    return resnet50_weights.random_weights(seed=0)
+    return resnet_weights.random_weights(seed=0)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """Seed 0's random weights, written with the top and without: {"full": path, "notop": path}."""
     folder = tmp_path_factory.mktemp("resnet50_files")
-    paths = {"full": folder / resnet50_weights.FILE_NAME, "notop": folder / resnet50_weights.NOTOP_FILE_NAME}
+    paths = {"full": folder / resnet_weights.FILE_NAME, "notop": folder / resnet_weights.NOTOP_FILE_NAME}
     for path in paths.values():
-        resnet50_weights.write_random(path, seed=0)
+        resnet_weights.write_random(path, seed=0)
     return paths
 
 
@@ -49,23 +49,23 @@ def test_keras_loads_our_file_into_its_own_resnet50_every_weight_where_it_belong
 
 def test_our_reader_reads_both_files_and_the_top_only_from_the_full_one(files, written):
     for kind in ("full", "notop"):
-        weights = resnet50_weights.load_weights(files[kind])
+        weights = resnet_weights.load_weights(files[kind])
         assert len(weights) == 106 and "predictions" not in weights  # 53 convolutions and their batch norms
         np.testing.assert_array_equal(weights["conv5_block3_3_bn"]["gamma"], written["conv5_block3_3_bn"]["gamma"])
-    top = resnet50_weights.load_weights(files["full"], include_top=True)
+    top = resnet_weights.load_weights(files["full"], include_top=True)
     assert top["predictions"]["kernel"].shape == (2048, 1000)
     np.testing.assert_array_equal(top["predictions"]["bias"], written["predictions"]["bias"])
     with pytest.raises(WeightsError, match="notop.h5 has no layer predictions, which ResNet50 needs "
                                            r"\(expected resnet50_weights_tf_dim_ordering_tf_kernels.h5;"):
-        resnet50_weights.load_weights(files["notop"], include_top=True)
+        resnet_weights.load_weights(files["notop"], include_top=True)
 
 
 def test_random_weights_are_shaped_as_the_table_and_another_seed_gives_others(written):
     """(The same seed gives the same weights: the files of the tests above are compared with a new draw.)"""
     assert {layer: tuple((name, array.shape) for name, array in arrays.items()) for layer, arrays in written.items()} \
-        == resnet50_layers.weight_shapes()
+        == resnet_layers.weight_shapes()
     assert all(array.dtype == np.float32 for arrays in written.values() for array in arrays.values())
-    other = resnet50_weights.random_weights(seed=1, include_top=False)
+    other = resnet_weights.random_weights(seed=1, include_top=False)
     assert not np.array_equal(written["conv1_conv"]["kernel"], other["conv1_conv"]["kernel"])
 
 
@@ -77,7 +77,7 @@ def test_a_kernel_of_another_shape_names_the_file_layer_and_both_shapes(files, t
         del group["kernel:0"]
         group.create_dataset("kernel:0", data=np.zeros((3, 3, 256, 128), np.float32))
     with pytest.raises(WeightsError) as error:
-        resnet50_weights.load_weights(path)
+        resnet_weights.load_weights(path)
     assert str(error.value) == ("weights=%s: layer conv4_block2_2_conv kernel has shape (3, 3, 256, 128); ResNet50 "
                                 "needs (3, 3, 256, 256)" % path)
 

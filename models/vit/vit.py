@@ -27,7 +27,7 @@ import math
 
 import tensorflow as tf
 
-from models.vit_layers import ACTIVATIONS
+from models.vit.vit_layers import ACTIVATIONS
 
 tf1 = tf.compat.v1
 

@@ -10,13 +10,13 @@ equal to Hugging Face's `CLIPModel` and keras-hub's `CLIPBackbone` on the same w
     token ids int32 [N, 77] -> token + position embeddings -> 12 causal pre-LN blocks -> final LayerNorm
       -> the end token's position -> text projection, L2-normalised                      [N, 512]
 
-How it is computed: the transformer blocks are `models.vit`'s (LayerNorms and the attention's softmax in
+How it is computed: the transformer blocks are `models.vit.vit`'s (LayerNorms and the attention's softmax in
 float32 whatever the precision), the image tower's last one for the class token alone (`class_token_block`).
 The end token is found as the ids' argmax, as OpenAI's `encode_text`, Hugging Face (for these checkpoints,
 whose config has the legacy eos_token_id 2) and keras-hub all do: CLIP's end-of-text id, 49407, is the
 largest id, so the argmax is its first occurrence.
 
-Variables are `<model>/vision/...` and `<model>/text/...` (`models.vit`'s names under them, e.g.
+Variables are `<model>/vision/...` and `<model>/text/...` (`models.vit.vit`'s names under them, e.g.
 "clip_vit_b32/vision/block_0/attention/query/kernel"), created with `tf.compat.v1.get_variable` so that the
 engine's placement strategy gives every device its own copy; their values are loaded from host arrays
 (`vision_variable_values`, `text_variable_values`), never embedded in the graph.
@@ -25,10 +25,11 @@ engine's placement strategy gives every device its own copy; their values are lo
 import numpy as np
 import tensorflow as tf
 
-from models import clip_layers, vit
-from models.clip_layers import ENDPOINTS, LAYER_NORM_EPSILON
-from models.clip_weights import Checkpoint, load_weights
+from models.clip import clip_layers
+from models.clip.clip_layers import ENDPOINTS, LAYER_NORM_EPSILON
+from models.clip.clip_weights import Checkpoint, load_weights
 from models.common import check_endpoint, compute_dtype
+from models.vit import vit
 from parallel.model import ModelSpec
 
 tf1 = tf.compat.v1
@@ -105,7 +106,7 @@ def image_tower(images, model=clip_layers.VIT_B32, endpoint="embedding", dtype=t
 
 
 def _dense(rows, name, inputs, outputs):
-    """rows [M, inputs] @ <name>/kernel + <name>/bias: `models.vit`'s dense layer and names."""
+    """rows [M, inputs] @ <name>/kernel + <name>/bias: `models.vit.vit`'s dense layer and names."""
     with tf1.variable_scope(name):
         kernel = tf1.get_variable("kernel", [inputs, outputs], rows.dtype, tf1.zeros_initializer())
         bias = tf1.get_variable("bias", [outputs], rows.dtype, tf1.zeros_initializer())
@@ -113,7 +114,7 @@ def _dense(rows, name, inputs, outputs):
 
 
 def class_token_block(tokens, config):
-    """`models.vit.block` for the class token's output alone, with the same variables: only the class token
+    """`models.vit.vit.block` for the class token's output alone, with the same variables: only the class token
     leaves the image tower, so the last block needs one query, one attention row and one MLP row per image
     instead of 1 + G*G (an eighth of the tower's work for B/32 saved: the keys and values remain).
 
@@ -122,7 +123,7 @@ def class_token_block(tokens, config):
       config: the vision tower's TransformerConfig (no LayerScale).
 
     Returns:
-      [N, width]: the block's output at the class token, equal to `models.vit.block(tokens, config)[:, 0]`.
+      [N, width]: the block's output at the class token, equal to `models.vit.vit.block(tokens, config)[:, 0]`.
     """
     width, heads, count = config.width, config.heads, tokens.shape[1]
     depth = width // heads
@@ -187,7 +188,7 @@ def text_tower(token_ids, model=clip_layers.VIT_B32, dtype=tf.float32, scope=Non
 # ----------------------------------------------------------------------------- the weights
 
 def _block_values(weights, source, target):
-    """One block's variables (`models.vit_layers.block_variables`) from Hugging Face's arrays under `source`:
+    """One block's variables (`models.vit.vit_layers.block_variables`) from Hugging Face's arrays under `source`:
     kernels transposed from PyTorch's [out, in] to [in, out]."""
     values = {}
     for ours, theirs in (("attention/query", "self_attn.q_proj"), ("attention/key", "self_attn.k_proj"),
@@ -214,7 +215,7 @@ def vision_variable_values(weights, model=clip_layers.VIT_B32, endpoint="embeddi
       scope: the variable scope the graph was built under (default: the model's name).
 
     Returns:
-      {"clip_vit_b32/vision/patch_embedding/kernel": float32 [32, 32, 3, 768], ...}: `models.vit_layers`'
+      {"clip_vit_b32/vision/patch_embedding/kernel": float32 [32, 32, 3, 768], ...}: `models.vit.vit_layers`'
       names under <scope>/vision, and pre_layer_norm, post_layer_norm, projection/kernel [768, 512].
     """
     prefix, source = "%s/vision/" % (scope or model.name), "vision_model."
@@ -248,7 +249,7 @@ def text_variable_values(weights, model=clip_layers.VIT_B32, scope=None):
 # ----------------------------------------------------------------------------- the image model
 
 class ImageModel:
-    """One CLIP model's image tower for the registry (`models.clip:VIT_B32`): `feature_model`."""
+    """One CLIP model's image tower for the registry (`models.clip.clip:VIT_B32`): `feature_model`."""
 
     def __init__(self, model):
         self.model = model
@@ -349,7 +350,7 @@ class TextTower:
         """The sentences' embeddings.
 
         Args:
-          token_ids: int32 [N, 77] as CLIP's tokenizer makes them (models.clip_tokenizer).
+          token_ids: int32 [N, 77] as CLIP's tokenizer makes them (models.clip.clip_tokenizer).
 
         Returns:
           float32 [N, 512], unit length.

@@ -22,7 +22,7 @@ starts at once; it writes seeded RANDOM weights in the layout of Keras's full fi
 import numpy as np
 
 from models import keras_h5
-from models.convnext_tiny_layers import BODY, HEAD_DENSE, HEAD_LAYER_NORM, KERAS_PREFIX, LAYERS
+from models.convnext.convnext_layers import BODY, HEAD_DENSE, HEAD_LAYER_NORM, KERAS_PREFIX, LAYERS
 from models.files import WeightsError
 
 FULL_FILE, NOTOP_FILE = "convnext_tiny.h5", "convnext_tiny_notop.h5"  # Keras's names for its two files

@@ -22,7 +22,7 @@ and Hugging Face's CLIP use). The parameters are named as Hugging Face's `CLIPMo
 
 import dataclasses
 
-from models.vit_layers import TransformerConfig
+from models.vit.vit_layers import TransformerConfig
 
 # What a user may ask for of the image tower (the command line offers these).
 #   pooled:    the class token after the post-LayerNorm, before the projection (768 floats);
@@ -37,7 +37,7 @@ CONTEXT_LENGTH = 77
 START_OF_TEXT, END_OF_TEXT = 49406, 49407  # the last two ids: the end token is the largest id
 
 
-# OpenAI's two transformers (QuickGELU, PyTorch's LayerNorm epsilon), as `models.vit` builds them.
+# OpenAI's two transformers (QuickGELU, PyTorch's LayerNorm epsilon), as `models.vit.vit` builds them.
 VISION = TransformerConfig(768, 12, 12, 3072, activation="quick_gelu", epsilon=LAYER_NORM_EPSILON)
 TEXT = TransformerConfig(512, 12, 8, 2048, activation="quick_gelu", epsilon=LAYER_NORM_EPSILON)
 
@@ -50,7 +50,7 @@ class Config:
       name: the registry's name ("clip_vit_b32").
       hub_repo: the Hugging Face repository of its checkpoint ("openai/clip-vit-base-patch32").
       patch_size: side of the image tower's patches (32 or 16).
-      vision, text: the two transformers (`models.vit_layers.TransformerConfig`: QuickGELU, epsilon 1e-5).
+      vision, text: the two transformers (`models.vit.vit_layers.TransformerConfig`: QuickGELU, epsilon 1e-5).
       projection: width of the shared embedding space (512).
       image_size: side of the input images (224).
       vocabulary_size, context_length: the text tower's token ids and positions.

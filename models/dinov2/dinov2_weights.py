@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.dinov2_layers import GRID, SOURCE_GRID, VITB14, VITS14, variables
+from models.dinov2.dinov2_layers import GRID, SOURCE_GRID, VITB14, VITS14, variables
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
 
@@ -202,7 +202,7 @@ def load_weights(path, variant, scope=None, interpolation="torch"):
 
 def _other_size(class_token):
     """" (the file is DINOv2 ViT-S/14's?)" when the class token has the width of another size, else ""."""
-    from models.dinov2_layers import VARIANTS
+    from models.dinov2.dinov2_layers import VARIANTS
     widths = {variant.width: variant.title for variant in VARIANTS.values()}
     width = class_token.shape[-1] if class_token.ndim else None
     return " (the file is %s's?)" % widths[width] if width in widths else ""
@@ -251,7 +251,7 @@ def write_random(path, variant, seed=0):
 
 
 class RandomFiles:
-    """The `random` command's writer for one DINOv2 size (the registry's `models.dinov2_weights:VITS14`).
+    """The `random` command's writer for one DINOv2 size (the registry's `models.dinov2.dinov2_weights:VITS14`).
 
     Attributes:
       RANDOM_SUFFIXES: the layout each suffix is written in.

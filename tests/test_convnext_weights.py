@@ -7,9 +7,9 @@ import h5py
 import numpy as np
 import pytest
 
-from models import convnext_tiny_layers as table
 from models import weight_files
-from models.convnext_tiny_weights import load_weights, random_weights, save_h5
+from models.convnext import convnext_layers as table
+from models.convnext.convnext_weights import load_weights, random_weights, save_h5
 from models.files import WeightsError
 
 

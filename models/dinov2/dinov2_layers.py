@@ -16,7 +16,7 @@ concatenated with the mean of `x_norm_patchtokens`).
 
 import dataclasses
 
-from models.vit_layers import TransformerConfig, embedding_variables, size, transformer_variables
+from models.vit.vit_layers import TransformerConfig, embedding_variables, size, transformer_variables
 
 IMAGE_SIZE = (224, 224)
 PATCH = 14

@@ -1,5 +1,5 @@
-"""EfficientNetB0's layers: the table both the graph (`efficientnet_b0.py`) and the weight files
-(`efficientnet_b0_weights.py`) are built from, as Keras's `keras.applications.EfficientNetB0` builds them.
+"""EfficientNetB0's layers: the table both the graph (`efficientnet.py`) and the weight files
+(`efficientnet_weights.py`) are built from, as Keras's `keras.applications.EfficientNetB0` builds them.
 
 It has no TensorFlow, so that reading, checking and writing weight files does not need it.
 
