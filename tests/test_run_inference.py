@@ -874,6 +874,28 @@ def test_a_gzip_tfrecord_damaged_inside_its_data_is_as_many_images_as_records(co
     assert len(pd.read_csv("out.csv.errors.csv")) == 1
 
 
+def test_a_clip_folder_given_without_its_model_names_the_model(tmp_path, capsys, monkeypatch):
+    """--weights CLIPFOLDER without --model (vgg16 by default) suggested VGG16's files."""
+    from models import clip_weights
+    from small_clip import SMALL, write_small_clip
+    monkeypatch.setattr(clip_weights.VIT_B32, "model", SMALL)  # ViT-B/32's tensors are SMALL's, as its checkpoint's
+    folder = write_small_clip(tmp_path / "clip-random")
+    images = make_images(tmp_path / "images", NAMES[:1])
+    assert main("--images", images, "--weights", folder, "--output", tmp_path / "out" / "features.csv") == 2
+    assert capsys.readouterr().err == ("run_inference: error: --weights %s is a folder: it holds CLIP ViT-B/32 weights "
+                                       "(model.safetensors): pass --model clip_vit_b32\n" % folder)
+    assert not (tmp_path / "out").exists()
+
+
+def test_vgg16_s_npy_given_to_clip_says_what_the_file_is(tmp_path, capsys, weights_file):
+    """It spoke of a safetensors header of 379,676,406,402,707 bytes: the .npy's magic number read as a length."""
+    images = make_images(tmp_path / "images", NAMES[:1])
+    assert main("--images", images, "--model", "clip_vit_b32", "--weights", weights_file, "--output",
+                tmp_path / "features.csv") == 2
+    assert capsys.readouterr().err == ("run_inference: error: --weights %s is not a safetensors file: it is a NumPy "
+                                       ".npy file (--model vgg16 reads those)\n" % weights_file)
+
+
 def test_a_store_output_reaches_the_job_as_typed(fake_run):
     assert main("--images", ".", "--output", "s3://bucket/runs/feats.parquet", "--devices", "cpu:0", "--quiet") == 0
     config, = fake_run.configs
