@@ -874,6 +874,22 @@ def test_a_gzip_tfrecord_damaged_inside_its_data_is_as_many_images_as_records(co
     assert len(pd.read_csv("out.csv.errors.csv")) == 1
 
 
+def test_failures_of_one_cause_are_said_in_the_summary_line(colour, tmp_path, capsys):
+    """A datasets Parquet of paths (its to_parquet of local files): exit 3 and 4 failures, the reason only inside
+    the errors file; a rerun (which retries them) says it too."""
+    from test_inputs_parquet_stream import datasets_parquet
+    names = colour_jobs.make_images(tmp_path / "photos", 4)
+    datasets_parquet(tmp_path / "paths.parquet", [(str(tmp_path / "photos" / name), None) for name in names],
+                     embed=False)
+    for _ in range(2):
+        assert main("--images", "paths.parquet", "--output", "out.csv", "--devices", "cpu:0") == 3
+        line = capsys.readouterr().err.splitlines()[-1]
+        assert line.startswith("4 images: 0 written, 4 failed") and line.endswith(
+            "(failures: out.csv.errors.csv: all 4 'missing': row ... has no image bytes (its path: ...; datasets' "
+            "to_parquet of local files keeps their paths only: embed the bytes, as push_to_hub does, or give the "
+            "images' folder))"), line
+
+
 def test_a_clip_folder_given_without_its_model_names_the_model(tmp_path, capsys, monkeypatch):
     """--weights CLIPFOLDER without --model (vgg16 by default) suggested VGG16's files."""
     from models import clip_weights
