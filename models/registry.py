@@ -12,7 +12,9 @@ Each model is three modules:
   read by layer name (Keras's .h5), WEIGHT_FILE_NAMES, the names that tell its files from others' (`looks_like`);
 - its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
 - its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
-  `write_random(path, seed)`.
+  `write_random(path, seed)`; for a model read from a safetensors checkpoint, `tensors()`, its tensors' names
+  and shapes, that tell its checkpoints from others' (`what_weights_are`: the line refusing another model's
+  weights names the model they are for, or says what the file is).
 Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes), the
 graph and the weight files are named "module:object": the object in that module offers what the module
 would ("models.clip:VIT_B32" has `feature_model`).

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from models import keras_h5
-from models.registry import what_else
 from models.files import HDF5_MAGIC, NPY_MAGIC, WeightsError, read_magic
+from models.registry import what_else
 from models.vgg16_layers import CONV_BLOCKS, LAYERS
 
 

@@ -1,5 +1,5 @@
-"""The parser and argparse types of the command lines (run_inference.py, search_features.py): the standard library only,
-so that a mistyped flag is reported before TensorFlow is imported."""
+"""The parser and argparse types of the command lines (run_inference.py, search_features.py): the standard
+library only, so that a mistyped flag is reported before TensorFlow is imported."""
 
 import argparse
 

@@ -22,6 +22,9 @@ def test_img2dataset_s_folder_is_its_parquet_files_and_a_folder_with_an_image_an
           "run/out.csv.shards/shard-000000/features.parquet")
     kind, files = files_instead_of_images(str(tmp_path), "pq/", own=str(tmp_path / "run" / "out.csv"))
     assert (kind, sorted(files)) == (PARQUET, [str(tmp_path / "00000.parquet"), str(tmp_path / "00001.parquet")])
+    touch(tmp_path, ".thumbnails/photo.png")  # an image under a hidden name is an image of a folder job, as always
+    assert files_instead_of_images(str(tmp_path), "pq/") is None
+    (tmp_path / ".thumbnails" / "photo.png").unlink()
     touch(tmp_path, "deep/er/photo.JPG")
     assert files_instead_of_images(str(tmp_path), "pq/") is None
     (tmp_path / "empty").mkdir()

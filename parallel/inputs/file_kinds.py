@@ -42,8 +42,8 @@ def files_instead_of_images(folder, value, own=None):
     """The files of a folder that holds no image but tars, Parquet or TFRecord files (by their endings): those
     the pattern 'folder/**/*.parquet' names.
 
-    Its tree is walked until its first image (at once, for a folder of images); as a glob, the walk passes
-    by hidden names (.cache/), and, as `parallel.inputs.discovery`, symlinked folders.
+    Its tree is walked until its first image (at once, for a folder of images), as `parallel.inputs.discovery`
+    walks it (not into symlinked folders); as a glob, it takes no file under a hidden name (.cache/).
 
     Args:
       folder: the folder's path.
@@ -57,9 +57,9 @@ def files_instead_of_images(folder, value, own=None):
       ValueError: it holds no image and files of more than one kind: the line names the pattern of each.
     """
     found, below = {}, {}  # kind: [its files]; kind: whether one of them is in a folder under `folder`
-    pending = [folder]
+    pending = [(folder, False)]  # a folder to list, and whether its path has a hidden name
     while pending:
-        current = pending.pop()
+        current, hidden = pending.pop()
         try:
             entries = os.scandir(current)
         except OSError:
@@ -67,18 +67,18 @@ def files_instead_of_images(folder, value, own=None):
         with entries:
             for entry in entries:
                 path = os.path.abspath(entry.path)
-                if entry.name.startswith(".") or own is not None and (path == own or path.startswith(own + ".")):
+                if own is not None and (path == own or path.startswith(own + ".")):
                     continue
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
+                        pending.append((entry.path, hidden or entry.name.startswith(".")))
                         continue
                 except OSError:
                     continue
                 if has_image_extension(entry.name):
                     return None
                 kind = file_kind(entry.name)
-                if kind is not None:
+                if kind is not None and not (hidden or entry.name.startswith(".")):
                     found.setdefault(kind, []).append(path)
                     below[kind] = below.get(kind, False) or current != folder
     if len(found) > 1:
