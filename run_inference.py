@@ -29,7 +29,7 @@ from models import registry  # noqa: E402
 from models.registry import PRECISION_NAMES  # noqa: E402
 from parallel.inputs.resize import RESIZE_MODES  # noqa: E402
 from parallel import native_log  # noqa: E402
-from parallel.flag_types import at_least_one, names, seconds  # noqa: E402
+from parallel.flag_types import FlagParser, at_least_one, names, seconds  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
 from parallel.messages import first_line, one_line  # noqa: E402
 from parallel.output import FORMATS  # noqa: E402
@@ -76,8 +76,9 @@ exit status:
   130  stopped by Ctrl-C or SIGTERM; rerun the same command to resume"""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors in one line and exit status 2 like every usage error."""
+class _Parser(FlagParser):
+    """argparse, with its errors in one line and exit status 2 like every usage error; a flag of one value
+    given twice is one of them (`FlagParser`), but --images and --keep, which take every value given."""
 
     def error(self, message):
         self.exit(EXIT_USAGE, "run_inference: error: %s (see --help)\n" % message)
@@ -96,17 +97,18 @@ def _default_first(model):
     return [default] + [layer for layer in registry.layers(model) if layer != default]
 
 
-def parse_args(argv=None):
-    """The parsed flags; `output` and `output_format` are None when not given (see `resolve_output`)."""
+def make_parser():
+    """The command line's parser: its flags, their help, examples and exit statuses."""
     # No prog: argparse names the program after sys.argv[0], so the console script's help says
     # "usage: run-inference" and the script's "usage: run_inference.py".
     parser = _Parser(description=DESCRIPTION, epilog=EPILOG, formatter_class=_Help)
-    parser.add_argument("--images", metavar="FOLDER", nargs="+",
+    parser.add_argument("--images", metavar="FOLDER", nargs="+", action="extend",
                         help="folder of images, searched recursively (.jpg, .png, .bmp, .gif, .tif, .webp, ...); "
                              "or a prefix of a store (s3://bucket/photos/); or tar shards, Parquet or TFRecord files: "
-                             "a path or URL, a pattern 'shards/{000000..000099}.tar' or 'data/*.parquet', or "
-                             "several (see docs/images.md); with --images-from, the folder its relative paths start "
-                             "from (default: the current folder)")
+                             "a path or URL, a pattern 'shards/{000000..000099}.tar' or 'data/*.parquet', several "
+                             "(given twice: both), or a folder of them and of no image, such as img2dataset's (see "
+                             "docs/images.md); with --images-from, the folder its relative paths start from "
+                             "(default: the current folder)")
     parser.add_argument("--images-from", metavar="FILE",
                         help="the images listed in FILE instead of a folder's: one path per line, or the column "
                              "'path' of a .csv or .parquet file")
@@ -114,9 +116,10 @@ def parse_args(argv=None):
                         help="Parquet and TFRecord files: the column or feature of the images (default: found by "
                              "the names datasets, img2dataset and TensorFlow's ImageNet write: image, jpg, "
                              "image/encoded)")
-    parser.add_argument("--keep", metavar="NAMES", type=names, default=(),
+    parser.add_argument("--keep", metavar="NAMES", type=names, action="extend", default=[],
                         help="values kept beside each row, in <output>.members.parquet: columns of Parquet files, "
-                             "features of TFRecord files, a tar sample's members by extension (txt,json,cls)")
+                             "features of TFRecord files, a tar sample's members by extension (txt,json,cls; "
+                             "given twice: both)")
     parser.add_argument("--output", metavar="PATH",
                         help="the output file (default: results/features.<format>). A path ending in / or an "
                              "existing folder means a folder: features.<format> is written in it. An existing "
@@ -198,6 +201,12 @@ def parse_args(argv=None):
                       help="GPUs each Ray actor drives (default: %(default)s; 0: actors compute on the CPU)")
     parser.add_argument("--quiet", action="store_true", help="print errors only: no progress bar, log or summary")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's own log, and tracebacks")
+    return parser
+
+
+def parse_args(argv=None):
+    """The parsed flags; `output` and `output_format` are None when not given (see `resolve_output`)."""
+    parser = make_parser()
     args = parser.parse_args(argv)
     if args.images is None and args.images_from is None:
         parser.error("--images or --images-from is required")

@@ -27,7 +27,7 @@ from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE  # noqa: E402
 from parallel.messages import Progress, first_line  # noqa: E402
 from parallel.signals import EXIT_INTERRUPTED  # noqa: E402
 from parallel import native_log  # noqa: E402
-from parallel.flag_types import at_least_one  # noqa: E402
+from parallel.flag_types import FlagParser, at_least_one  # noqa: E402
 from search.kinds import EF_SEARCH, RERANK  # noqa: E402
 
 PROGRAM = "search_features"
@@ -65,7 +65,7 @@ exit status:
   130  stopped by Ctrl-C (serve: 0, stopping is how it ends)"""
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(FlagParser):  # a flag of one value given twice is refused; --text and --query take every one
     def error(self, message):
         self.exit(EXIT_USAGE, "%s: error: %s (see --help)\n" % (PROGRAM, message))
 

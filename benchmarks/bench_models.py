@@ -103,7 +103,7 @@ REFERENCES["dinov2_vitb14"] = Reference(keras=_keras_hub_dinov2(768, 12), prepro
 # keras-hub's CLIP holding our checkpoint (tests/keras_hub_clip.py maps its arrays), its image embedding.
 _CLIP_KERAS = ('sys.path[:0] = [%r, %r]\n'
                'from keras_hub_clip import keras_hub_clip\n'
-               'from models import clip_layers, clip_weights\n'
+               'from models.clip import clip_layers, clip_weights\n'
                'config = clip_layers.config("{model}")\n'
                'arrays = clip_weights.load_weights(weights + "/model.safetensors", config, ("vision", "text"))\n'
                'backbone = keras_hub_clip(config, arrays)\n'

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from models.hub_download import hub_file
 from models.imagenet_download import keras_file
-from models.registry import PRECISION_NAMES
+from models.registry import PRECISION_NAMES, layout_of_file, what_weights_are
 from models.files import WeightsError, fingerprint
 
 # The compute dtype of each precision. tf32 computes in float32 too: what differs is whether the engine lets
@@ -57,7 +57,9 @@ class Weights:
             self.identity, self.files = file.identity, ()
             return
         if not Path(weights).is_file():
-            raise WeightsError("weights=%s is not a file (pass %s, or 'imagenet')" % (weights, expected))
+            held = what_weights_are(weights) if Path(weights).is_dir() else ""  # another model's checkpoint folder
+            raise WeightsError("weights=%s is a folder: %s" % (weights, held) if held else
+                               "weights=%s is not a file (pass %s, or 'imagenet')" % (weights, expected))
         self.identity, self.files = fingerprint(Path(weights)), (str(weights),)
 
     def path(self):
@@ -96,6 +98,8 @@ class HubWeights(Weights):
                 raise WeightsError("weights=%s is a folder without %s (pass %s, or 'imagenet')"
                                    % (weights, file.filename, expected))
             weights = str(Path(weights) / file.filename)
+        if weights != "imagenet" and layout_of_file(weights):  # an .npy, an .h5: said now, not as a header's length
+            raise WeightsError("weights=%s is not a safetensors file: %s" % (weights, layout_of_file(weights)))
         super().__init__(weights, file, expected, cache_dir)
 
     def path(self):

@@ -8,6 +8,10 @@ import re
 from pathlib import Path
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+NPY_MAGIC = b"\x93NUMPY"
+# What a weights file is, by its first bytes: (magic, what it is, the suffix of the models' files of that layout).
+_LAYOUTS = ((NPY_MAGIC, "a NumPy .npy file", ".npy"), (HDF5_MAGIC, "an HDF5 file", ".h5"),
+            (b"PK\x03\x04", "a zip archive (as PyTorch's .pt and .bin checkpoints are)", None))
 
 
 class WeightsError(ValueError):
@@ -25,6 +29,18 @@ def read_magic(path):
             return handle.read(8)
     except OSError as error:
         raise WeightsError("weights=%s: %s" % (path, error.strerror or error)) from None
+
+
+def layout_of(magic):
+    """What a weights file is, by its first 8 bytes `magic` (`read_magic`): ("a NumPy .npy file", ".npy"),
+    ("an HDF5 file", ".h5"), a zip archive or a Python pickle (PyTorch's checkpoints: suffix None); None for
+    another layout (safetensors has no magic number)."""
+    for start, what, suffix in _LAYOUTS:
+        if magic.startswith(start):
+            return what, suffix
+    if magic[:1] == b"\x80" and magic[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # pickle protocols 2 to 5
+        return "a Python pickle (as PyTorch's older .bin checkpoints are)", None
+    return None
 
 
 def fingerprint(path):

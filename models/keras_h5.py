@@ -75,7 +75,8 @@ def read_layers(path, expected_file):
     """
     path = Path(path)
     if read_magic(path) != HDF5_MAGIC:
-        raise WeightsError("weights=%s is not a Keras .h5 weights file (expected %s)" % (path, expected_file))
+        raise WeightsError("weights=%s is not a Keras .h5 weights file (expected %s)%s"
+                           % (path, expected_file, registry.what_else(path)))
     import h5py
 
     try:

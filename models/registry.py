@@ -12,7 +12,9 @@ Each model is three modules:
   read by layer name (Keras's .h5), WEIGHT_FILE_NAMES, the names that tell its files from others' (`looks_like`);
 - its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
 - its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
-  `write_random(path, seed)`.
+  `write_random(path, seed)`; for a model read from a safetensors checkpoint, `tensors()`, its tensors' names
+  and shapes, that tell its checkpoints from others' (`what_weights_are`: the line refusing another model's
+  weights names the model they are for, or says what the file is).
 Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes), the
 graph and the weight files are named "module:object": the object in that module offers what the module
 would ("models.clip.clip:VIT_B32" has `feature_model`). A family's modules are its folder's, models/<family>/
@@ -156,3 +158,67 @@ def looks_like(names, model):
         return ""
     return "; it looks like a%s %s weights file: pass --model %s" % (
         "n" if owners[0].title[0] in "AEIOU" else "", owners[0].title, owners[0].name)
+
+
+def models_reading(suffix):
+    """The names of the models whose weight files include the layout of `suffix` (".npy": vgg16; ".h5": vgg16,
+    resnet50, efficientnet_b0, convnext_tiny), in the registry's order."""
+    return tuple(entry.name for entry in ENTRIES if suffix in weight_files(entry.name).RANDOM_SUFFIXES)
+
+
+def layout_of_file(path):
+    """What the weights file at `path` is, by its magic number, for the line refusing it: "it is a NumPy .npy file
+    (--model vgg16 reads those)", "it is a zip archive (as PyTorch's .pt and .bin checkpoints are)"; "" when its
+    first bytes say nothing (or it cannot be read)."""
+    from models.files import WeightsError, layout_of, read_magic
+    try:
+        layout = layout_of(read_magic(path))
+    except WeightsError:
+        return ""
+    if layout is None:
+        return ""
+    what, suffix = layout
+    names = models_reading(suffix) if suffix else ()
+    return "it is %s%s" % (what, " (--model %s read%s those)" % (" or ".join(names), "" if len(names) > 1 else "s")
+                           if names else "")
+
+
+def holder(path):
+    """The Entry of the model whose checkpoint the safetensors file at `path` is: the one whose checkpoint's
+    tensors (its weight files' `tensors()`: CLIP's and DINOv2's, in Hugging Face's names) are all in the file's
+    header with their shapes; None for any other file, or one that cannot be read."""
+    from models.safetensors_files import tensor_shapes
+    shapes = tensor_shapes(path)
+    if not shapes:
+        return None
+    for entry in ENTRIES:
+        files = weight_files(entry.name)
+        if hasattr(files, "tensors") and all(shapes.get(name) == shape for name, shape in files.tensors().items()):
+            return entry
+    return None
+
+
+CHECKPOINT_FILES = ("model.safetensors", "open_clip_model.safetensors")  # a checkpoint's names in its folder
+
+
+def what_weights_are(path, model=None):
+    """What the weights file or folder at `path` is, for the line refusing it as model `model`'s (its name):
+    "it holds CLIP ViT-B/32 weights (model.safetensors): pass --model clip_vit_b32" (a checkpoint of another model
+    here, or a folder holding one), else `layout_of_file`'s; "" when nothing is known of it."""
+    from pathlib import Path
+    path = Path(path)
+    if not path.is_dir() and layout_of_file(path):
+        return layout_of_file(path)
+    files = [path / name for name in CHECKPOINT_FILES if (path / name).is_file()] if path.is_dir() else [path]
+    for file in files:
+        owner = holder(file)
+        if owner is not None and owner.name != model:
+            return "it holds %s weights%s: pass --model %s" % (
+                owner.title, " (%s)" % file.name if file != path else "", owner.name)
+    return ""
+
+
+def what_else(path, model=None):
+    """"; " and `what_weights_are(path, model)`, the clause ending a line that refuses the weights at `path`; or ""."""
+    what = what_weights_are(path, model)
+    return "; " + what if what else ""

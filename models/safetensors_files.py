@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.files import WeightsError
+from models.files import WeightsError, layout_of
 from parallel.output.durable import fsync, temporary_then_rename  # standard library only: no engine
 
 _WIDENED = ("F16", "F32", "BF16")  # returned as float32
@@ -74,6 +74,8 @@ def _header(path):
             size = path.stat().st_size
             if len(prefix) < 8:
                 raise WeightsError("weights=%s is not a safetensors file (%d bytes)" % (path, len(prefix)))
+            if layout_of(prefix) is not None:  # a magic number (an .npy's, an HDF5 file's) is no header's length
+                raise WeightsError("weights=%s is not a safetensors file: it is %s" % (path, layout_of(prefix)[0]))
             (length,) = struct.unpack("<Q", prefix)
             if length > _HEADER_LIMIT:
                 raise WeightsError("weights=%s is not a safetensors file (its first 8 bytes give a header of %d "
@@ -95,6 +97,15 @@ def _header(path):
         if not isinstance(entry, dict) or "dtype" not in entry:
             raise WeightsError("weights=%s has a bad header: tensor %r has no dtype" % (path, name))
     return header
+
+
+def tensor_shapes(path):
+    """{tensor name: shape (a tuple)} of the safetensors file at `path`, from its header alone; None when it is
+    not a safetensors file or cannot be read."""
+    try:
+        return {name: tuple(entry.get("shape", ())) for name, entry in _header(Path(path)).items()}
+    except WeightsError:
+        return None
 
 
 def _bfloat16(path, header, name):

@@ -26,14 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from models import keras_h5
-from models.files import HDF5_MAGIC, WeightsError, read_magic
+from models.files import HDF5_MAGIC, NPY_MAGIC, WeightsError, read_magic
+from models.registry import what_else
 from models.vgg16_layers import CONV_BLOCKS, LAYERS
 
 
 # ----------------------------------------------------------------------------- reading
-
-_NPY_MAGIC = b"\x93NUMPY"
-
 
 def load_weights(path):
     """Reads the weights of all 16 layers from a file, checking every name and shape.
@@ -50,13 +48,14 @@ def load_weights(path):
     """
     path = Path(path)
     magic = read_magic(path)
-    if magic.startswith(_NPY_MAGIC):
+    if magic.startswith(NPY_MAGIC):
         raw = _read_npy(path)
         file_names = sorted(raw)
     elif magic == HDF5_MAGIC:
         raw, file_names = _read_h5(path)
     else:
-        raise WeightsError("weights=%s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file" % path)
+        raise WeightsError("weights=%s is neither a tensorflow-vgg vgg16.npy nor a Keras .h5 weights file%s"
+                           % (path, what_else(path, "vgg16")))
     return _checked(raw, path, file_names)
 
 

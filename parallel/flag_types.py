@@ -1,7 +1,37 @@
-"""argparse types of the command lines (run_inference.py, search_features.py): the standard library only,
-so that a mistyped flag is reported before TensorFlow is imported."""
+"""The parser and argparse types of the command lines (run_inference.py, search_features.py): the standard
+library only, so that a mistyped flag is reported before TensorFlow is imported."""
 
 import argparse
+
+
+class Once(argparse.Action):
+    """argparse action of a flag that takes one value: given twice, it is refused in one line naming it.
+
+    argparse's own ("store") keeps the last value and drops the first without a word: `--output a.csv
+    --output b.csv` would write b.csv alone. `FlagParser` makes it every flag's default action.
+    """
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self._parsing = None  # the namespace this flag was last given in: one per parse
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self._parsing is namespace and self.option_strings:
+            raise argparse.ArgumentError(self, "given twice (%r, then %r): give it once"
+                                         % (getattr(namespace, self.dest), values))
+        self._parsing = namespace
+        setattr(namespace, self.dest, values)
+
+
+class FlagParser(argparse.ArgumentParser):
+    """argparse's parser, whose flags of one value (argparse's default action, "store") refuse to be given
+    twice (`Once`), in its argument groups and its subcommands' parsers (of its class) too. A flag whose
+    repetition means something says so: action="append" or "extend"."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, Once)
+        self.register("action", "store", Once)
 
 
 def at_least_one(text):

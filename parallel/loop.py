@@ -64,6 +64,8 @@ class Summary:
       interrupted: stopped by SIGINT/SIGTERM.
       pending_shards: a distributed job's shards not committed yet (the output is written
         when the last is).
+      failure_cause: what every failed image of the output says, when it is one thing
+        (`parallel.messages.one_cause`): the line gives it beside the errors file.
     """
 
     discovered: int = 0
@@ -79,6 +81,7 @@ class Summary:
     errors_file: Optional[Path] = None
     interrupted: bool = False
     pending_shards: tuple = ()
+    failure_cause: Optional[str] = None
 
     @property
     def exit_status(self):
@@ -103,7 +106,7 @@ class Summary:
                     % (counted(self.discovered, "image"), self.written, self.failed, self.already_done, self.skipped,
                        self.seconds, rate, self.output))
         if self.failed and self.errors_file is not None:
-            text += " (failures: %s)" % self.errors_file
+            text += " (failures: %s%s)" % (self.errors_file, ": " + self.failure_cause if self.failure_cause else "")
         if not nothing_computed and self.seconds > 0 and self.device_seconds > 0:
             text += "; devices busy %.0f%%" % (100 * self.device_seconds / self.seconds)
         if self.pending_shards:

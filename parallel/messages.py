@@ -4,6 +4,8 @@ Standard library only (tqdm on first use), so that the command line, the output 
 models can use them without importing the engine.
 """
 
+import re
+
 
 LINE_LIMIT = 500  # characters of a message line a user is shown; the rest is quoted data, not news
 
@@ -44,6 +46,58 @@ def which_shards(indexes):
     if not indexes:
         return "no shard"
     return "shard%s %s" % ("" if len(indexes) == 1 else "s", listed(indexes))
+
+
+CAUSE_LIMIT = 300  # characters of the cause a summary line gives its failures
+_WORDS = re.compile(r"[^\s;,()]+|[\s;,()]")  # a message's words, and the spaces and punctuation between them
+
+
+def one_cause(failures):
+    """What every failure says, when it is one thing: the summary line gives it, not the errors file alone.
+
+    Failures have one cause when they are of one kind and their messages are the same but for some words
+    (a row's number, an image's path), which are written "..."; at most half of a message's words may differ.
+
+        one_cause([(p, "missing", "row 0 has no image bytes (its path: a.jpg)"),
+                   (p, "missing", "row 1 has no image bytes (its path: b.jpg)")])
+        -> "all 2 'missing': row ... has no image bytes (its path: ...)"
+
+    Args:
+      failures: a list of (path, kind, message), as an errors file's rows.
+
+    Returns:
+      str (cut at CAUSE_LIMIT characters, as `one_line` cuts), or None: no failure, or several kinds or messages.
+    """
+    if not failures:
+        return None
+    _, kind, first = failures[0]
+    form = _WORDS.findall(first)  # its words, and None for each that differs
+    words = sum(1 for word in form if not word.isspace())
+    pattern = re.compile(re.escape(first))
+    for _, other_kind, message in failures[1:]:
+        if other_kind != kind:
+            return None
+        if pattern.fullmatch(message):
+            continue
+        form = _merged(form, _WORDS.findall(message))
+        if 2 * sum(1 for word in form if word is not None and not word.isspace()) < words:
+            return None
+        pattern = re.compile("".join(".+?" if word is None else re.escape(word) for word in form), re.S)
+    text = "".join("..." if word is None else word for word in form)
+    said = "%s'%s': %s" % ("" if len(failures) == 1 else "all %d " % len(failures), kind, text)
+    return one_line(said, CAUSE_LIMIT)
+
+
+def _merged(form, words):
+    """`form` (words, None where they differ) with the words that `words` does not share turned into None."""
+    import difflib
+    merged = []
+    for operation, start, stop, _, _ in difflib.SequenceMatcher(None, form, words, autojunk=False).get_opcodes():
+        if operation == "equal":
+            merged.extend(form[start:stop])
+        elif not merged or merged[-1] is not None:
+            merged.append(None)
+    return merged
 
 
 class Progress:

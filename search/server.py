@@ -48,6 +48,7 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
 
 
 LOOPBACK = "127.0.0.1"
+_OUTPUTS = (".csv", ".parquet", ".npy", ".shards")  # run_inference's outputs, and a kept <output>.shards/ folder
 
 
 def host_allowed(handler):
@@ -93,10 +94,14 @@ def make_server(folder, port=0):
       port: the port, 0 for any free one (`server.server_address[1]` says which).
 
     Raises:
-      ValueError: `folder` has no index.html, or the port is taken or not one this user may open.
+      ValueError: `folder` has no index.html (an output, not yet indexed, says so), or the port is taken or not
+        one this user may open.
     """
     folder = Path(folder)
     if not (folder / "index.html").is_file():
+        if folder.exists() and folder.name.lower().endswith(_OUTPUTS):
+            raise ValueError("%s is an output, not an index: index it (search-features index %s), then serve its "
+                             "index (search-features serve %s.index)" % (folder, folder, folder))
         raise ValueError("%s has no index.html: write the page first (search-features page)" % folder)
     return open_server(_PageHandler, port, root=Path(os.path.realpath(folder)))
 

@@ -1,6 +1,8 @@
 """CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, and the random
 command's folder."""
 
+import stat
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from models.clip.clip_tokenizer import Tokenizer
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
 from models.vit.vit_layers import TransformerConfig
+from parallel.output.durable import new_file_mode
 
 SMALL = clip_layers.Config(
     "clip_small", "test/clip-small", patch_size=32,
@@ -113,6 +116,9 @@ def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_pa
     assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
     assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "vocab.json"]
     assert (folder / "model.safetensors").stat().st_size == 605_157_884
+    # Readable as the tokenizer's files beside it are (0o644 under the usual umask): the library wrote it 0o600.
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == {
+        name: new_file_mode() for name in ("merges.txt", "model.safetensors", "vocab.json")}
     tokenizer = Tokenizer.from_folder(folder)
     ids = tokenizer.encode(["a photo of a dog"])
     assert ids.shape == (1, 77) and ids[0].argmax() == np.count_nonzero(ids[0]) - 1  # the end token: the largest

@@ -37,7 +37,8 @@ NOT_RUN = re.compile(r"^<!-- not run: (\S.*\S) -->$")
 
 # (page, the block's first line) -> the test that runs the block as written.
 RUNS = {
-    ("README.md", "pip install -e . "): "test_the_readme_first_commands_run_offline_as_written",
+    ("README.md", "python3 -m venv .venv && source .venv/bin/activate "):
+        "test_the_readme_first_commands_run_offline_as_written",
     ("README.md", "from collections import defaultdict"):
         "test_the_readme_first_commands_run_offline_as_written",
     ("README.md", "python search_features.py index results/features.csv"):
@@ -220,9 +221,13 @@ def test_the_readme_first_commands_run_offline_as_written(tmp_path, clone, monke
     home.mkdir()
     for script in ("run_inference.py", "search_features.py"):
         (clone / script).symlink_to(ROOT / script)
-    first = code("README.md", "pip install -e . ")
-    commands = [line for line in first.splitlines() if not line.startswith("pip install ")]
-    assert len(commands) == 3, first
+    first = code("README.md", "python3 -m venv .venv && source .venv/bin/activate ")
+    install = first.splitlines()[:2]  # a virtual environment, and the package in it: as .ci/run makes them
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert install[1].startswith("pip install -e . ") and all(
+        command.strip() in ci for command in install[0].split("#")[0].split("&&")), (install, ci)
+    commands = first.splitlines()[2:]
+    assert len(commands) == 3 and not any(line.startswith(("pip ", "python3 -m venv")) for line in commands), first
     env = offline_environment(home)
     done = subprocess.run(["bash", "-e", "-c", "\n".join(commands)], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=HANG_SECONDS)
@@ -246,6 +251,16 @@ def test_the_readme_first_commands_run_offline_as_written(tmp_path, clone, monke
                   and not path.is_symlink())
     assert {"photos/0.jpg", "vgg16-random.npy", "results/features.csv"} <= set(left), left
     assert ignored(left) == []
+
+
+def test_the_readme_begins_in_a_virtual_environment_and_names_the_live_service():
+    """It said to pip install into whatever Python was there (Debian's refuses: externally-managed-environment),
+    and never spoke of `serve`, the live search service."""
+    readme = (ROOT / "README.md").read_text()
+    first = blocks(ROOT / "README.md")[0]
+    assert first.first_line.startswith("python3 -m venv .venv && source .venv/bin/activate "), first.first_line
+    assert "search_features.py serve results/features.csv.index" in readme
+    assert "(docs/search.md#the-service)" in readme
 
 
 def test_the_readme_test_command_is_what_ci_runs():

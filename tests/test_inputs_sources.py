@@ -3,15 +3,7 @@
 import pytest
 
 from parallel.inputs import sources
-from parallel.inputs.sources import FOLDER, PREFIX, TARS, expand_braces, parse_images
-
-
-def test_brace_patterns_expand_as_bash_expands_them():
-    assert expand_braces("s/{000..003}.tar") == ["s/000.tar", "s/001.tar", "s/002.tar", "s/003.tar"]
-    assert expand_braces("s/{8..11}.tar") == ["s/8.tar", "s/9.tar", "s/10.tar", "s/11.tar"]
-    assert expand_braces("s/{2..0}.tar") == ["s/2.tar", "s/1.tar", "s/0.tar"]
-    assert expand_braces("{a,b}/{0..1}.tar") == ["a/0.tar", "a/1.tar", "b/0.tar", "b/1.tar"]
-    assert expand_braces("plain{x}.tar") == ["plain{x}.tar"]
+from parallel.inputs.sources import FOLDER, PARQUET, PREFIX, TARS, parse_images
 
 
 def test_a_folder_a_prefix_and_tars(tmp_path, monkeypatch):
@@ -131,3 +123,31 @@ def test_files_of_no_known_ending_are_taken_by_their_first_bytes(tmp_path, monke
     with pytest.raises(ValueError, match="got 1 value, of which imagenet/R\\* is not a .tar, .parquet or .tfrecord, "
                                          "nor a file of one by its first bytes"):
         parse_images("imagenet/R*")
+
+
+def test_a_folder_of_files_and_no_image_is_those_files_as_its_pattern_names_them(tmp_path, monkeypatch):
+    """A folder img2dataset wrote (00000.parquet, 00000_stats.json) was "no images": it is the job of its glob."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("00000.parquet", "00001.parquet", "00000_stats.json"):
+        (tmp_path / "pq" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "pq" / name).write_bytes(b"")
+    assert parse_images("pq/") == parse_images("pq/*.parquet") == parse_images("pq") == sources.Source(
+        PARQUET, "", (str(tmp_path / "pq" / "00000.parquet"), str(tmp_path / "pq" / "00001.parquet")))
+    assert parse_images("pq", folder_of_files=False) == sources.Source(FOLDER, str(tmp_path / "pq"))  # images_from=
+    assert parse_images("pq", own=str(tmp_path / "pq" / "00001.parquet")).files == (
+        str(tmp_path / "pq" / "00000.parquet"),)
+
+
+def test_a_pattern_over_files_of_two_kinds_is_refused_naming_one_of_each(tmp_path, monkeypatch):
+    """'data/*' over a Parquet file and a tar ran as a job of the first one's kind, the other failing as damaged."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for name in ("b.parquet", "a.tar", "notes"):
+        (tmp_path / "data" / name).write_bytes(b"")
+    with pytest.raises(ValueError) as refused:
+        parse_images("data/*")
+    assert str(refused.value) == "images=data/* takes files of one kind; got Parquet files and tars (%s, %s)" % (
+        tmp_path / "data" / "b.parquet", tmp_path / "data" / "a.tar")
+    assert parse_images("data/*.tar").files == (str(tmp_path / "data" / "a.tar"),)
+    (tmp_path / "data" / "a.tar").unlink()
+    assert parse_images("data/*").kind == PARQUET  # "notes", of no kind by its bytes, fails as one when read

@@ -166,6 +166,37 @@ def test_a_file_cut_short_fails_from_there_after_the_records_before(tmp_path, co
             % (offsets[3] - offsets[2] - 16, offsets[2])))
 
 
+def damaged_gzip(tmp_path, count=12, record=5):
+    """A GZIP TFRecord file of `count` records whose compressed data has one byte changed, inside the data of
+    record `record` (stored blocks: a byte of the stream is a byte of the records), or in its trailer's CRC-32
+    (None): (path, the images)."""
+    import gzip
+    images = jpegs(tmp_path, count)
+    records = [example(jpg=data, key="%02d" % number) for number, data in enumerate(images)]
+    plain = open(write(tmp_path / "plain.tfrecord", records), "rb").read()
+    packed = bytearray(gzip.compress(plain, compresslevel=0, mtime=0))
+    if record is None:
+        packed[-8] ^= 0xFF
+    else:  # past GZIP's 10-byte header and the stored block's 5-byte one, 40 bytes into the record's data
+        packed[10 + 5 + sum(16 + len(data) for data in records[:record]) + 12 + 40] ^= 0xFF
+    (tmp_path / "t.tfrecord.gz").write_bytes(bytes(packed))
+    return str(tmp_path / "t.tfrecord.gz"), images
+
+
+def test_a_gzip_file_damaged_inside_its_data_counts_each_record_once(tmp_path):
+    """The record's wrong CRC, then GZIP's own CRC at the end: 12 records were 13 items, one image counted twice."""
+    path, images = damaged_gzip(tmp_path)
+    items, index = read(path)
+    assert [(tars.split_key(key)[0], outcome(data)) for key, data in items] == [
+        ("#5", "corrupt") if number == 5 else ("%02d" % number, data) for number, data in enumerate(images)]
+    assert "data of the record at byte %d has a wrong CRC" % index[5].offset in items[5][1].message
+    path, images = damaged_gzip(tmp_path, record=None)  # the trailer alone: a failure of the file, after them
+    items, index = read(path)
+    assert [outcome(data) for _, data in items] == [*images, "corrupt"] and items[-1][0] == path
+    assert items[-1][1].message.startswith("damaged GZIP data at or after byte %d of the records: CRC check failed"
+                                           % index[-1].offset)
+
+
 def test_a_wrong_crc_of_a_length_fails_the_rest_of_the_file(tmp_path):
     path, content, offsets, images = damaged(tmp_path)
     content[offsets[2] + 3] ^= 0x01

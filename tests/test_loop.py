@@ -180,6 +180,8 @@ def test_summary_line_and_exit_status():
                               "-> out.csv (failures: out.csv.errors.csv); devices busy 50%")
     assert summary.exit_status == EXIT_SOME_FAILED
     assert Summary(written=1).exit_status == EXIT_OK
+    summary.failure_cause = "'missing': no such file: a.jpg"  # what its one failure says, beside the file
+    assert "(failures: out.csv.errors.csv: 'missing': no such file: a.jpg); devices" in summary.line()
 
 
 @pytest.mark.parametrize("summary, line", [

@@ -1,6 +1,8 @@
 """Tests of parallel/output/durable.py: temp-then-rename, atomic replace, the regular-file refusal."""
 
 import errno
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hangs import HANG_SECONDS
-from parallel.output.durable import (FOLDER, REGULAR_FILE, OutputError, is_disk_full, refuse_unless,
+from parallel.output.durable import (FOLDER, REGULAR_FILE, OutputError, is_disk_full, new_file_mode, refuse_unless,
                                      replace_atomically, temporary_then_rename)
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -56,6 +58,21 @@ def test_unique_temporaries_do_not_collide_and_leave_nothing_on_failure(tmp_path
     assert target.read_bytes() == b"one" and [path.name for path in tmp_path.iterdir()] == ["weights.h5"]
     with pytest.raises(FileNotFoundError):  # a folder that is not there: raised when it is made
         temporary_then_rename(tmp_path / "missing" / "weights.h5", unique=True)
+
+
+@pytest.mark.parametrize("unique", [False, True])
+def test_a_renamed_file_has_the_mode_of_a_new_file_whatever_its_temporary_had(tmp_path, unique):
+    """The random CLIP weights were written 0o600 (the safetensors library's temporary; mkstemp's, unique)."""
+    previous = os.umask(0o027)
+    try:
+        assert new_file_mode() == 0o640
+        with temporary_then_rename(tmp_path / "weights.safetensors", unique=unique) as temporary:
+            temporary.write_bytes(b"weights")
+            os.chmod(temporary, 0o600)  # as the library leaves it
+        assert stat.S_IMODE((tmp_path / "weights.safetensors").stat().st_mode) == 0o640
+    finally:
+        os.umask(previous)
+    assert new_file_mode() == 0o666 & ~previous
 
 
 def test_replace_atomically_leaves_the_new_content_and_no_temporary(tmp_path):

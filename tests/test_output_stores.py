@@ -11,6 +11,7 @@ import pytest
 from hangs import HANG_SECONDS
 import s3_server
 from parallel.output import OutputError
+from parallel.output.durable import new_file_mode
 from parallel.output.stores import LocalStore, ObjectStore, StoreError, is_url, open_store
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -73,8 +74,10 @@ def test_create_is_done_once_the_second_creator_is_told(store, tmp_path):
     assert store.create("feats.parquet.manifest.parquet", first) is True
     assert store.create("feats.parquet.manifest.parquet", second) is False
     assert store.read("feats.parquet.manifest.parquet") == b"first"
-    if isinstance(store, LocalStore):  # no temporary file left
+    if isinstance(store, LocalStore):  # no temporary file left, and the mode of a new file, not mkstemp's 0o600
         assert sorted(path.name for path in store.folder.iterdir()) == ["feats.parquet.manifest.parquet"]
+        mode = (store.folder / "feats.parquet.manifest.parquet").stat().st_mode & 0o777
+        assert mode == new_file_mode()
 
 
 def test_a_missing_bucket_is_one_line(s3):

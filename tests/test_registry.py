@@ -180,3 +180,28 @@ def test_a_convnext_tiny_output_is_searched_with_convnext_tiny(photographs_folde
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert rows[0]["path"] == "coffee.jpg" and float(rows[0]["score"]) > 0.999
     assert float(rows[1]["score"]) < 0.99  # another photograph, clearly further
+
+
+def test_a_checkpoint_of_another_model_is_named_by_its_tensors_and_a_file_by_its_magic(tmp_path, monkeypatch):
+    """A CLIP folder given to VGG16 spoke of VGG16's files; VGG16's .npy given to CLIP, of a header's length."""
+    import dataclasses
+    from models.clip import clip_weights
+    from models.dinov2 import dinov2_weights
+    from models.vit.vit_layers import TransformerConfig
+    from small_clip import SMALL, write_small_clip
+    monkeypatch.setattr(clip_weights.VIT_B32, "model", SMALL)  # ViT-B/32's tensors are SMALL's, as its checkpoint's
+    folder = write_small_clip(tmp_path / "clip")
+    assert registry.what_weights_are(folder) == ("it holds CLIP ViT-B/32 weights (model.safetensors): pass --model "
+                                                 "clip_vit_b32")
+    assert registry.what_else(folder / "model.safetensors", "vgg16") == ("; it holds CLIP ViT-B/32 weights: pass "
+                                                                         "--model clip_vit_b32")
+    assert registry.what_weights_are(folder, "clip_vit_b32") == ""  # its own model's: nothing to say of it
+    small = dataclasses.replace(dinov2_weights.VITS14, transformer=TransformerConfig(32, 1, 2, 64, layer_scale=True))
+    monkeypatch.setattr(dinov2_weights.VITS14_FILES, "variant", small)
+    dinov2_weights.write_random(tmp_path / "dinov2.safetensors", small)
+    assert registry.what_weights_are(tmp_path / "dinov2.safetensors", "clip_vit_b32") == (
+        "it holds DINOv2 ViT-S/14 weights: pass --model dinov2_vits14")
+    np.save(tmp_path / "vgg16.npy", {"conv1_1": [np.zeros(3)]}, allow_pickle=True)
+    assert registry.what_weights_are(tmp_path / "vgg16.npy") == "it is a NumPy .npy file (--model vgg16 reads those)"
+    (tmp_path / "notes.txt").write_text("neither")
+    assert registry.what_weights_are(tmp_path / "notes.txt") == registry.what_weights_are(tmp_path) == ""

@@ -1,5 +1,6 @@
 """The CLI end to end with VGG16 (seeded random weights in tensorflow-vgg's npy layout)."""
 
+import argparse
 import os
 import random
 import re
@@ -15,6 +16,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+import colour_jobs
 import run_inference
 from parallel import engine, jobs
 from parallel.devices import available_gpus
@@ -155,8 +157,9 @@ def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, wei
                             "%s was written by another model (vgg16, not efficientnet_b0): pass --overwrite to "
                             "replace it or choose another --output\n" % output),
                            (["--images", str(second)], "holds the features of the images in")):
+        weights = [] if "--weights" in flags else ["--weights", str(weights_file)]  # a flag is given once
         done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--output", str(output),
-                               "--weights", str(weights_file), "--devices", "cpu:0", *flags],
+                               *weights, "--devices", "cpu:0", *flags],
                               capture_output=True, text=True, timeout=HANG_SECONDS)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("run_inference: error: "), done.stderr
@@ -775,6 +778,138 @@ def test_several_images_values_that_are_not_all_tars_are_one_line_and_exit_2(tmp
     said = "got 2 values, of which %s is not a .tar, .parquet or .tfrecord" % (tmp_path / "photos")
     assert error.count("\n") == 1 and said in error
     assert not output.parent.exists()
+
+
+def test_images_given_twice_is_every_value_given_as_one_list(fake_run, tmp_path):
+    """`--images a/ --images b/` read b/ alone and exited 0: argparse kept the last value."""
+    for number in range(3):
+        (tmp_path / ("%02d.tar" % number)).write_bytes(b"")
+    assert main("--images", "00.tar", "--images", "01.tar", "02.tar", "--devices", "cpu:0", "--quiet") == 0
+    assert main("--images", "{00..02}.tar", "--devices", "cpu:0", "--quiet") == 0
+    repeated, quoted = fake_run.configs
+    assert repeated.images == ("00.tar", "01.tar", "02.tar") and repeated.settings == quoted.settings
+    assert main("--images", "00.tar", "--keep", "txt", "--keep", "json,cls", "--devices", "cpu:0", "--quiet") == 0
+    assert fake_run.configs[-1].keep == ("txt", "json", "cls")  # as --keep txt,json,cls
+
+
+def test_images_given_twice_as_two_folders_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, weights_file):
+    monkeypatch.chdir(tmp_path)
+    make_images(tmp_path / "a", NAMES[:1]), make_images(tmp_path / "b", NAMES[1:2])
+    assert main("--images", "a", "--images", "b", "--weights", weights_file, "--output", "out/features.csv") == 2
+    assert capsys.readouterr().err == (
+        "run_inference: error: --images takes one folder; got 2 folders: a, b (a row's key is its path in the "
+        "folder): give the folder that holds them, or list their images' paths in a text file, one a line, and give "
+        "it as --images-from\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_flag_of_one_value_given_twice_is_one_line_naming_it(capsys):
+    """--output a --output b wrote b alone, --weights and --model given twice used the last: every flag that takes
+    one value is refused when given twice; those given twice on purpose (--images, --keep) take every value."""
+    skipped = (argparse._StoreTrueAction, argparse._HelpAction, argparse._AppendAction)  # no value, or repeated
+    flags = [action for action in run_inference.make_parser()._actions if action.option_strings and action.nargs
+             is None and not isinstance(action, skipped)]
+    assert len(flags) == 21 and "--output" in sum((action.option_strings for action in flags), []), flags
+    for action in flags:
+        flag, value = action.option_strings[0], action.choices[0] if action.choices else "1"
+        with pytest.raises(SystemExit) as stopped:
+            run_inference.parse_args(["--images", "x", flag, value, flag, value])
+        error = capsys.readouterr().err
+        assert stopped.value.code == engine.EXIT_USAGE and error.count("\n") == 1, error
+        assert error.startswith("run_inference: error: argument %s: given twice (" % flag), error
+    assert {action.dest: type(action).__name__ for action in run_inference.make_parser()._actions
+            if action.dest in ("images", "keep")} == {"images": "_ExtendAction", "keep": "_ExtendAction"}
+
+
+@pytest.fixture
+def colour(monkeypatch, tmp_path):
+    """The command line in this process with job_child's colour model in every model's place (as cli_child.py
+    has it in a process of its own), from tmp_path: a job runs in a moment."""
+    import job_child
+    from models import registry
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "feature_model", lambda name, **flags: job_child.colour_model())
+
+
+def test_a_folder_img2dataset_wrote_is_its_parquet_files_and_keep_keeps_their_columns(colour, tmp_path, capsys):
+    """Its folder (00000.parquet, 00000_stats.json, ...) was "no images", and with --keep the error blamed --keep."""
+    from dataset_files import caption, write_files
+    from parallel.inputs.tars import MEMBERS_SUFFIX, kept_names, read_index
+    names = colour_jobs.make_images(tmp_path / "photos", 4)
+    write_files("img2dataset", tmp_path / "photos", tmp_path / "laion", 3)
+    (tmp_path / "laion" / "00000_stats.json").write_text("{}")
+    assert main("--images", "laion/", "--keep", "caption", "--output", "out.csv", "--devices", "cpu:0") == 0
+    assert "4 images: 4 written, 0 failed" in capsys.readouterr().err
+    index = tmp_path / ("out.csv" + MEMBERS_SUFFIX)
+    assert kept_names(index) == ("caption",) and sorted(entry.kept[0] for entry in read_index(index)) == sorted(
+        caption(name) for name in names)
+    assert main("--images", "laion/*.parquet", "--keep", "caption", "--output", "out.csv", "--quiet") == 0  # one job
+    (tmp_path / "laion" / "000001.tar").write_bytes(b"")
+    assert main("--images", "laion", "--output", "other.csv", "--quiet") == 2
+    assert capsys.readouterr().err == (
+        "run_inference: error: --images laion holds no image, and 2 Parquet files and 1 tar: a job reads files of one "
+        "kind: pass --images 'laion/*.parquet' or --images 'laion/*.tar'\n")
+
+
+def test_a_glob_over_a_parquet_file_and_a_tar_is_refused_in_one_line(colour, tmp_path, capsys):
+    """'data/*' ran as a job of its first file's kind, and the other failed as a damaged one."""
+    from dataset_files import write_files
+    from stores import write_tars
+    colour_jobs.make_images(tmp_path / "photos", 2)
+    write_files("img2dataset", tmp_path / "photos", tmp_path / "data", 2)
+    write_tars(tmp_path / "photos", tmp_path / "data", 2)
+    assert main("--images", "data/*", "--output", "out.csv", "--quiet") == 2
+    error = capsys.readouterr().err
+    assert error == "run_inference: error: --images data/* takes files of one kind; got Parquet files and tars " \
+                    "(%s, %s)\n" % (tmp_path / "data" / "000000.parquet", tmp_path / "data" / "000000.tar"), error
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_gzip_tfrecord_damaged_inside_its_data_is_as_many_images_as_records(colour, tmp_path, capsys):
+    """12 records, one of them damaged: 13 images (12 records and the file's own failure, the same damage)."""
+    from test_inputs_tfrecord_stream import damaged_gzip
+    path, _ = damaged_gzip(tmp_path)
+    assert main("--images", path, "--output", "out.csv", "--devices", "cpu:0") == 3
+    assert "12 images: 11 written, 1 failed, 0 already done" in capsys.readouterr().err
+    assert len(pd.read_csv("out.csv.errors.csv")) == 1
+
+
+def test_failures_of_one_cause_are_said_in_the_summary_line(colour, tmp_path, capsys):
+    """A datasets Parquet of paths (its to_parquet of local files): exit 3 and 4 failures, the reason only inside
+    the errors file; a rerun (which retries them) says it too."""
+    from test_inputs_parquet_stream import datasets_parquet
+    names = colour_jobs.make_images(tmp_path / "photos", 4)
+    datasets_parquet(tmp_path / "paths.parquet", [(str(tmp_path / "photos" / name), None) for name in names],
+                     embed=False)
+    for _ in range(2):
+        assert main("--images", "paths.parquet", "--output", "out.csv", "--devices", "cpu:0") == 3
+        line = capsys.readouterr().err.splitlines()[-1]
+        assert line.startswith("4 images: 0 written, 4 failed") and line.endswith(
+            "(failures: out.csv.errors.csv: all 4 'missing': row ... has no image bytes (its path: ...; datasets' "
+            "to_parquet of local files keeps their paths only: embed the bytes, as push_to_hub does, or give the "
+            "images' folder))"), line
+
+
+def test_a_clip_folder_given_without_its_model_names_the_model(tmp_path, capsys, monkeypatch):
+    """--weights CLIPFOLDER without --model (vgg16 by default) suggested VGG16's files."""
+    from models.clip import clip_weights
+    from small_clip import SMALL, write_small_clip
+    monkeypatch.setattr(clip_weights.VIT_B32, "model", SMALL)  # ViT-B/32's tensors are SMALL's, as its checkpoint's
+    folder = write_small_clip(tmp_path / "clip-random")
+    images = make_images(tmp_path / "images", NAMES[:1])
+    assert main("--images", images, "--weights", folder, "--output", tmp_path / "out" / "features.csv") == 2
+    assert capsys.readouterr().err == ("run_inference: error: --weights %s is a folder: it holds CLIP ViT-B/32 weights "
+                                       "(model.safetensors): pass --model clip_vit_b32\n" % folder)
+    assert not (tmp_path / "out").exists()
+
+
+def test_vgg16_s_npy_given_to_clip_says_what_the_file_is(tmp_path, capsys, weights_file):
+    """It spoke of a safetensors header of 379,676,406,402,707 bytes: the .npy's magic number read as a length."""
+    images = make_images(tmp_path / "images", NAMES[:1])
+    assert main("--images", images, "--model", "clip_vit_b32", "--weights", weights_file, "--output",
+                tmp_path / "features.csv") == 2
+    assert capsys.readouterr().err == ("run_inference: error: --weights %s is not a safetensors file: it is a NumPy "
+                                       ".npy file (--model vgg16 reads those)\n" % weights_file)
 
 
 def test_a_store_output_reaches_the_job_as_typed(fake_run):

@@ -53,7 +53,14 @@ def test_bf16_is_widened_exactly_by_hand(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (b"abc", r"is not a safetensors file \(3 bytes\)"),
-    (b"\x89HDF\r\n\x1a\n" + b"\0" * 100, "is not a safetensors file .its first 8 bytes give a header of"),
+    (b"\xff" * 8 + b"\0" * 100, "is not a safetensors file .its first 8 bytes give a header of"),
+    # What a file is, when its first bytes say so: VGG16's .npy spoke of a header of 379,676,406,402,707 bytes.
+    (b"\x93NUMPY\x01\x00v\x00{'descr'", r"is not a safetensors file: it is a NumPy .npy file$"),
+    (b"\x89HDF\r\n\x1a\n" + b"\0" * 100, r"is not a safetensors file: it is an HDF5 file$"),
+    (b"PK\x03\x04" + b"\0" * 100, r"not a safetensors file: it is a zip archive \(as PyTorch's .pt and .bin "
+                                 r"checkpoints are\)$"),
+    (b"\x80\x02}q\x00(X\x05\x00\x00", r"not a safetensors file: it is a Python pickle \(as PyTorch's older .bin "
+                                       r"checkpoints are\)$"),
     (b"\x10\0\0\0\0\0\0\0{}", r"is truncated, or not a safetensors file \(a header of 16 bytes in a file of 10\)"),
     (struct.pack("<Q", 2) + b"{x", "its header is not JSON"),
     (struct.pack("<Q", 2) + b"[]", "a JSON list, not an object"),

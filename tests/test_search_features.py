@@ -309,6 +309,28 @@ def test_serve_a_port_in_use_is_one_line_and_status_2(page):
     assert result.stderr.count("\n") == 1, result.stderr
 
 
+def test_serve_of_an_output_says_it_is_one_and_how_to_index_it(output, tmp_path, capsys):
+    """`serve OUTPUT` said "write the page first", and its page needs an index that was never built."""
+    assert run("serve", output) == 2
+    assert capsys.readouterr().err == (
+        "search_features: error: %s is an output, not an index: index it (search-features index %s), then serve "
+        "its index (search-features serve %s.index)\n" % (output, output, output))
+    assert run("serve", tmp_path) == 2  # a folder that is neither an index nor a page: as before
+    assert "has no index.html: write the page first" in capsys.readouterr().err
+
+
+def test_a_flag_of_one_value_given_twice_is_one_line_and_repeated_queries_are_every_one(output, tmp_path, capsys):
+    """--port 1 --port 2 served on port 2, -k 3 -k 5 answered 5: the first was dropped without a word."""
+    for argv in (["serve", output, "--port", "0", "--port", "0"], ["neighbours", output, "x", "-k", "3", "-k", "5"],
+                 ["duplicates", output, "--threshold", "0.9", "--threshold", "0.8"]):
+        assert run(*argv) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and ": given twice (" in error and error.endswith("give it once (see --help)\n")
+    assert run("--quiet", "index", output) == 0
+    assert run("neighbours", tmp_path / "f.npy.index", "img/00001.jpg", "img/00002.jpg", "-k", "1") == 0
+    assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 2
+
+
 # --- the edges on the command line ------------------------------------------------------------------------
 
 def _pairs(index):

@@ -8,6 +8,6 @@
     clip_tokenizer  the byte-level BPE tokenizer over a checkpoint's vocab.json and merges.txt; the tests'
                     vocabulary from clip_test_merges.txt (package data, with its README)
 
-May import: models.vit, the shared modules of models (common, files, hub_download, safetensors_files) and
+May import: models.vit, the shared modules of models (common, files, hub_download, safetensors_files, registry) and
 parallel.model; no other family, never the engine. Importing the package imports nothing.
 """

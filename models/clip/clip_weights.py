@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from models.clip import clip_layers
+from models.registry import layout_of_file, what_else
 from models.files import WeightsError, fingerprint
 from models.hub_download import HubFile, hub_file
 from models.safetensors_files import read_tensors, write_tensors
@@ -79,8 +80,9 @@ def _checked(tensors, expected, path, model):
         if name not in tensors:
             known = sum(other in tensors for other, _ in clip_layers.parameters(model))
             raise WeightsError("weights=%s has no array %s: it has %d of %s's %d arrays (not a CLIP checkpoint in "
-                               "Hugging Face's or open_clip's layout?)" % (path, name, known, model.name,
-                                                                          len(clip_layers.parameters(model))))
+                               "Hugging Face's or open_clip's layout?)%s" % (path, name, known, model.name,
+                                                                            len(clip_layers.parameters(model)),
+                                                                            what_else(path, model.name)))
         array = tensors[name]
         if tuple(shape) == () and tuple(array.shape) == (1,):
             array = array.reshape(())  # a scalar stored as [1], as the random command wrote logit_scale before
@@ -253,6 +255,11 @@ class RandomFiles:
     def __init__(self, model):
         self.model = model
 
+    def tensors(self):
+        """{name: shape} of the image tower's tensors in Hugging Face's checkpoint: what tells this model's
+        checkpoints from the others' (`models.registry.holder`)."""
+        return dict(clip_layers.vision_parameters(self.model))
+
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the model to `path`: a folder (the path has no extension) holding
         model.safetensors and the tests' vocab.json and merges.txt (a real prefix of CLIP's merges:
@@ -343,6 +350,8 @@ class Checkpoint:
         elif not path.is_file():
             raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
                                "itself, or 'imagenet')" % (weights, HF_FILE))
+        elif layout_of_file(path):  # an .npy, an .h5: said now, not as a safetensors header's length
+            raise WeightsError("weights=%s is not a safetensors file: %s" % (weights, layout_of_file(path)))
         self._path = path
         self.identity, self.files = fingerprint(path), (str(path),)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from models.dinov2.dinov2_layers import GRID, SOURCE_GRID, VITB14, VITS14, variables
 from models.files import WeightsError
+from models.registry import what_else
 from models.safetensors_files import read_tensors, write_tensors
 
 INTERPOLATIONS = ("torch", "keras_hub")
@@ -188,7 +189,8 @@ def load_weights(path, variant, scope=None, interpolation="torch"):
         if hub_name not in tensors:
             known = sum(theirs in tensors for theirs in hub_names(variant).values())
             raise WeightsError("weights=%s has no tensor %s: it has %d of %s's %d tensors (not a Hugging Face "
-                               "DINOv2 checkpoint?)" % (path, hub_name, known, variant.title, len(variables(variant))))
+                               "DINOv2 checkpoint?)%s" % (path, hub_name, known, variant.title, len(variables(variant)),
+                                                          what_else(path, variant.name)))
         array, expected = tensors[hub_name], _hub_shape(name, shape)
         if tuple(array.shape) != expected:
             raise WeightsError("weights=%s: tensor %s has shape %s; %s needs %s%s"
@@ -261,6 +263,11 @@ class RandomFiles:
 
     def __init__(self, variant):
         self.variant = variant
+
+    def tensors(self):
+        """{name: shape} of the tensors of Hugging Face's checkpoint of this size: what tells its checkpoints from
+        the others' (`models.registry.holder`)."""
+        return {hub_names(self.variant)[name]: _hub_shape(name, shape) for name, shape in variables(self.variant)}
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of this size to `path` in Hugging Face's model.safetensors layout."""

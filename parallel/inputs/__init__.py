@@ -2,6 +2,9 @@
 
     sources       what --images names: a folder, a prefix of a store (s3://b/photos/), tar shards,
                   Parquet or TFRecord files (a path or URL, a brace pattern, a glob, several)
+    file_kinds    tars, Parquet and TFRecord files, told by a name's ending or first bytes; a folder
+                  holding such files and no image
+    patterns      a pattern's files: bash's brace expansion, then globs, local or in a store
     discovery     which files under a folder are images, with their sizes and times
     remote        objects of a store through fsspec: listed, described (size, time, ETag), fetched
                   (pinned to the recorded ETag: ObjectChanged) and retried

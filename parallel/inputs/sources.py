@@ -6,6 +6,8 @@
 What --images takes (one value, or several files):
 
     photos/                        a folder: every image under it; keys relative to it (as always)
+    img2dataset-output/            a folder holding no image but files of one kind below (00000.parquet,
+                                   00000_stats.json, ...): those files, as 'img2dataset-output/**/*.parquet'
     s3://bucket/photos/            a prefix of a store: every object with an image extension under
                                    it, in sorted order; keys relative to the prefix, like a folder's
                                    ("a/b.jpg"), so a folder uploaded to a prefix gives the same rows
@@ -25,14 +27,16 @@ What --images takes (one value, or several files):
     'imagenet/train-*'             files of none of those endings (TensorFlow's ImageNet: train-00000-of-01024):
                                    a file or a pattern is taken by the first bytes of its first file (`sniff`)
 
-Files of one kind are one job's: tars and Parquet files together are refused (one line).
+Files of one kind are one job's: tars and Parquet files together are refused (one line), named
+by values or by a pattern ('data/*' over a Parquet file and a tar), or in a folder of no image.
 
 Several values are taken only when each is a tar (or a pattern of tars): a folder among them is
-refused with one line saying so. Tars are the job's inputs in sorted order (absolute paths, or
-URLs), grouped into shards by the job layer (parallel.inputs.tars gives their members and keys). What a
-job records as its images (`Source.description`) is the folder or prefix, or, for tars, their
-count, first, last and a digest of the whole list: the quoted pattern and its expansion by the
-shell are one job.
+refused with one line saying so, and so are two folders (a row's key is its path in its folder).
+Tars are the job's inputs in sorted order (absolute paths, or URLs), grouped into shards by the job
+layer (parallel.inputs.tars gives their members and keys). What a job records as its images
+(`Source.description`) is the folder or prefix, or, for tars, their count, first, last and a digest
+of the whole list: the quoted pattern and its expansion by the shell (and --images given twice) are
+one job.
 
 Usage errors, each one line (ValueError) before anything is written: a URL of a scheme that is not
 a store read here (ftp://: parallel.inputs.remote.SCHEMES); a glob that matches no tar (each glob
@@ -43,26 +47,22 @@ numbered series is a fact about the data, not a typo).
 """
 
 import dataclasses
-import glob
 import hashlib
 import os
-import re
 from pathlib import Path
 
 from parallel.inputs import remote
 from parallel.inputs.discovery import has_image_extension
+from parallel.inputs.file_kinds import (  # noqa: F401 (STREAMED, file_kind, is_tar, files_name: named here too)
+    _NAMES, PARQUET, STREAMED, TARS, TFRECORD, file_kind, files_instead_of_images, files_name, is_tar, sniff)
 from parallel.inputs.locations import describe_all
 from parallel.inputs.manifest import Manifest
+from parallel.inputs.patterns import expand, names_files
 from parallel.locations import is_url
 from parallel.messages import counted
 
-FOLDER, PREFIX, TARS, PARQUET, TFRECORD = "folder", "prefix", "tars", "parquet", "tfrecord"
-STREAMED = (TARS, PARQUET, TFRECORD)  # files read front to back, their images found as they are read
-_SUFFIXES = {TARS: (".tar",), PARQUET: (".parquet",),
-             TFRECORD: (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz", ".tfrec.gz")}
-_NAMES = {TARS: "tar", PARQUET: "Parquet file", TFRECORD: "TFRecord file"}
-_RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)\}")
-_GLOB = re.compile(r"[*?\[]")
+
+FOLDER, PREFIX = "folder", "prefix"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,33 +145,22 @@ def _why_not(tar):
     return "%s: gone while it was described" % tar
 
 
-def files_name(kind):
-    """What one file of a STREAMED `kind` is called in a message: "tar", "Parquet file", "TFRecord file"."""
-    return _NAMES[kind]
-
-
-def file_kind(value):
-    """The kind of file --images `value` names (or a pattern of: braces, a glob), by its name's ending:
-    TARS (.tar), PARQUET (.parquet), TFRECORD (.tfrecord, .tfrecords, .tfrec, each maybe .gz); else None."""
-    name = str(value).lower()
-    return next((kind for kind, suffixes in _SUFFIXES.items() if name.endswith(suffixes)), None)
-
-
-def is_tar(value):
-    """Whether --images `value` names a tar, or a pattern (braces, a glob) of tars: it ends in .tar."""
-    return file_kind(value) == TARS
-
-
-def parse_images(values):
+def parse_images(values, folder_of_files=True, own=None):
     """The Source that --images `values` names (see the module docstring).
 
     Args:
       values: str or Path, or a list of them (several tars).
+      folder_of_files: a local folder holding no image but files of one kind of STREAMED, anywhere under
+        it (img2dataset's output folder: 00000.parquet, 00000_stats.json, ...), names those files, as the
+        pattern 'folder/**/*.parquet' would; False: it is a folder (with images_from=, the folder the
+        list's paths start from).
+      own: the job's output (an absolute path), whose files are never those of a folder.
 
     Raises:
       ValueError: no value, several values that are not all tars, a tar path holding "::", a
-        pattern or glob that names no tar, a URL of a scheme not read here, a folder that does
-        not exist, or a file (the message points to images_from=, which lists images).
+        pattern or glob that names no tar, files of two kinds (by their endings, or first bytes), a
+        URL of a scheme not read here, a folder that does not exist, a folder holding no image but
+        files of several kinds, or a file (the message points to images_from=, which lists images).
     """
     if isinstance(values, (str, os.PathLike)):
         values = [values]
@@ -182,30 +171,43 @@ def parse_images(values):
         _check_url(value)
     if len(values) == 1 and values[0].lower().endswith(".json"):
         values = wids_tars(values[0])
-    if len(values) == 1 and file_kind(values[0]) is None and not _names_files(values[0]):
+    if len(values) == 1 and file_kind(values[0]) is None and not names_files(values[0]):
         value = values[0]
         if is_url(value):
             return Source(PREFIX, value if value.endswith("/") else value + "/")
-        return Source(FOLDER, str(Path(image_folder(value)).resolve()))
+        folder = str(Path(image_folder(value)).resolve())
+        found = files_instead_of_images(folder, value, own) if folder_of_files else None
+        return Source(FOLDER, folder) if found is None else _files_source(*found)
     expanded = {}  # a value of no known ending: the files it names, listed once (a store's glob is a listing)
     named = {value: file_kind(value) or _sniffed(value, expanded) for value in values}
     others = [value for value, kind in named.items() if kind is None]
     if len(values) == 1 and others and os.path.isfile(values[0]):
         raise ValueError("images=%s is a file, not a folder: to compute some images, list their paths in a "
                          "text file, one a line, and give it as images_from=" % values[0])
+    if others and all(not is_url(value) and os.path.isdir(value) for value in others) and len(others) > 1:
+        raise ValueError("images= takes one folder; got %s: %s (a row's key is its path in the folder): give the "
+                         "folder that holds them, or list their images' paths in a text file, one a line, and give "
+                         "it as images_from=" % (counted(len(others), "folder"), ", ".join(others)))
     if others:
         raise ValueError("images= takes one folder or prefix, or files (tars, Parquet, TFRecord); got %s, of "
                          "which %s is not a .tar, .parquet or .tfrecord, nor a file of one by its first bytes: "
                          "quote a pattern (--images 'shards/{000..099}.tar') and give one folder"
                          % (counted(len(values), "value"), others[0]))
-    kinds = sorted(set(named.values()))
-    if len(kinds) > 1:
-        raise ValueError("images= takes files of one kind; got %s and %s" % (_NAMES[kinds[0]] + "s",
-                                                                            _NAMES[kinds[1]] + "s"))
-    kind = kinds[0]
-    files = sorted({name for value in values for name in expanded.get(value) or _expand(value, kind)})
+    _one_kind("images=", {kind: value for value, kind in reversed(named.items())})
+    kind = next(iter(named.values()))
+    files = {name for value in values for name in expanded.get(value) or expand(value, _NAMES[kind])}
     if not files:
         raise ValueError("images=%s names no %s" % (" ".join(values), _NAMES[kind]))
+    return _files_source(kind, files)
+
+
+def _files_source(kind, files):
+    """The Source of `files` (paths or URLs) of `kind`, sorted.
+
+    Raises:
+      ValueError: a file's path holds "::" (a key could not be split).
+    """
+    files = sorted(files)
     odd = [name for name in files if "::" in name]
     if odd:
         raise ValueError("images=%s: a %s whose path holds '::' cannot be keyed (<kind>://<member>::<file>); "
@@ -213,53 +215,38 @@ def parse_images(values):
     return Source(kind, "", tuple(files))
 
 
-def _names_files(value):
-    """Whether --images `value`, of no known ending, may name files: it is a local file, or a pattern
-    (braces, a glob) of them."""
-    if not is_url(value) and os.path.exists(value):  # a folder named "photos [2019]" is a folder
-        return os.path.isfile(value)
-    return "{" in value or bool(_GLOB.search(value.split("://", 1)[-1]))
+def _one_kind(what, kinds):
+    """ValueError unless `kinds` ({kind: a value or file of it}) holds one kind at most; `what` begins the line."""
+    if len(kinds) > 1:
+        (first, one), (second, other) = sorted(kinds.items())[:2]
+        raise ValueError("%s takes files of one kind; got %ss and %ss (%s, %s)" % (
+            what, _NAMES[first], _NAMES[second], one, other))
 
 
 def _sniffed(value, expanded):
-    """The kind of the files `value` (of no known ending) names, by the first bytes of the first that exists
-    (TensorFlow's ImageNet files are named train-00000-of-01024); None when it is none of STREAMED. The files
-    it names are put in `expanded` ({value: [file]}), not to be listed again."""
-    if not _names_files(value):
+    """The kind of the files `value` (of no known ending) names: by their endings, and those of none by the
+    first bytes of the first that exists (TensorFlow's ImageNet files are named train-00000-of-01024); None
+    when they are none of STREAMED. The files it names are put in `expanded` ({value: [file]}), not to be
+    listed again.
+
+    Raises:
+      ValueError: they are files of two kinds ('data/*' over a Parquet file and a tar).
+    """
+    if not names_files(value):
         return None
-    expanded[value] = _expand(value, None)
+    expanded[value] = sorted(expand(value))
+    kinds, unknown = {}, None  # kind: its first file; the first file of no known ending that exists
     for name in expanded[value]:
-        if is_url(name) or os.path.isfile(name):
-            return sniff(name)
-    return None
-
-
-def sniff(location):
-    """The kind of the file at `location` (a path or a URL) by its first bytes: PARQUET ("PAR1"), TARS
-    (ustar), TFRECORD (a first record's length whose masked CRC-32C holds, maybe GZIP); None else, or when it
-    cannot be read."""
-    import zlib
-    try:
-        if is_url(location):
-            head = remote.fetch(location, 0, 512)
-        else:
-            with open(location, "rb") as file:
-                head = file.read(512)
-    except (OSError, remote.ImageError):
-        return None
-    if head[:4] == b"PAR1":
-        return PARQUET
-    if head[257:262] == b"ustar":
-        return TARS
-    if head[:2] == b"\x1f\x8b":
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 12)
-        except zlib.error:
-            return None
-    from parallel.inputs.tfrecord_stream import masked_crc
-    if len(head) >= 12 and masked_crc(head[:8]) == int.from_bytes(head[8:12], "little"):
-        return TFRECORD
-    return None
+        kind = file_kind(name)
+        if kind is not None:
+            kinds.setdefault(kind, name)
+        elif unknown is None and (is_url(name) or os.path.isfile(name)):
+            unknown = name
+    kind = sniff(unknown) if unknown is not None else None
+    if kind is not None:
+        kinds.setdefault(kind, unknown)
+    _one_kind("images=%s" % value, kinds)
+    return next(iter(kinds), None)
 
 
 def wids_tars(index):
@@ -309,61 +296,3 @@ def _check_url(value):
             remote.check_scheme(value)
         except ValueError as error:
             raise ValueError("images=%s" % error) from None
-
-
-def _expand(value, kind=TARS):
-    """The files `value` names: itself, its brace expansion, or its glob's matches (absolute paths, or URLs).
-
-    Raises:
-      ValueError: a glob matches no file.
-    """
-    names = expand_braces(value)
-    found = []
-    for name in names:
-        if _GLOB.search(name.split("://", 1)[-1]):
-            matches = _glob(name)
-            if not matches:
-                raise ValueError("images=%s names no %s: the glob %s matches none" % (value, _NAMES.get(kind, "file"),
-                                                                                      name))
-            found.extend(matches)
-        else:
-            found.append(name if is_url(name) else os.path.abspath(name))
-    return found
-
-
-def _glob(pattern):
-    if not is_url(pattern):
-        return [os.path.abspath(path) for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
-    fs, path = remote.filesystem(pattern)
-    fs.invalidate_cache()  # the store now, not an earlier listing of this process
-    scheme = remote.scheme(pattern)
-    return ["%s://%s" % (scheme, name) for name in fs.glob(path)]
-
-
-def expand_braces(text):
-    """Bash's brace expansion of `text`: {000..099} (zero-padded as written, either direction), {a,b,c}.
-
-    Returns:
-      list of str, in the order bash gives them.
-    """
-    start = text.find("{")
-    while start != -1:
-        stop = text.find("}", start)
-        if stop == -1:
-            break
-        inner = text[start + 1:stop]
-        head, tail = text[:start], text[stop + 1:]
-        numbers = _RANGE.fullmatch(text[start:stop + 1])
-        if numbers:
-            first, last = numbers.group(1), numbers.group(2)
-            width = max(len(first), len(last)) if first.lstrip("-").startswith("0") or \
-                last.lstrip("-").startswith("0") else 0
-            step = 1 if int(last) >= int(first) else -1
-            choices = [str(number).zfill(width) for number in range(int(first), int(last) + step, step)]
-        elif "," in inner:
-            choices = inner.split(",")
-        else:
-            start = text.find("{", stop)
-            continue
-        return [expanded for choice in choices for expanded in expand_braces(head + choice + tail)]
-    return [text]

@@ -30,7 +30,9 @@ What cannot be read is accounted for, each a failure of the errors file:
     a file that cannot be opened or fetched                   the file's path, "missing", "unreadable", ...
 
 A failure of the file is one item (path, ImageError) and one Entry(path, offset of the damage, -1),
-after the records read before it, as parallel.inputs.tar_stream does for a damaged tar.
+after the records read before it, as parallel.inputs.tar_stream does for a damaged tar. A GZIP file's own
+check (its trailer's CRC-32 and length) that fails after its last record, once a record's data had a wrong
+CRC, is no second failure: it is that record's damage, counted once (12 records are 12 images).
 remote.ObjectChanged and remote.StoreUnavailable propagate, as there.
 
 Streaming: the file is read through open_stream's large blocks (parallel.inputs.locations); only the
@@ -61,10 +63,16 @@ GZIP_MAGIC = b"\x1f\x8b"
 _HEADER = struct.Struct("<QI")  # length, masked CRC of the length
 _FOOTER = 4  # masked CRC of the data
 _MASK_DELTA = 0xA282EAD8
+_TRAILER_CHECKS = ("CRC check failed", "Incorrect length of data produced")  # gzip.BadGzipFile's, of a trailer
 
 
 class _Damaged(Exception):
     """The file cannot be read from args[0] (its offset) on: args[1:], the ImageError's kind and message."""
+
+
+class _GzipCheck(_Damaged):
+    """The GZIP data's own check (the CRC-32 or the length its trailer records) failed where a record would
+    start: every record before was read whole, each checked by its own CRCs."""
 
 
 def record_key(record_id, path):
@@ -98,7 +106,7 @@ def stream_records(path, index, version=None, max_bytes=None, image_column=None,
 
 
 def _rows(stream, path, index, max_bytes, image_column, keep):
-    seen, unkept, image = set(), (None,) * len(keep), None
+    seen, unkept, image, corrupt = set(), (None,) * len(keep), None, False
     try:
         source, end = _opened(stream)
         for number, (offset, length, data) in enumerate(_framed(source, max_bytes, end)):
@@ -107,7 +115,7 @@ def _rows(stream, path, index, max_bytes, image_column, keep):
                 failure = ImageError("too_large", "record %d: %d bytes, more than the %d an image may take; not read"
                                      % (number, length, max_bytes))
             elif isinstance(data, ImageError):
-                failure = data
+                failure, corrupt = data, True
             else:
                 example = parse(data)
                 if example is None:
@@ -130,6 +138,11 @@ def _rows(stream, path, index, max_bytes, image_column, keep):
             key = record_key(record_id, path)
             index.append(Entry(key, offset, length, tuple(feature_text(features.get(name)) for name in keep)))
             yield key, image_bytes(features, image, "record %d" % number)
+    except _GzipCheck as damage:
+        if corrupt:  # the data a record's CRC found wrong fails the GZIP check too: that record is its failure
+            return
+        index.append(Entry(path, damage.args[0], -1))
+        yield path, ImageError(*damage.args[1:])
     except _Damaged as damage:
         index.append(Entry(path, damage.args[0], -1))
         yield path, ImageError(*damage.args[1:])
@@ -150,7 +163,7 @@ def _framed(stream, max_bytes, end, offset=0):
     it is too large (passed by unread), or ImageError("corrupt") when its data has a wrong CRC; _Damaged when
     the file cannot be read on."""
     while True:
-        header = _read(stream, _HEADER.size, offset)
+        header = _read(stream, _HEADER.size, offset, between_records=True)
         if not header:
             return
         if len(header) < _HEADER.size:
@@ -185,9 +198,9 @@ def masked_crc(data):
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def _read(stream, count, offset):
+def _read(stream, count, offset, between_records=False):
     """Up to `count` bytes of `stream` (fewer only at its end); its failures as _Damaged at `offset` (a
-    store's or a file's, damaged GZIP data)."""
+    store's or a file's, damaged GZIP data): _GzipCheck for a GZIP trailer's check that fails `between_records`."""
     try:
         return stream.read(count)  # a BufferedReader's (open_stream's, GzipFile's): fewer only at the end
     except (ObjectChanged, StoreUnavailable):
@@ -195,8 +208,10 @@ def _read(stream, count, offset):
     except ImageError as error:
         raise _Damaged(offset, error.kind, "the TFRecord file broke off at byte %d: %s" % (offset, error.message))
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise _Damaged(offset, "corrupt", "damaged GZIP data at or after byte %d of the records: %s"
-                       % (offset, error)) from None
+        # GzipFile checks a member's CRC-32 and length once its data is read, as the next read begins.
+        trailer = isinstance(error, gzip.BadGzipFile) and str(error).startswith(_TRAILER_CHECKS)
+        raise (_GzipCheck if trailer and between_records else _Damaged)(
+            offset, "corrupt", "damaged GZIP data at or after byte %d of the records: %s" % (offset, error)) from None
     except OSError as error:
         raise _Damaged(offset, "unreadable", "the TFRecord file broke off at byte %d: %s"
                        % (offset, error.strerror or error)) from None

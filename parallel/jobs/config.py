@@ -140,9 +140,9 @@ class Config:
     @functools.cached_property
     def source(self):
         """The `parallel.inputs.sources.Source` that `images` names (ValueError when it names none)."""
-        source = parse_images(self.images)
+        own = self.output if is_url(self.output) else os.path.abspath(self.output)
+        source = parse_images(self.images, folder_of_files=self.images_from is None, own=own)
         if source.streamed:  # a glob beside the output (data/*.parquet) would take its own files for inputs
-            own = self.output if is_url(self.output) else os.path.abspath(self.output)
             ours = not is_url(own) and os.path.exists(sidecar_path(own))  # a file named so is the protocol's refusal
             files = tuple(name for name in source.files if not name.startswith(own + ".") and (name != own or not ours))
             if not files:

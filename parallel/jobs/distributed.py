@@ -68,7 +68,8 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
                  "last one, or by rerunning any rank", len(missing), counted(job.shard_count, "shard"),
                  "is" if len(missing) == 1 else "are", listed(missing))
     return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location,
-                               pending_shards=tuple(missing))
+                               pending_shards=tuple(missing),
+                               failure_cause=None if missing else job.failures_cause(summary.failed))
 
 
 def run(config, weights=None, one_host=False, overwrite=False):

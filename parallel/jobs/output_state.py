@@ -20,6 +20,7 @@ from parallel.jobs.commits import ATTEMPTS_SUFFIX, SHARDS_SUFFIX
 from parallel.jobs.frozen import FrozenJob
 from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger
 from parallel.jobs.shard_record import SHARD_FEATURES
+from parallel.messages import one_cause
 from parallel.output import ErrorLog, OutputError, read_record
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, SIDECAR_SUFFIX, save_record
 
@@ -115,6 +116,12 @@ class CommittedOutput(FrozenJob):
         """How many rows the output holds (finished or not): 0 for a new one."""
         rows = self._record().get("rows")
         return rows if isinstance(rows, int) else 0
+
+    def failures_cause(self, count):
+        """What the failed images of the output all say (`one_cause`), when its ledger records `count` of them (a
+        process's summary that counts them all): the summary line gives it. None else, or when they say several."""
+        failures = self.ledger().failures() if count else []
+        return one_cause(failures) if len(failures) == count else None
 
     def assembled_failures(self):
         """The images that failed of the shards in the output, as its ledger records: set of paths."""

@@ -53,7 +53,8 @@ def retry_in_output(config, job, worker, started):
     images = len(index_keys(job.members_index())) if job.streamed else job.images  # a tar job's: its members
     summary = Summary(discovered=images, written=len(paths), failed=len(still), already_done=images - len(todo),
                       seconds=time.perf_counter() - started)
-    return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location)
+    return dataclasses.replace(summary, output=config.output_location, errors_file=config.errors_location,
+                               failure_cause=job.failures_cause(len(still)))
 
 
 def retry_failed(config, job, worker, only=None):

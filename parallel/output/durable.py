@@ -84,17 +84,37 @@ def replace_atomically(path, data):
     fsync(path.parent)
 
 
+def new_file_mode():
+    """The mode of a file created now: 0o666 less the process's umask (0o644 under the usual 0o022).
+
+    Read from /proc/self/status where the system says it (Linux), without changing it; else by setting
+    it and back (to 0o022 meanwhile, never to 0, for a file another thread creates at that moment).
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 class temporary_then_rename:
     """`with temporary_then_rename(path) as temporary:` write `temporary`; on success it is
     fsync'ed and renamed over `path` (atomic), on an exception removed. The folder is not
-    synced: the caller does, once for all the files it renamed.
+    synced: the caller does, once for all the files it renamed. The file has the mode of a
+    file created now (`new_file_mode`: 0o644 under the usual umask), whatever the temporary
+    had: mkstemp's 0o600, or a library's own (safetensors writes 0o600).
 
     Args:
       path: Path of the file to write.
       unique: False: the temporary file is `<path>.tmp`, and a leftover of a killed run is
         removed first (one writer per output). True: a new file `<name>.<random>.tmp` beside
-        `path`, created here (mode 0o600), for writers that may run at once (two processes
-        filling one cache); an OSError of its creation is raised here.
+        `path`, created here (mode 0o600 while it is written), for writers that may run at
+        once (two processes filling one cache); an OSError of its creation is raised here.
     """
 
     def __init__(self, path, unique=False):
@@ -115,6 +135,7 @@ class temporary_then_rename:
     def __exit__(self, kind, value, traceback):
         try:
             if kind is None:
+                os.chmod(self._temporary, new_file_mode())
                 fsync(self._temporary)
                 os.replace(self._temporary, self._path)
                 return

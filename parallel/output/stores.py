@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from parallel.locations import is_url
-from parallel.output.durable import OutputError, fsync, replace_atomically, temporary_then_rename
+from parallel.output.durable import OutputError, fsync, new_file_mode, replace_atomically, temporary_then_rename
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://")
 # Which package brings which filesystem, for the message of a plain install.
@@ -167,6 +167,7 @@ class LocalStore(Store):
         os.close(descriptor)
         try:
             shutil.copyfile(local, temporary)
+            os.chmod(temporary, new_file_mode())  # mkstemp's 0o600: the object is shared as a new file is
             fsync(temporary)
             try:
                 os.link(temporary, path)  # fails when `path` exists, as O_EXCL: the first creator wins
