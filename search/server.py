@@ -4,12 +4,15 @@
     server = make_server("page/", 0) # the server, not started (tests; any free port)
 
 What the service (search/service.py) shares: `open_server` (a threading server on an address, the Host names it
-answers to), `host_allowed` (the check against DNS rebinding) and `serve_until_stopped` (the signal policy).
+answers to), `host_allowed` (the check against DNS rebinding), `serve_until_stopped` (the signal policy) and
+`open_inside` (a file opened only when it is inside a folder: a link swapped in the meantime is refused, never
+followed).
 """
 
 import http.server
 import os
 import signal
+import stat
 import threading
 from pathlib import Path
 
@@ -27,17 +30,24 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
         super().__init__(*args, directory=str(root), **kwargs)
 
     def send_head(self):
+        """The headers of the file asked for, sent; the file opened (read by do_GET), or None when refused."""
         if not host_allowed(self):
             self.send_error(421, "Misdirected Request", "this server answers only to %s" % sorted(self.hosts)[0])
             return None
         path = self.translate_path(self.path)
         if os.path.isdir(path):
             path = os.path.join(path, "index.html")
-        real = os.path.realpath(path)
-        if os.path.commonpath([real, str(self.root)]) != str(self.root) or not os.path.isfile(real):
+        try:  # the file opened is the one checked: a link swapped in between is refused, never followed
+            descriptor, opened = open_inside(path, self.root)
+        except (OSError, ValueError):
             self.send_error(404, "File not found")
             return None
-        return super().send_head()
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Length", str(opened.st_size))
+        self.send_header("Last-Modified", self.date_time_string(opened.st_mtime))
+        self.end_headers()
+        return os.fdopen(descriptor, "rb")
 
     def list_directory(self, path):  # a folder without index.html (send_head refuses it first; kept shut here too)
         self.send_error(404, "File not found")
@@ -48,6 +58,45 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
 
 
 LOOPBACK = "127.0.0.1"
+
+
+def inside(path, folder):
+    """Whether the absolute path `path` is `folder` or under it (both normalised; no link is followed)."""
+    return os.path.commonpath([path, folder]) == folder
+
+
+def same_file(first, second):
+    """Whether two os.stat_results are of one file (its device and inode)."""
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def open_inside(path, folder):
+    """(a descriptor, its os.fstat) of the regular file at `path`, when its real path (links followed) lies inside
+    `folder`'s real path (None: anywhere).
+
+    It is opened by that real path, never following a last link and never waiting (a FIFO is not opened), and
+    must be the file the real path named when it was checked (device and inode): a link swapped in between is
+    refused, never followed, so no file outside `folder` is ever read.
+
+    Raises:
+      ValueError: outside `folder`, not a regular file, or replaced while it was opened. OSError: no such file,
+        or it cannot be read.
+    """
+    real = os.path.realpath(path)
+    if folder is not None and not inside(real, os.path.realpath(folder)):
+        raise ValueError("its real path is outside the folder served (a link to another file?)")
+    named = os.stat(real)
+    if not stat.S_ISREG(named.st_mode):
+        raise ValueError("it is not a regular file")
+    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        opened = os.fstat(descriptor)
+        if not same_file(opened, named):
+            raise ValueError("it was replaced while it was opened")
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor, opened
 
 
 def host_allowed(handler):

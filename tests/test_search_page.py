@@ -328,3 +328,35 @@ def test_the_server_serves_the_page_and_its_thumbnails_only(report, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_link_swapped_in_after_the_check_is_never_followed(report, tmp_path, monkeypatch):
+    import os
+    page, _ = report
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the web")
+    thumb = os.path.realpath(sorted((page.parent / THUMBS).glob("*.jpg"))[0])
+    server = make_server(page.parent, port=0)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # A thumbnail swapped for a link at the worst moment: once its real path was found inside the page's folder,
+        # on its second stat (the first is the check for a folder).
+        real_stat, stats = os.stat, []
+
+        def stat_then_swap(path, *args, **kwargs):
+            status = real_stat(path, *args, **kwargs)
+            stats.append(os.fspath(path))
+            if stats.count(thumb) == 2:
+                os.unlink(thumb)
+                os.symlink(secret, thumb)
+            return status
+
+        monkeypatch.setattr(os, "stat", stat_then_swap)
+        status, body = _get(port, "/thumbs/" + os.path.basename(thumb))
+        monkeypatch.undo()
+        assert os.path.islink(thumb)  # the swap was made
+        assert status == 404 and b"not for the web" not in body
+    finally:
+        server.shutdown()
+        server.server_close()
