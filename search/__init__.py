@@ -28,6 +28,8 @@ The modules, one job each:
     indexed_images.py  an indexed image for the service, read only when it is the image indexed: inside
                     the images folder, unchanged (the output's manifest says), an image
     api.py          its HTTP side: routes, parameters, JSON answers and errors, on 127.0.0.1 by default
+    connections.py  its connections: a deadline for each request; when all are taken, the one that has
+                    waited longest for its client closed to make room
     image_rows.py   an image file given as a query that is an indexed image, unchanged (the output's
                     manifest says): its row answers, instead of the model
 

@@ -8,10 +8,13 @@ named by the fixed table PAGE_FILES, never by a path of the request), which uses
 Content-Security-Policy lets it load only this origin's scripts, styles, images and answers. A route takes the
 parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched
 by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request
-whose Host is not the server's own name is refused (421), as search/server.py refuses it.
+whose Host is not the server's own name is refused (421), as search/server.py refuses it. Each request must arrive
+within `Limits.request_seconds` of its first byte, and when every connection's place is taken, the one that has
+waited longest for its client is closed to make room (search/connections.py).
 """
 
 import http.server
+import io
 import json
 import sys
 import threading
@@ -19,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 from parallel.messages import error_line
+from search.connections import ClientReader, ClosedToMakeRoom, Waiting
 from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
 from search.service import ApiError
 
@@ -82,6 +86,7 @@ def _search(service, query):
 
 
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed: its thread is not held forever
+ROOM_SECONDS = 5  # how long a new connection waits for the place of one closed to make room for it
 
 
 class _ApiHandler(http.server.BaseHTTPRequestHandler):
@@ -98,6 +103,18 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self.service, self.hosts, self._body_read, self._page = service, hosts, False, False
         super().__init__(*args, **kwargs)
 
+    def setup(self):
+        """Its requests are read through a ClientReader: a deadline for each (search/connections.py)."""
+        super().setup()
+        self.rfile.close()  # the socket's own reader, unused: closed, or the socket would stay open after the end
+        self._reader = ClientReader(self.connection, self.server._waiting, self.service.limits.request_seconds,
+                                    IDLE_SECONDS)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self):
+        self._reader.next_request()
+        super().handle_one_request()
+
     def do_GET(self):  # noqa: N802 -- the base class's name
         self._handle("GET")
 
@@ -110,6 +127,8 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
             self._send(200, *self._answer(method))
         except ApiError as error:
             self._error(error.status, str(error))
+        except ClosedToMakeRoom:  # while its body arrived: nothing to answer, the connection is shut
+            raise
         except ValueError as error:  # SearchError, a query the index cannot take: the request's
             self._error(400, error_line(error))
         except Exception as error:  # noqa: BLE001 -- a disk, a device: one line, never a traceback
@@ -152,7 +171,12 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True  # its body is left unread
             raise ApiError(413, "the body has %d bytes, more than %d" % (length, self.service.limits.max_upload_bytes))
         self._body_read = True
-        return self.rfile.read(length)
+        try:
+            return self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            raise ApiError(408, "the request did not arrive within %g s of its first byte"
+                           % self.service.limits.request_seconds) from None
 
     def _error(self, status, message):
         self._send(status, {"status": status, "error": " ".join(str(message).split())}, "application/json")
@@ -182,11 +206,13 @@ BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nC
 
 
 class _BoundedServer(http.server.ThreadingHTTPServer):
-    """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: one
-    more is answered 503 and closed, unread."""
+    """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: for
+    one more, the connection that has waited longest for its client (`_waiting`) is closed to make room; when
+    none waits (each is answered), it is answered 503 and closed, unread."""
 
     def process_request(self, request, client_address):
-        if not self._open.acquire(blocking=False):
+        if not self._open.acquire(blocking=False) and not (
+                self._waiting.close_longest() and self._open.acquire(timeout=ROOM_SECONDS)):
             try:
                 request.sendall(BUSY)
             except OSError:
@@ -206,9 +232,10 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
             self._open.release()
 
     def handle_error(self, request, client_address):
-        """A client that went away while it was answered (a reset, a broken pipe) is no error of the service's:
-        nothing is printed. Anything else is printed as socketserver prints it."""
-        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+        """A client that went away while it was answered (a reset, a broken pipe), or a connection closed to make
+        room for another, is no error of the service's: nothing is printed. Anything else is printed as
+        socketserver prints it."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
             return
         super().handle_error(request, client_address)
 
@@ -222,6 +249,7 @@ def make_service(service, port=0, host=LOOPBACK):
     """
     server = open_server(_ApiHandler, port, host=host, server_class=_BoundedServer, service=service)
     server._open = threading.BoundedSemaphore(service.limits.connections)
+    server._waiting = Waiting()
     return server
 
 

@@ -19,8 +19,8 @@ from the output's members index for those rows only.
 
 Safe by default: the Host check of search/server.py (DNS rebinding); a Content-Security-Policy; an image fetched
 by row, never by a path the request names (a parameter that is not the endpoint's is refused), and served only
-when it is the image indexed (search/indexed_images.py: inside the images folder, unchanged, an image); uploads
-bounded in
+when it is the image indexed (search/indexed_images.py: inside the images folder, unchanged, an image); each
+request read within a deadline (search/connections.py); uploads bounded in
 bytes (413, unread) and pixels (413, from the header, before decoding: decompression bombs); sentences bounded
 in length; k bounded; at most `Limits.running` queries computed at once and `Limits.waiting` more waiting for
 their turn, any more refused at once with 503, so memory stays bounded. search/api.py holds the HTTP side.
@@ -53,6 +53,7 @@ class Limits:
     running: int = 2                        # queries computed at once (the machine's cores, not more)
     waiting: int = 32                       # queries waiting for their turn; more: 503
     connections: int = 64                   # connections open at once (a thread each); more: 503, closed
+    request_seconds: float = 10.0           # a request's line, headers and body, from its first byte to its last
 
 
 class ApiError(Exception):
