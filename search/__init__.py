@@ -19,7 +19,8 @@ The modules, one job each:
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report and its thumbnails
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM; the Host
-                    check, the signal policy and a file opened only inside a folder, which the service shares
+                    check, the signal policy, the security headers and a file opened only inside a folder,
+                    which the service shares
     queries.py      queries as vectors (keys, .npy, image files, sentences) and their ranked rows: what the
                     command line and the service share; new images and sentences by an embedder given;
                     the values kept beside the rows shown (--keep), from the output's members index

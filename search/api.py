@@ -7,12 +7,15 @@
 named by the fixed table PAGE_FILES, never by a path of the request), which uses the API; its
 Content-Security-Policy lets it load only this origin's scripts, styles, images and answers. A route takes the
 parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched
-by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request
-whose Host is not the server's own name is refused (421), as search/server.py refuses it. Each request must arrive
-within `Limits.request_seconds` of its first byte, and when every connection's place is taken, the one that has
-waited longest for its client is closed to make room (search/connections.py).
+by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`: the HTTP
+library's own refusals too (a request line or header too long, a method no route takes, a request line that
+cannot be read), each one line of JSON. A request whose Host is not the server's own name is refused (421), as
+search/server.py refuses it. Each request must arrive within `Limits.request_seconds` of its first byte, and when
+every connection's place is taken, the one that has waited longest for its client is closed to make room
+(search/connections.py).
 """
 
+import http
 import http.server
 import io
 import json
@@ -23,12 +26,9 @@ from pathlib import Path
 
 from parallel.messages import error_line
 from search.connections import ClientReader, ClosedToMakeRoom, Waiting
-from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
+from search.server import LOOPBACK, SECURITY_HEADERS, host_allowed, open_server, serve_until_stopped
 from search.service import ApiError
 
-SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
-                    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
-                    "Referrer-Policy": "no-referrer"}
 # The page's: its own files and the API, from this origin only; no inline script or style, no other site.
 PAGE_SECURITY_HEADERS = dict(SECURITY_HEADERS, **{
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -93,6 +93,9 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
     """Answers the routes of ROUTES for one Service; JSON errors for everything else."""
 
     protocol_version = "HTTP/1.1"
+    # A request line without a version (HTTP/0.9's) is answered as 1.0's is: 0.9's answer has no status line and
+    # no headers, so it would carry none of SECURITY_HEADERS.
+    default_request_version = "HTTP/1.0"
     timeout = IDLE_SECONDS
     # An answer leaves in one write, sent at once: unbuffered, its headers and body were two writes, and the body
     # waited for the client's delayed ACK of the headers (Nagle's algorithm): 40 ms on Linux's loopback.
@@ -122,7 +125,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _handle(self, method):
-        self._page = False
+        self._page = self._body_read = False
         try:
             self._send(200, *self._answer(method))
         except ApiError as error:
@@ -178,6 +181,14 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
             raise ApiError(408, "the request did not arrive within %g s of its first byte"
                            % self.service.limits.request_seconds) from None
 
+    def send_error(self, code, message=None, explain=None):
+        """The HTTP library's own refusals, before a route is asked (a request line too long, 414; a header too
+        long or too many, 431; a method no route takes, HEAD, PUT, OPTIONS, 501; a request line that cannot be
+        read, 400; HTTP/2, 505), as every other error: one line of JSON with SECURITY_HEADERS, the connection
+        closed."""
+        self.close_connection, self._page = True, False
+        self._error(code, explain or message or http.HTTPStatus(code).phrase)
+
     def _error(self, status, message):
         self._send(status, {"status": status, "error": " ".join(str(message).split())}, "application/json")
 
@@ -193,7 +204,8 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # an answer to HEAD has no body (its refusal, 501)
+            self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         pass

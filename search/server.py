@@ -4,17 +4,23 @@
     server = make_server("page/", 0) # the server, not started (tests; any free port)
 
 What the service (search/service.py) shares: `open_server` (a threading server on an address, the Host names it
-answers to), `host_allowed` (the check against DNS rebinding), `serve_until_stopped` (the signal policy) and
-`open_inside` (a file opened only when it is inside a folder: a link swapped in the meantime is refused, never
-followed).
+answers to), `host_allowed` (the check against DNS rebinding), `serve_until_stopped` (the signal policy),
+SECURITY_HEADERS (what its errors carry, and every answer of the service's) and `open_inside` (a file opened
+only when it is inside a folder: a link swapped in the meantime is refused, never followed).
 """
 
+import http
 import http.server
+import json
 import os
 import signal
 import stat
 import threading
 from pathlib import Path
+
+SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+                    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+                    "Referrer-Policy": "no-referrer"}
 
 
 class _PageHandler(http.server.SimpleHTTPRequestHandler):
@@ -24,6 +30,10 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
     request whose Host is not the address served (127.0.0.1:<port>, or localhost:<port>): a web page on
     another site that a DNS name re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as Host.
     """
+
+    # A request line without a version (HTTP/0.9's) is answered as 1.0's is: 0.9's answer has no status line
+    # and no headers, so it would carry no nosniff.
+    default_request_version = "HTTP/1.0"
 
     def __init__(self, *args, root, hosts, **kwargs):
         self.root, self.hosts = root, hosts
@@ -52,6 +62,23 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
     def list_directory(self, path):  # a folder without index.html (send_head refuses it first; kept shut here too)
         self.send_error(404, "File not found")
         return None
+
+    def send_error(self, code, message=None, explain=None):
+        """Every refusal, the HTTP library's own too (a request line or header too long, 414 and 431; a method
+        other than GET and HEAD, 501; a request line that cannot be read, 400; HTTP/2, 505), as the service's:
+        {"status": N, "error": "one line"} with SECURITY_HEADERS, and the connection closed."""
+        text = explain or message or http.HTTPStatus(code).phrase
+        body = json.dumps({"status": code, "error": " ".join(text.split())}).encode("utf-8")
+        self.close_connection = True
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         pass

@@ -179,7 +179,7 @@ class Service:
         """The neighbours of a vector given as JSON {"vector": [D numbers]} (raw features, as the output's)."""
         try:
             vector = np.asarray(json_body(body)["vector"], np.float64)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: an integer past a float's range
             raise ApiError(400, 'the body must be JSON {"vector": [numbers]}') from None
         if vector.ndim != 1 or not np.isfinite(vector).all():
             raise ApiError(400, "vector must be one list of finite numbers; got shape %s" % (vector.shape,))
@@ -250,5 +250,9 @@ def check_pixels(data, max_pixels):
 
 
 def json_body(body):
-    """The JSON value of a request's body (bytes); ValueError when it is not UTF-8 JSON."""
-    return json.loads(body.decode("utf-8"))
+    """The JSON value of a request's body (bytes); ValueError when it is not UTF-8 JSON, or nested too deeply for
+    the parser (which would raise RecursionError: '[' * 100000)."""
+    try:
+        return json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None

@@ -360,3 +360,33 @@ def test_a_link_swapped_in_after_the_check_is_never_followed(report, tmp_path, m
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_server_s_refusals_carry_the_service_s_headers_and_one_line_of_json(report):
+    """Its own refusals and the HTTP library's (a method other than GET and HEAD, a request line that cannot be
+    read, HTTP/2), each sent by a raw socket client."""
+    import http.client
+    import json
+    import socket
+    from search.api import SECURITY_HEADERS  # the service's, which the page's server gives its refusals too
+    page, _ = report
+    server = make_server(page.parent, port=0)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = b"Host: 127.0.0.1:%d\r\n" % port
+    try:
+        for request, status in ((b"PUT / HTTP/1.1\r\n" + host + b"\r\n", 501), (b"GARBAGE\r\n", 400),
+                                (b"GET /nothing.jpg HTTP/1.1\r\n" + host + b"\r\n", 404), (b"GET / HTTP/2.0\r\n", 505),
+                                (b"GET / HTTP/1.1\r\nHost: attacker.example\r\n\r\n", 421),
+                                (b"GET /\r\n\r\n", 421)):  # no version (HTTP/0.9's): answered as 1.0's, headers too
+            with socket.create_connection(("127.0.0.1", port), timeout=HANG_SECONDS) as connection:
+                connection.sendall(request)
+                response = http.client.HTTPResponse(connection)
+                response.begin()
+                body = response.read()
+            error = json.loads(body)
+            assert response.status == status and error == {"status": status, "error": error["error"]}, request
+            assert all(response.headers[name] == value for name, value in SECURITY_HEADERS.items()), request
+    finally:
+        server.shutdown()
+        server.server_close()
