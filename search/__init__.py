@@ -19,21 +19,27 @@ The modules, one job each:
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
     page.py         the static HTML report and its thumbnails
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM; the Host
-                    check and the signal policy the service shares
+                    check, the signal policy, the security headers and a file opened only inside a folder,
+                    which the service shares
     queries.py      queries as vectors (keys, .npy, image files, sentences) and their ranked rows: what the
                     command line and the service share; new images and sentences by an embedder given;
                     the values kept beside the rows shown (--keep), from the output's members index
     service.py      the live service's operations: search by sentence, image, key, row, vector; duplicate
                     groups; an indexed image by its row; bounded requests and queries at once
+    indexed_images.py  an indexed image for the service, read only when it is the image indexed: inside
+                    the images folder, unchanged (the output's manifest says), an image
     api.py          its HTTP side: routes, parameters, JSON answers and errors, on 127.0.0.1 by default
+    connections.py  its connections: a deadline for each request; when all are taken, the one that has
+                    waited longest for its client closed to make room
     image_rows.py   an image file given as a query that is an indexed image, unchanged (the output's
                     manifest says): its row answers, instead of the model
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
 only `parallel.output`'s readers, `parallel.messages`, the manifest (`parallel.inputs.manifest`), the tars'
-members index and decode's warning filter (`parallel.inputs.tars`, `parallel.inputs.decode`), which import
-neither, and the table of `models.text_queries` (which layers are in a text tower's space: not centred,
-centre.py). faiss is imported on first use (`pip install -e '.[search]'`).
+members index and decode's warning filter and formats (`parallel.inputs.tars`, `parallel.inputs.decode`), the
+readers of an object (`parallel.inputs.remote`, `parallel.inputs.locations`), which import neither, and the
+table of `models.text_queries` (which layers are in a text tower's space: not centred, centre.py). faiss is
+imported on first use (`pip install -e '.[search]'`).
 Computing the vector of a new image or of a sentence is given to search as an object (an "embedder"):
 the command line builds it from the engine and the models (models/query_embedder.py).
 """

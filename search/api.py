@@ -7,11 +7,17 @@
 named by the fixed table PAGE_FILES, never by a path of the request), which uses the API; its
 Content-Security-Policy lets it load only this origin's scripts, styles, images and answers. A route takes the
 parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched
-by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request
-whose Host is not the server's own name is refused (421), as search/server.py refuses it.
+by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`: the HTTP
+library's own refusals too (a request line or header too long, a method no route takes, a request line that
+cannot be read), each one line of JSON. A request whose Host is not the server's own name is refused (421), as
+search/server.py refuses it. Each request must arrive within `Limits.request_seconds` of its first byte, and when
+every connection's place is taken, the one that has waited longest for its client is closed to make room
+(search/connections.py).
 """
 
+import http
 import http.server
+import io
 import json
 import sys
 import threading
@@ -19,12 +25,10 @@ import urllib.parse
 from pathlib import Path
 
 from parallel.messages import error_line
-from search.server import LOOPBACK, host_allowed, open_server, serve_until_stopped
+from search.connections import ClientReader, ClosedToMakeRoom, Waiting
+from search.server import LOOPBACK, SECURITY_HEADERS, host_allowed, open_server, serve_until_stopped
 from search.service import ApiError
 
-SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
-                    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
-                    "Referrer-Policy": "no-referrer"}
 # The page's: its own files and the API, from this origin only; no inline script or style, no other site.
 PAGE_SECURITY_HEADERS = dict(SECURITY_HEADERS, **{
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -82,12 +86,16 @@ def _search(service, query):
 
 
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed: its thread is not held forever
+ROOM_SECONDS = 5  # how long a new connection waits for the place of one closed to make room for it
 
 
 class _ApiHandler(http.server.BaseHTTPRequestHandler):
     """Answers the routes of ROUTES for one Service; JSON errors for everything else."""
 
     protocol_version = "HTTP/1.1"
+    # A request line without a version (HTTP/0.9's) is answered as 1.0's is: 0.9's answer has no status line and
+    # no headers, so it would carry none of SECURITY_HEADERS.
+    default_request_version = "HTTP/1.0"
     timeout = IDLE_SECONDS
     # An answer leaves in one write, sent at once: unbuffered, its headers and body were two writes, and the body
     # waited for the client's delayed ACK of the headers (Nagle's algorithm): 40 ms on Linux's loopback.
@@ -98,6 +106,18 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self.service, self.hosts, self._body_read, self._page = service, hosts, False, False
         super().__init__(*args, **kwargs)
 
+    def setup(self):
+        """Its requests are read through a ClientReader: a deadline for each (search/connections.py)."""
+        super().setup()
+        self.rfile.close()  # the socket's own reader, unused: closed, or the socket would stay open after the end
+        self._reader = ClientReader(self.connection, self.server._waiting, self.service.limits.request_seconds,
+                                    IDLE_SECONDS)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self):
+        self._reader.next_request()
+        super().handle_one_request()
+
     def do_GET(self):  # noqa: N802 -- the base class's name
         self._handle("GET")
 
@@ -105,11 +125,13 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _handle(self, method):
-        self._page = False
+        self._page = self._body_read = False
         try:
             self._send(200, *self._answer(method))
         except ApiError as error:
             self._error(error.status, str(error))
+        except ClosedToMakeRoom:  # while its body arrived: nothing to answer, the connection is shut
+            raise
         except ValueError as error:  # SearchError, a query the index cannot take: the request's
             self._error(400, error_line(error))
         except Exception as error:  # noqa: BLE001 -- a disk, a device: one line, never a traceback
@@ -152,7 +174,20 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True  # its body is left unread
             raise ApiError(413, "the body has %d bytes, more than %d" % (length, self.service.limits.max_upload_bytes))
         self._body_read = True
-        return self.rfile.read(length)
+        try:
+            return self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            raise ApiError(408, "the request did not arrive within %g s of its first byte"
+                           % self.service.limits.request_seconds) from None
+
+    def send_error(self, code, message=None, explain=None):
+        """The HTTP library's own refusals, before a route is asked (a request line too long, 414; a header too
+        long or too many, 431; a method no route takes, HEAD, PUT, OPTIONS, 501; a request line that cannot be
+        read, 400; HTTP/2, 505), as every other error: one line of JSON with SECURITY_HEADERS, the connection
+        closed."""
+        self.close_connection, self._page = True, False
+        self._error(code, explain or message or http.HTTPStatus(code).phrase)
 
     def _error(self, status, message):
         self._send(status, {"status": status, "error": " ".join(str(message).split())}, "application/json")
@@ -169,7 +204,8 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # an answer to HEAD has no body (its refusal, 501)
+            self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         pass
@@ -182,11 +218,13 @@ BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nC
 
 
 class _BoundedServer(http.server.ThreadingHTTPServer):
-    """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: one
-    more is answered 503 and closed, unread."""
+    """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: for
+    one more, the connection that has waited longest for its client (`_waiting`) is closed to make room; when
+    none waits (each is answered), it is answered 503 and closed, unread."""
 
     def process_request(self, request, client_address):
-        if not self._open.acquire(blocking=False):
+        if not self._open.acquire(blocking=False) and not (
+                self._waiting.close_longest() and self._open.acquire(timeout=ROOM_SECONDS)):
             try:
                 request.sendall(BUSY)
             except OSError:
@@ -206,9 +244,10 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
             self._open.release()
 
     def handle_error(self, request, client_address):
-        """A client that went away while it was answered (a reset, a broken pipe) is no error of the service's:
-        nothing is printed. Anything else is printed as socketserver prints it."""
-        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+        """A client that went away while it was answered (a reset, a broken pipe), or a connection closed to make
+        room for another, is no error of the service's: nothing is printed. Anything else is printed as
+        socketserver prints it."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
             return
         super().handle_error(request, client_address)
 
@@ -222,6 +261,7 @@ def make_service(service, port=0, host=LOOPBACK):
     """
     server = open_server(_ApiHandler, port, host=host, server_class=_BoundedServer, service=service)
     server._open = threading.BoundedSemaphore(service.limits.connections)
+    server._waiting = Waiting()
     return server
 
 

@@ -72,16 +72,26 @@ class ImageRows:
     def _recorded(self):
         """{path: (size, mtime_ns)} of the indexed output's manifest; {} when it has none or it is damaged."""
         if self._manifest is None:
-            output = self._index.meta["source"]["output"]
-            if output.endswith(SHARDS_SUFFIX):
-                output = output[:-len(SHARDS_SUFFIX)]
-            try:
-                manifest = Manifest.load(manifest_path(output))
-            except (ValueError, OSError):  # damaged (DamagedManifest) or unreadable: nothing can be proven
-                manifest = None
+            manifest = read_manifest(self._index)
             self._manifest = {} if manifest is None or manifest.etags is not None else dict(
                 zip(manifest.paths, zip(manifest.sizes, manifest.mtimes)))
         return self._manifest
+
+
+def job_output(index):
+    """The output of the job `index` was built from (str): its recorded output, or for a kept <output>.shards/
+    folder, its output, beside which the job's files are (the manifest, the members index)."""
+    output = index.meta["source"]["output"]
+    return output[:-len(SHARDS_SUFFIX)] if output.endswith(SHARDS_SUFFIX) else output
+
+
+def read_manifest(index):
+    """The Manifest of the output `index` was built from (`<output>.manifest.parquet`), or None when it has none,
+    or it is damaged or unreadable: then nothing can be proven from it."""
+    try:
+        return Manifest.load(manifest_path(job_output(index)))
+    except (ValueError, OSError):  # damaged (DamagedManifest) or unreadable
+        return None
 
 
 def _keys_under(file, root):

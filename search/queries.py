@@ -137,9 +137,8 @@ def members_index(index):
     """The path (str) of the indexed output's members index, `<output>.members.parquet` (for a kept
     <output>.shards/ folder, its output's); it exists only for an output of tars, Parquet or TFRecord files."""
     from parallel.inputs.tars import MEMBERS_SUFFIX  # a constant: parallel.inputs.tars imports no engine
-    from search.image_rows import SHARDS_SUFFIX
-    output = index.meta["source"]["output"]
-    return (output[:-len(SHARDS_SUFFIX)] if output.endswith(SHARDS_SUFFIX) else output) + MEMBERS_SUFFIX
+    from search.image_rows import job_output
+    return job_output(index) + MEMBERS_SUFFIX
 
 
 class Kept:

@@ -4,14 +4,23 @@
     server = make_server("page/", 0) # the server, not started (tests; any free port)
 
 What the service (search/service.py) shares: `open_server` (a threading server on an address, the Host names it
-answers to), `host_allowed` (the check against DNS rebinding) and `serve_until_stopped` (the signal policy).
+answers to), `host_allowed` (the check against DNS rebinding), `serve_until_stopped` (the signal policy),
+SECURITY_HEADERS (what its errors carry, and every answer of the service's) and `open_inside` (a file opened
+only when it is inside a folder: a link swapped in the meantime is refused, never followed).
 """
 
+import http
 import http.server
+import json
 import os
 import signal
+import stat
 import threading
 from pathlib import Path
+
+SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+                    "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+                    "Referrer-Policy": "no-referrer"}
 
 
 class _PageHandler(http.server.SimpleHTTPRequestHandler):
@@ -22,26 +31,54 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
     another site that a DNS name re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as Host.
     """
 
+    # A request line without a version (HTTP/0.9's) is answered as 1.0's is: 0.9's answer has no status line
+    # and no headers, so it would carry no nosniff.
+    default_request_version = "HTTP/1.0"
+
     def __init__(self, *args, root, hosts, **kwargs):
         self.root, self.hosts = root, hosts
         super().__init__(*args, directory=str(root), **kwargs)
 
     def send_head(self):
+        """The headers of the file asked for, sent; the file opened (read by do_GET), or None when refused."""
         if not host_allowed(self):
             self.send_error(421, "Misdirected Request", "this server answers only to %s" % sorted(self.hosts)[0])
             return None
         path = self.translate_path(self.path)
         if os.path.isdir(path):
             path = os.path.join(path, "index.html")
-        real = os.path.realpath(path)
-        if os.path.commonpath([real, str(self.root)]) != str(self.root) or not os.path.isfile(real):
+        try:  # the file opened is the one checked: a link swapped in between is refused, never followed
+            descriptor, opened = open_inside(path, self.root)
+        except (OSError, ValueError):
             self.send_error(404, "File not found")
             return None
-        return super().send_head()
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Length", str(opened.st_size))
+        self.send_header("Last-Modified", self.date_time_string(opened.st_mtime))
+        self.end_headers()
+        return os.fdopen(descriptor, "rb")
 
     def list_directory(self, path):  # a folder without index.html (send_head refuses it first; kept shut here too)
         self.send_error(404, "File not found")
         return None
+
+    def send_error(self, code, message=None, explain=None):
+        """Every refusal, the HTTP library's own too (a request line or header too long, 414 and 431; a method
+        other than GET and HEAD, 501; a request line that cannot be read, 400; HTTP/2, 505), as the service's:
+        {"status": N, "error": "one line"} with SECURITY_HEADERS, and the connection closed."""
+        text = explain or message or http.HTTPStatus(code).phrase
+        body = json.dumps({"status": code, "error": " ".join(text.split())}).encode("utf-8")
+        self.close_connection = True
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         pass
@@ -49,6 +86,45 @@ class _PageHandler(http.server.SimpleHTTPRequestHandler):
 
 LOOPBACK = "127.0.0.1"
 _OUTPUTS = (".csv", ".parquet", ".npy", ".shards")  # run_inference's outputs, and a kept <output>.shards/ folder
+
+
+def inside(path, folder):
+    """Whether the absolute path `path` is `folder` or under it (both normalised; no link is followed)."""
+    return os.path.commonpath([path, folder]) == folder
+
+
+def same_file(first, second):
+    """Whether two os.stat_results are of one file (its device and inode)."""
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def open_inside(path, folder):
+    """(a descriptor, its os.fstat) of the regular file at `path`, when its real path (links followed) lies inside
+    `folder`'s real path (None: anywhere).
+
+    It is opened by that real path, never following a last link and never waiting (a FIFO is not opened), and
+    must be the file the real path named when it was checked (device and inode): a link swapped in between is
+    refused, never followed, so no file outside `folder` is ever read.
+
+    Raises:
+      ValueError: outside `folder`, not a regular file, or replaced while it was opened. OSError: no such file,
+        or it cannot be read.
+    """
+    real = os.path.realpath(path)
+    if folder is not None and not inside(real, os.path.realpath(folder)):
+        raise ValueError("its real path is outside the folder served (a link to another file?)")
+    named = os.stat(real)
+    if not stat.S_ISREG(named.st_mode):
+        raise ValueError("it is not a regular file")
+    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        opened = os.fstat(descriptor)
+        if not same_file(opened, named):
+            raise ValueError("it was replaced while it was opened")
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor, opened
 
 
 def host_allowed(handler):

@@ -18,7 +18,9 @@ first `Limits.kept_per_group` rows of a duplicate group) holds them: "kept": {"t
 from the output's members index for those rows only.
 
 Safe by default: the Host check of search/server.py (DNS rebinding); a Content-Security-Policy; an image fetched
-by row, never by a path the request names (a parameter that is not the endpoint's is refused); uploads bounded in
+by row, never by a path the request names (a parameter that is not the endpoint's is refused), and served only
+when it is the image indexed (search/indexed_images.py: inside the images folder, unchanged, an image); each
+request read within a deadline (search/connections.py); uploads bounded in
 bytes (413, unread) and pixels (413, from the header, before decoding: decompression bombs); sentences bounded
 in length; k bounded; at most `Limits.running` queries computed at once and `Limits.waiting` more waiting for
 their turn, any more refused at once with 503, so memory stays bounded. search/api.py holds the HTTP side.
@@ -34,6 +36,7 @@ import numpy as np
 from PIL import Image
 
 from parallel.messages import error_line
+from search.indexed_images import Changed, IndexedImages, TooLarge
 from search.queries import Kept, check_text_queries, image_vectors, members_index, ranked, text_vectors
 
 
@@ -50,6 +53,7 @@ class Limits:
     running: int = 2                        # queries computed at once (the machine's cores, not more)
     waiting: int = 32                       # queries waiting for their turn; more: 503
     connections: int = 64                   # connections open at once (a thread each); more: 503, closed
+    request_seconds: float = 10.0           # a request's line, headers and body, from its first byte to its last
 
 
 class ApiError(Exception):
@@ -91,6 +95,7 @@ class Service:
         self.index, self.embedder, self.limits = index, embedder, limits
         self.slots = _Slots(limits.running, limits.waiting)
         self.members = members_index(index)
+        self.images = IndexedImages(index, self.members)  # its manifest read once, on the first image asked
         self.kept = Kept(index)  # its names read once, on the first answer
         self._duplicates_lock = threading.Lock()
 
@@ -174,7 +179,7 @@ class Service:
         """The neighbours of a vector given as JSON {"vector": [D numbers]} (raw features, as the output's)."""
         try:
             vector = np.asarray(json_body(body)["vector"], np.float64)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: an integer past a float's range
             raise ApiError(400, 'the body must be JSON {"vector": [numbers]}') from None
         if vector.ndim != 1 or not np.isfinite(vector).all():
             raise ApiError(400, "vector must be one list of finite numbers; got shape %s" % (vector.shape,))
@@ -208,27 +213,21 @@ class Service:
 
     def image(self, text):
         """(bytes, content type) of the indexed image of row `text`: a file under the output's images folder, a tar
-        member by its byte range (the output's members index), an object fetched by the service."""
-        from search.page import image_source
+        member by its byte range (the output's members index), an object fetched by the service; only when it is
+        the image indexed (search/indexed_images.py): 404 when it cannot be read or proven so, 409 when it
+        changed since it was indexed, 413 when it is too large."""
         row = self.row(text)
         with self.slots:
             try:
-                source = image_source(self.index.paths[row], self.index.settings.get("images"), self.members,
-                                      self.index.settings.get("image_column"))
-                if not isinstance(source, io.BytesIO):
-                    if source.stat().st_size > self.limits.max_image_bytes:
-                        raise ApiError(413, "the image of row %d is larger than %d bytes" % (
-                            row, self.limits.max_image_bytes))
-                    source = io.BytesIO(source.read_bytes())
+                return self.images.read(self.index.paths[row], self.limits.max_image_bytes)
+            except TooLarge:
+                raise ApiError(413, "the image of row %d is larger than %d bytes" % (
+                    row, self.limits.max_image_bytes)) from None
+            except Changed as error:
+                raise ApiError(409, "the image of row %d changed since it was indexed (%s)" % (
+                    row, error_line(error))) from None
             except (OSError, ValueError) as error:
                 raise ApiError(404, "the image of row %d cannot be read (%s)" % (row, error_line(error))) from None
-            data = source.getvalue()
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                kind = Image.MIME.get(image.format, "application/octet-stream")
-        except Exception:  # noqa: BLE001 -- not an image Pillow knows: sent as bytes, never sniffed (nosniff)
-            kind = "application/octet-stream"
-        return data, kind
 
     def _needs_embedder(self, what):
         if self.embedder is None:
@@ -251,5 +250,9 @@ def check_pixels(data, max_pixels):
 
 
 def json_body(body):
-    """The JSON value of a request's body (bytes); ValueError when it is not UTF-8 JSON."""
-    return json.loads(body.decode("utf-8"))
+    """The JSON value of a request's body (bytes); ValueError when it is not UTF-8 JSON, or nested too deeply for
+    the parser (which would raise RecursionError: '[' * 100000)."""
+    try:
+        return json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None

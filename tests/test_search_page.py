@@ -328,3 +328,65 @@ def test_the_server_serves_the_page_and_its_thumbnails_only(report, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_link_swapped_in_after_the_check_is_never_followed(report, tmp_path, monkeypatch):
+    import os
+    page, _ = report
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the web")
+    thumb = os.path.realpath(sorted((page.parent / THUMBS).glob("*.jpg"))[0])
+    server = make_server(page.parent, port=0)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # A thumbnail swapped for a link at the worst moment: once its real path was found inside the page's folder,
+        # on its second stat (the first is the check for a folder).
+        real_stat, stats = os.stat, []
+
+        def stat_then_swap(path, *args, **kwargs):
+            status = real_stat(path, *args, **kwargs)
+            stats.append(os.fspath(path))
+            if stats.count(thumb) == 2:
+                os.unlink(thumb)
+                os.symlink(secret, thumb)
+            return status
+
+        monkeypatch.setattr(os, "stat", stat_then_swap)
+        status, body = _get(port, "/thumbs/" + os.path.basename(thumb))
+        monkeypatch.undo()
+        assert os.path.islink(thumb)  # the swap was made
+        assert status == 404 and b"not for the web" not in body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_server_s_refusals_carry_the_service_s_headers_and_one_line_of_json(report):
+    """Its own refusals and the HTTP library's (a method other than GET and HEAD, a request line that cannot be
+    read, HTTP/2), each sent by a raw socket client."""
+    import http.client
+    import json
+    import socket
+    from search.api import SECURITY_HEADERS  # the service's, which the page's server gives its refusals too
+    page, _ = report
+    server = make_server(page.parent, port=0)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = b"Host: 127.0.0.1:%d\r\n" % port
+    try:
+        for request, status in ((b"PUT / HTTP/1.1\r\n" + host + b"\r\n", 501), (b"GARBAGE\r\n", 400),
+                                (b"GET /nothing.jpg HTTP/1.1\r\n" + host + b"\r\n", 404), (b"GET / HTTP/2.0\r\n", 505),
+                                (b"GET / HTTP/1.1\r\nHost: attacker.example\r\n\r\n", 421),
+                                (b"GET /\r\n\r\n", 421)):  # no version (HTTP/0.9's): answered as 1.0's, headers too
+            with socket.create_connection(("127.0.0.1", port), timeout=HANG_SECONDS) as connection:
+                connection.sendall(request)
+                response = http.client.HTTPResponse(connection)
+                response.begin()
+                body = response.read()
+            error = json.loads(body)
+            assert response.status == status and error == {"status": status, "error": error["error"]}, request
+            assert all(response.headers[name] == value for name, value in SECURITY_HEADERS.items()), request
+    finally:
+        server.shutdown()
+        server.server_close()

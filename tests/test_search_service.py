@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 from hangs import HANG_SECONDS
+from parallel.inputs.manifest import Manifest, manifest_path
 from search.api import make_service, reachable_warning
 from search.index import Index
 from search.service import Limits, Service
@@ -103,13 +104,14 @@ class FakeEmbedder:
 @pytest.fixture(scope="module")
 def vgg_index(tmp_path_factory):
     """An index of 300 rows of an output of vgg16's relu7 (no text tower), its images folder holding row 0's file
-    and a tar holding row 1's member."""
+    (the output's manifest records it, as a job's does)."""
     folder = tmp_path_factory.mktemp("vgg")
     images = folder / "images" / "img"
     images.mkdir(parents=True)
     (images / "00000.jpg").write_bytes(png((40, 30), 0))
     write_npy(folder / "f.npy", clustered(300), settings={"model": "vgg16", "layer": "relu7", "weights": "imagenet",
                                                           "precision": "fp32", "images": str(folder / "images")})
+    Manifest.scan(folder / "images").save(manifest_path(folder / "f.npy"))
     return Index.build(folder / "f.npy", folder / "f.index")
 
 
@@ -220,6 +222,9 @@ def test_a_tar_member_is_served_by_its_row_through_the_members_index(tmp_path):
         info = tar.getmember("a.png")
     key = member_key("a.png", str(tmp_path / "shard.tar"))
     write_index(str(tmp_path / "f.npy") + MEMBERS_SUFFIX, [Entry(key, info.offset_data, info.size)])
+    shard = (tmp_path / "shard.tar").stat()  # the job's manifest records its tars
+    Manifest([str(tmp_path / "shard.tar")], [shard.st_size], [shard.st_mtime_ns], [""]).save(
+        manifest_path(tmp_path / "f.npy"))
     from search_data import SETTINGS
     from parallel.output import open_writer
     writer = open_writer(tmp_path / "f.npy", format="npy", feature_size=64, settings=SETTINGS)
@@ -254,8 +259,11 @@ def test_an_object_of_a_store_is_fetched_by_the_service_by_its_row(tmp_path, s3)
     """The browser never gets the store's address or a credential: the service fetches the object a row names."""
     from search_data import SETTINGS
     from parallel.output import open_writer
+    from parallel.inputs.remote import describe
     data = png((30, 20), 6)
     s3.filesystem.pipe_file("%s/photos/a.png" % s3.bucket, data)
+    Manifest([s3.url("photos/a.png")], *([value] for value in describe(s3.url("photos/a.png")))).save(
+        manifest_path(tmp_path / "f.npy"))  # an --images-from list's URL: the job records its version
     writer = open_writer(tmp_path / "f.npy", format="npy", feature_size=64, settings=SETTINGS)
     writer.write([s3.url("photos/a.png")] + ["img/%d.jpg" % row for row in range(9)], clustered(10))
     writer.close()
@@ -333,14 +341,21 @@ def test_an_answer_leaves_in_one_write_with_nagle_off(vgg_index, monkeypatch):
     assert len(writes) == 5 and all(nodelay for _, nodelay in writes), writes
 
 
-def test_connections_beyond_the_bound_are_answered_503_and_closed(vgg_index):
-    import socket
-    with Running(Service(vgg_index, limits=Limits(connections=1))) as service:
-        with socket.create_connection(("127.0.0.1", service.port), timeout=HANG_SECONDS) as held:
-            held.sendall(b"GET /api/index HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % service.port)
-            assert held.recv(12) == b"HTTP/1.1 200"  # answered, and kept open: its thread holds the one place
-            _refused_busy = service.request("/api/index")
-        _refused(_refused_busy, 503, "busy: too many connections at once; try again")
+def test_connections_beyond_the_bound_are_answered_503_and_closed_when_each_is_answered(vgg_index):
+    """A connection whose request is being answered is never closed to make room (tests/test_search_connections.py:
+    one waiting for its client is)."""
+    embedder = FakeEmbedder(64, block=True)
+    with Running(Service(vgg_index, embedder, Limits(connections=1))) as service:
+        first = []
+        thread = threading.Thread(target=lambda: first.append(service.request("/api/search/image?k=1", body=png(
+            (40, 30), 1))))
+        thread.start()
+        assert embedder.entered.wait(HANG_SECONDS)  # the one place: a query being computed
+        refused_busy = service.request("/api/index")
+        embedder.release.set()
+        thread.join(HANG_SECONDS)
+    _refused(refused_busy, 503, "busy: too many connections at once; try again")
+    assert first[0][0] == 200
 
 
 def test_a_stop_signal_while_a_connection_s_thread_starts_stops_the_server(vgg_index, monkeypatch):

@@ -76,8 +76,8 @@ KINDS = ("missing", "unreadable", "not_a_file", "empty", "not_an_image", "too_la
 
 # The Pillow formats behind the image extensions of parallel.inputs.manifest
 # (MPO, a camera's multi-picture JPEG, opens as JPEG).
-_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
-_FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF, WebP or PNM"
+IMAGE_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
+IMAGE_FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF, WebP or PNM"
 # What Pillow raises on damaged data, besides its OSError("image file is truncated ...").
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError, TypeError,
                   struct.error, zlib.error)
@@ -226,11 +226,11 @@ def _decode_open(file, size, resize, max_pixels):
     try:
         try:
             with bomb_warnings_silenced():
-                image = Image.open(file, formats=_FORMATS)
+                image = Image.open(file, formats=IMAGE_FORMATS)
         except UnidentifiedImageError:
             file.seek(0)
             raise ImageError("not_an_image", "not a %s image; it starts with %r"
-                             % (_FORMAT_NAMES, file.read(16))) from None
+                             % (IMAGE_FORMAT_NAMES, file.read(16))) from None
         stored_size = image.size
         # Only JPEG implements draft (a no-op for other formats). Asking for a square of
         # the larger target side (or the short side resized to, never less) keeps the short side
