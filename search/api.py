@@ -8,13 +8,15 @@ named by the fixed table PAGE_FILES, never by a path of the request), which uses
 Content-Security-Policy lets it load only this origin's scripts, styles, images and answers. A route takes the
 parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched
 by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`. A request
-whose Host is not the server's own name is refused (421), as search/server.py refuses it.
+whose Host is not the server's own name is refused (421), as search/server.py refuses it. Each request answered
+is a line to the server's `log`, when given one (the command line's stderr, unless --quiet).
 """
 
 import http.server
 import json
 import sys
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -26,8 +28,10 @@ SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'none'; frame-ancest
                     "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
                     "Referrer-Policy": "no-referrer"}
 # The page's: its own files and the API, from this origin only; no inline script or style, no other site.
+# img-src blob: too, for the uploaded image shown above its results: an object URL of the file the user chose,
+# made by the page's own script (a blob: URL names memory of this page, never another site).
 PAGE_SECURITY_HEADERS = dict(SECURITY_HEADERS, **{
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "
                                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"})
 
 PAGE_FOLDER = Path(__file__).resolve().parent / "live_page"
@@ -96,6 +100,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
 
     def __init__(self, *args, service, hosts, **kwargs):
         self.service, self.hosts, self._body_read, self._page = service, hosts, False, False
+        self._sending, self._started = False, None
         super().__init__(*args, **kwargs)
 
     def do_GET(self):  # noqa: N802 -- the base class's name
@@ -105,7 +110,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _handle(self, method):
-        self._page = False
+        self._page, self._started = False, time.perf_counter()
         try:
             self._send(200, *self._answer(method))
         except ApiError as error:
@@ -161,7 +166,9 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         body = json.dumps(answer).encode("utf-8") if content_type == "application/json" else answer
         if self.command == "POST" and not self._body_read:  # refused before its body was read: the rest unread
             self.close_connection = True
+        self._sending = True
         self.send_response(status)
+        self._sending = False
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for name, value in (PAGE_SECURITY_HEADERS if self._page and status == 200 else SECURITY_HEADERS).items():
@@ -170,9 +177,39 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+        self._log(status, len(body), "%s %s" % (self.command, logged_path(self.path)))
 
-    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+    def _log(self, status, size, request):
+        """One line a request to the server's `log` (make_service), if any: client, `request` (method and path),
+        status, bytes, milliseconds."""
+        started, self._started = self._started, None
+        if self.server.log is None:
+            return
+        try:
+            took = "-" if started is None else "%.1f" % (1000 * (time.perf_counter() - started))
+            self.server.log("%s %s %d %s bytes %s ms" % (self.client_address[0], request, status, size, took))
+        except (OSError, ValueError):  # stderr closed: the answer is sent all the same, and only once
+            pass
+
+    def log_request(self, code="-", size="-"):  # send_response's: _send logs ours, with their bytes
+        if not self._sending:  # one of http.server's own answers (a malformed request line): that line, escaped
+            self._log(int(code), size, logged_path(self.requestline) or "-")
+
+    def log_message(self, format, *args):  # noqa: A002 -- the base class's name: its lines are not ours
         pass
+
+
+_UNPRINTABLE = {code: "\\x%02x" % code for code in list(range(32)) + list(range(127, 160))}
+
+
+def logged_path(path, limit=200):
+    """A request's path as its log line shows it: a sentence (`text=`) as its length only, characters that could
+    move a terminal's cursor escaped, at most `limit` characters."""
+    path, _, query = path.partition("?")
+    fields = [("text=(%d characters)" % len(urllib.parse.unquote_plus(field[5:]))) if field.startswith("text=")
+              else field for field in query.split("&")] if query else []
+    shown = (path + ("?" + "&".join(fields) if fields else "")).translate(_UNPRINTABLE)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 _BUSY_BODY = json.dumps({"status": 503, "error": "busy: too many connections at once; try again"}).encode("utf-8")
@@ -183,7 +220,9 @@ BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nC
 
 class _BoundedServer(http.server.ThreadingHTTPServer):
     """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: one
-    more is answered 503 and closed, unread."""
+    more is answered 503 and closed, unread. `log`: called with a line a request, or None (make_service)."""
+
+    log = None
 
     def process_request(self, request, client_address):
         if not self._open.acquire(blocking=False):
@@ -213,15 +252,16 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_service(service, port=0, host=LOOPBACK):
+def make_service(service, port=0, host=LOOPBACK, log=None):
     """An HTTP server of `service`'s API on (host, port), not started: a thread a connection, at most
-    `service.limits.connections` of them.
+    `service.limits.connections` of them; `log`, if given, is called with one line a request answered
+    (`127.0.0.1 GET /api/neighbours?row=3&k=10 200 1234 bytes 2.5 ms`).
 
     Raises:
       ValueError: the port is taken or not one this user may open.
     """
     server = open_server(_ApiHandler, port, host=host, server_class=_BoundedServer, service=service)
-    server._open = threading.BoundedSemaphore(service.limits.connections)
+    server._open, server.log = threading.BoundedSemaphore(service.limits.connections), log
     return server
 
 
@@ -233,12 +273,15 @@ def reachable_warning(host):
             "its index's keys and images are theirs to read" % host)
 
 
-def serve_index(service, port=8000, host=LOOPBACK, announce=print):
-    """Serves `service` at http://host:port/api/ until SIGINT (Ctrl-C) or SIGTERM, as search/server.py's serve."""
+def serve_index(service, port=8000, host=LOOPBACK, announce=print, log=None):
+    """Serves `service` at http://host:port/api/ until SIGINT (Ctrl-C) or SIGTERM, as search/server.py's serve:
+    `announce` is given where, then what it answers (`Service.answers`); `log` a line a request (make_service)."""
     warning = reachable_warning(host)
     if warning:
         announce(warning)
-    with make_service(service, port, host) as server:
-        serve_until_stopped(server, lambda stop: announce(
-            "serving the index %s at http://%s:%d/ (its page; the API: /api/index) (%s to stop)"
-            % (service.index.folder, host, server.server_address[1], stop)))
+    with make_service(service, port, host, log) as server:
+        def started(stop):
+            announce("serving the index %s at http://%s:%d/ (its page; the API: /api/index) (%s to stop)"
+                     % (service.index.folder, host, server.server_address[1], stop))
+            announce(service.answers())
+        serve_until_stopped(server, started)
