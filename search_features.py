@@ -50,7 +50,7 @@ examples:
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
   %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's embedding)
-  %(prog)s duplicates IDX --calibrate               the histogram of nearest-neighbour scores
+  %(prog)s duplicates IDX --calibrate               nearest-neighbour scores: histogram, a threshold
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
                                                     -> IDX/page/index.html (open it, or:)
@@ -115,7 +115,8 @@ def parse_args(argv=None):
     duplicates.add_argument("index", metavar="INDEX")
     duplicates.add_argument("--threshold", type=_cosine, default=0.9, help="cosine (default: %(default)s)")
     duplicates.add_argument("--calibrate", action="store_true",
-                            help="print the histogram of each image's nearest-neighbour score and stop")
+                            help="print the histogram of each image's nearest-neighbour score, a threshold in "
+                                 "the gap below the near-copies if it shows one, and stop")
     duplicates.add_argument("--pairs", metavar="CSV", help="default: INDEX/pairs.csv")
     duplicates.add_argument("--groups", metavar="CSV", help="default: INDEX/groups.csv")
     duplicates.add_argument("--neighbours", type=at_least_one, default=20, metavar="N",
@@ -298,9 +299,10 @@ def _duplicates(args, bars):
     from search import duplicates
     index = _load(args)
     if args.calibrate:
-        counts, edges = duplicates.histogram(duplicates.nearest_scores(index))
-        print("nearest-neighbour cosine of %d images (sample):\n%s" % (counts.sum(),
-              duplicates.histogram_text(counts, edges)))
+        scores = duplicates.nearest_scores(index)
+        counts, edges = duplicates.histogram(scores)
+        print("nearest-neighbour cosine of %d images (sample):\n%s\n%s" % (counts.sum(), duplicates.histogram_text(
+            counts, edges), duplicates.suggest_threshold(scores, len(index))[1]))
         return EXIT_OK
     pairs_file = Path(args.pairs or index.folder / "pairs.csv")
     groups_file = Path(args.groups or index.folder / "groups.csv")
