@@ -24,7 +24,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from parallel.loop import EXIT_FAILED, EXIT_OK, EXIT_USAGE  # noqa: E402
-from parallel.messages import Progress, first_line  # noqa: E402
+from parallel.messages import PhaseBars, first_line  # noqa: E402
 from parallel.signals import EXIT_INTERRUPTED  # noqa: E402
 from parallel import native_log  # noqa: E402
 from parallel.flag_types import FlagParser, at_least_one  # noqa: E402
@@ -50,7 +50,7 @@ examples:
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
   %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's embedding)
-  %(prog)s duplicates IDX --calibrate               the histogram of nearest-neighbour scores
+  %(prog)s duplicates IDX --calibrate               nearest-neighbour scores: histogram, a threshold
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
                                                     -> IDX/page/index.html (open it, or:)
@@ -83,7 +83,7 @@ def _cosine(text):
 def parse_args(argv=None):
     parser = _Parser(prog=None, description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar; serve: no line a request")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     index = commands.add_parser("index", help="index an output (a folder beside it)")
@@ -115,7 +115,8 @@ def parse_args(argv=None):
     duplicates.add_argument("index", metavar="INDEX")
     duplicates.add_argument("--threshold", type=_cosine, default=0.9, help="cosine (default: %(default)s)")
     duplicates.add_argument("--calibrate", action="store_true",
-                            help="print the histogram of each image's nearest-neighbour score and stop")
+                            help="print the histogram of each image's nearest-neighbour score, a threshold in "
+                                 "the gap below the near-copies if it shows one, and stop")
     duplicates.add_argument("--pairs", metavar="CSV", help="default: INDEX/pairs.csv")
     duplicates.add_argument("--groups", metavar="CSV", help="default: INDEX/groups.csv")
     duplicates.add_argument("--neighbours", type=at_least_one, default=20, metavar="N",
@@ -141,6 +142,8 @@ def parse_args(argv=None):
                                                            "loopback only); another is reachable: a warning says so")
     serve.add_argument("--weights", help="for image and text queries, as for neighbours")
     serve.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
+    serve.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="no line a request on stderr (as --quiet before the command)")
     args = parser.parse_args(argv)
     if args.command == "neighbours" and not args.queries and not args.text:
         parser.error("neighbours: give a QUERY or --text SENTENCE")
@@ -187,30 +190,10 @@ def _say(message):
     print("%s: %s" % (PROGRAM, message), file=sys.stderr)
 
 
-class _Bars:
-    """progress(done, total[, what]) callbacks as a bar per phase."""
-
-    def __init__(self, enabled):
-        self.enabled, self.bar, self.what = enabled, None, None
-
-    def __call__(self, done, total, what="rows"):
-        if what != self.what:
-            self.close()
-            self.bar, self.what, self.done = Progress(self.enabled, total=total, unit="row", desc=what), what, 0
-            self.bar.__enter__()
-        self.bar.update(done - self.done)
-        self.done = done
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-            self.bar, self.what = None, None
-
-
 def main(argv=None):
     """Runs the command line; returns the exit status (listed in --help)."""
     args = parse_args(argv)
-    bars = _Bars(not args.quiet and sys.stderr.isatty())
+    bars = PhaseBars(not args.quiet and sys.stderr.isatty())
     try:
         return _COMMANDS[args.command](args, bars)
     except KeyboardInterrupt:
@@ -316,9 +299,10 @@ def _duplicates(args, bars):
     from search import duplicates
     index = _load(args)
     if args.calibrate:
-        counts, edges = duplicates.histogram(duplicates.nearest_scores(index))
-        print("nearest-neighbour cosine of %d images (sample):\n%s" % (counts.sum(),
-              duplicates.histogram_text(counts, edges)))
+        scores = duplicates.nearest_scores(index)
+        counts, edges = duplicates.histogram(scores)
+        print("nearest-neighbour cosine of %d images (sample):\n%s\n%s" % (counts.sum(), duplicates.histogram_text(
+            counts, edges), duplicates.suggest_threshold(scores, len(index))[1]))
         return EXIT_OK
     pairs_file = Path(args.pairs or index.folder / "pairs.csv")
     groups_file = Path(args.groups or index.folder / "groups.csv")
@@ -361,8 +345,8 @@ def _page(args, bars):
 
 
 def _serve(args, bars):
-    def announce(line):
-        print(line, file=sys.stderr, flush=True)
+    def announce(line):  # one write a line (stderr is line-buffered): lines from the service's threads stay whole
+        sys.stderr.write(line + "\n")
     if not (Path(args.folder) / "index.json").is_file():  # a page's folder: its files, on loopback
         from search.server import LOOPBACK, serve
         if args.host != LOOPBACK:
@@ -374,8 +358,12 @@ def _serve(args, bars):
     from search.index import Index
     index = Index.load(args.folder)
     embedder = _embedder(index, args)
+    no_embedder = embedder.unusable()  # what a first sentence or image would meet, said as the service starts
+    if no_embedder and args.weights is not None:  # weights given that the output's model cannot take
+        raise ValueError(no_embedder)
     try:
-        serve_index(Service(index, embedder), args.port, args.host, announce=announce)
+        serve_index(Service(index, None if no_embedder else embedder, no_embedder=no_embedder), args.port, args.host,
+                    announce=announce, log=None if args.quiet else announce)
     finally:
         embedder.close()
     return EXIT_OK

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from models.text_queries import check_text_queries
+from parallel.messages import first_line
 
 
 def query_model(settings, weights, output):
@@ -93,6 +94,16 @@ class QueryEmbedder:
         if self.before_load is not None:
             self.before_load()
         return query_model(self.settings, self.weights, self.output)
+
+    def unusable(self):
+        """None when the output's model can be had with these weights; else why not, one line (none recorded,
+        or weights not the output's): what the first query would meet, found by `query_model`, which reads only
+        the weights' identity. What a service asks as it starts, to say what it answers."""
+        try:
+            self._model()
+        except ValueError as error:
+            return first_line(error)
+        return None
 
     def images(self, images):
         """(features float32 [M', D], failures [(number, kind, message)]) of images given as bytes

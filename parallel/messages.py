@@ -129,3 +129,29 @@ class Progress:
     def __exit__(self, *exc_info):
         if self._bar is not None:
             self._bar.close()
+
+
+class PhaseBars:
+    """`progress(done, total[, what])` callbacks shown as a bar per phase (`what`: "rows", "pairs"): a new `what`
+    closes the bar before it. Nothing is shown when `enabled` is false.
+
+        bars = PhaseBars(stderr_is_terminal)
+        index.add(output, progress=bars)      # bars(done, total) as rows are added
+        bars.close()
+    """
+
+    def __init__(self, enabled):
+        self.enabled, self.bar, self.what = enabled, None, None
+
+    def __call__(self, done, total, what="rows"):
+        if what != self.what:
+            self.close()
+            self.bar, self.what, self.done = Progress(self.enabled, total=total, unit="row", desc=what), what, 0
+            self.bar.__enter__()
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar, self.what = None, None

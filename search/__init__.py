@@ -17,6 +17,7 @@ The modules, one job each:
     rerank.py       ivfpq's full vectors on disk, and the re-ranking of candidates with them
     recall.py       the recall measured at build against exact search
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
+                    and the threshold it suggests
     page.py         the static HTML report and its thumbnails
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM; the Host
                     check, the signal policy, the security headers and a file opened only inside a folder,
@@ -49,7 +50,7 @@ from parallel.lazy import lazy_exports
 _MODULES = {
     "vectors": ("read_output", "OutputVectors"),
     "index": ("Index", "SearchError"),
-    "duplicates": ("find_pairs", "group_pairs", "nearest_scores", "histogram"),
+    "duplicates": ("find_pairs", "group_pairs", "nearest_scores", "histogram", "suggest_threshold"),
     "page": ("write_page",),
     "server": ("serve",),
     "service": ("Service", "Limits"),

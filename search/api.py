@@ -12,7 +12,8 @@ library's own refusals too (a request line or header too long, a method no route
 cannot be read), each one line of JSON. A request whose Host is not the server's own name is refused (421), as
 search/server.py refuses it. Each request must arrive within `Limits.request_seconds` of its first byte, and when
 every connection's place is taken, the one that has waited longest for its client is closed to make room
-(search/connections.py).
+(search/connections.py). Each request answered is a line to the server's `log`, when given one (the command
+line's stderr, unless --quiet).
 """
 
 import http
@@ -21,6 +22,7 @@ import io
 import json
 import sys
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -30,8 +32,10 @@ from search.server import LOOPBACK, SECURITY_HEADERS, host_allowed, open_server,
 from search.service import ApiError
 
 # The page's: its own files and the API, from this origin only; no inline script or style, no other site.
+# img-src blob: too, for the uploaded image shown above its results: an object URL of the file the user chose,
+# made by the page's own script (a blob: URL names memory of this page, never another site).
 PAGE_SECURITY_HEADERS = dict(SECURITY_HEADERS, **{
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "
                                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"})
 
 PAGE_FOLDER = Path(__file__).resolve().parent / "live_page"
@@ -104,6 +108,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
 
     def __init__(self, *args, service, hosts, **kwargs):
         self.service, self.hosts, self._body_read, self._page = service, hosts, False, False
+        self._started = None
         super().__init__(*args, **kwargs)
 
     def setup(self):
@@ -126,6 +131,7 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
 
     def _handle(self, method):
         self._page = self._body_read = False
+        self._started = time.perf_counter()
         try:
             self._send(200, *self._answer(method))
         except ApiError as error:
@@ -204,11 +210,44 @@ class _ApiHandler(http.server.BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        if self.command != "HEAD":  # an answer to HEAD has no body (its refusal, 501)
-            self.wfile.write(body)
+        sent = body if self.command != "HEAD" else b""  # an answer to HEAD has no body (its refusal, 501)
+        self.wfile.write(sent)
+        self._log(status, len(sent), self._request())
 
-    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+    def _log(self, status, size, request):
+        """One line a request to the server's `log` (make_service), if any: client, `request` (method and path),
+        status, bytes, milliseconds."""
+        started, self._started = self._started, None
+        if self.server.log is None:
+            return
+        try:
+            took = "-" if started is None else "%.1f" % (1000 * (time.perf_counter() - started))
+            self.server.log("%s %s %d %s bytes %s ms" % (self.client_address[0], request, status, size, took))
+        except (OSError, ValueError):  # stderr closed: the answer is sent all the same, and only once
+            pass
+
+    def _request(self):
+        """The request in the log: its method and path, or the line as it came when it could not be read (a
+        refusal of http.server's own, answered by send_error before the request has a method and a path)."""
+        if self.command and hasattr(self, "path"):
+            return "%s %s" % (self.command, logged_path(self.path))
+        return logged_path(getattr(self, "requestline", "")) or "-"
+
+    def log_message(self, format, *args):  # noqa: A002 -- the base class's name: its lines are not ours
         pass
+
+
+_UNPRINTABLE = {code: "\\x%02x" % code for code in list(range(32)) + list(range(127, 160))}
+
+
+def logged_path(path, limit=200):
+    """A request's path as its log line shows it: a sentence (`text=`) as its length only, characters that could
+    move a terminal's cursor escaped, at most `limit` characters."""
+    path, _, query = path.partition("?")
+    fields = [("text=(%d characters)" % len(urllib.parse.unquote_plus(field[5:]))) if field.startswith("text=")
+              else field for field in query.split("&")] if query else []
+    shown = (path + ("?" + "&".join(fields) if fields else "")).translate(_UNPRINTABLE)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 _BUSY_BODY = json.dumps({"status": 503, "error": "busy: too many connections at once; try again"}).encode("utf-8")
@@ -220,7 +259,10 @@ BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nC
 class _BoundedServer(http.server.ThreadingHTTPServer):
     """A thread a connection, at most as many at once as its semaphore `_open` (set by make_service) allows: for
     one more, the connection that has waited longest for its client (`_waiting`) is closed to make room; when
-    none waits (each is answered), it is answered 503 and closed, unread."""
+    none waits (each is answered), it is answered 503 and closed, unread. `log`: called with a line a request, or
+    None (make_service)."""
+
+    log = None
 
     def process_request(self, request, client_address):
         if not self._open.acquire(blocking=False) and not (
@@ -252,15 +294,16 @@ class _BoundedServer(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_service(service, port=0, host=LOOPBACK):
+def make_service(service, port=0, host=LOOPBACK, log=None):
     """An HTTP server of `service`'s API on (host, port), not started: a thread a connection, at most
-    `service.limits.connections` of them.
+    `service.limits.connections` of them; `log`, if given, is called with one line a request answered
+    (`127.0.0.1 GET /api/neighbours?row=3&k=10 200 1234 bytes 2.5 ms`).
 
     Raises:
       ValueError: the port is taken or not one this user may open.
     """
     server = open_server(_ApiHandler, port, host=host, server_class=_BoundedServer, service=service)
-    server._open = threading.BoundedSemaphore(service.limits.connections)
+    server._open, server.log = threading.BoundedSemaphore(service.limits.connections), log
     server._waiting = Waiting()
     return server
 
@@ -273,12 +316,15 @@ def reachable_warning(host):
             "its index's keys and images are theirs to read" % host)
 
 
-def serve_index(service, port=8000, host=LOOPBACK, announce=print):
-    """Serves `service` at http://host:port/api/ until SIGINT (Ctrl-C) or SIGTERM, as search/server.py's serve."""
+def serve_index(service, port=8000, host=LOOPBACK, announce=print, log=None):
+    """Serves `service` at http://host:port/api/ until SIGINT (Ctrl-C) or SIGTERM, as search/server.py's serve:
+    `announce` is given where, then what it answers (`Service.answers`); `log` a line a request (make_service)."""
     warning = reachable_warning(host)
     if warning:
         announce(warning)
-    with make_service(service, port, host) as server:
-        serve_until_stopped(server, lambda stop: announce(
-            "serving the index %s at http://%s:%d/ (its page; the API: /api/index) (%s to stop)"
-            % (service.index.folder, host, server.server_address[1], stop)))
+    with make_service(service, port, host, log) as server:
+        def started(stop):
+            announce("serving the index %s at http://%s:%d/ (its page; the API: /api/index) (%s to stop)"
+                     % (service.index.folder, host, server.server_address[1], stop))
+            announce(service.answers())
+        serve_until_stopped(server, started)

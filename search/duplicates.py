@@ -1,9 +1,10 @@
 """Near-duplicates: every pair of rows whose cosine is at least a threshold, groups, and the histogram
-that helps choose the threshold.
+and the suggestion that help choose the threshold.
 
     pairs = find_pairs(index, threshold=0.9)          # int64 [P, 2] rows (i < j), float32 [P] scores
     groups = group_pairs(pairs[0], len(index))        # lists of rows, largest group first
     counts, edges = histogram(nearest_scores(index))  # each sampled row's best score, binned
+    threshold, why = suggest_threshold(nearest_scores(index), len(index))   # a float or None, and one line
 
 Memory is bounded by the index and one block of scores, never N x N:
     exact   every pair is compared, a block of BLOCK x BLOCK scores at a time, and only j > i
@@ -26,6 +27,8 @@ BLOCK = 4096
 NEIGHBOURS = 20
 HISTOGRAM_SAMPLE = 20_000
 HISTOGRAM_BINS = np.linspace(-1.0, 1.0, 101)  # bins of 0.02
+SUGGEST_WINDOW = 20    # the spacings of the scores just below a gap that it is measured against
+SUGGEST_CHANCE = 0.01  # a gap is suggested only if scores without near-copies show one as telling less often
 
 
 def check_threshold(threshold):
@@ -178,6 +181,58 @@ def histogram(scores, bins=HISTOGRAM_BINS):
     """(counts int64 [len(bins) - 1], edges float64 [len(bins)]) of `scores` over [-1, 1]."""
     counts, edges = np.histogram(np.clip(scores, -1.0, 1.0), bins=bins)
     return counts, edges
+
+
+def suggest_threshold(scores, rows=None):
+    """A threshold between the near-copies and the rest, read from each sampled row's nearest-neighbour score,
+    or None when the scores show no group of near-copies apart from the rest.
+
+    A near-copy scores close to 1 with its original, and both stand apart from the rows that merely look
+    alike: the sorted scores have a gap below the near-copies. The scores of rows without copies thin out
+    smoothly towards their highest; there, each spacing between two distinct scores times the rank of the
+    upper one (in pairs: a row and its nearest neighbour score the same) is about alike, as in an
+    exponential tail (Renyi's normalised spacings). A gap is measured against the SUGGEST_WINDOW spacings
+    just below it; the most telling gap among those above the median score is suggested when a gap that
+    telling would come by chance less than SUGGEST_CHANCE of the time (a ratio of exponentials, counted
+    once for each place a gap could be). The threshold is the middle of the gap, as few decimals as stay in it.
+
+    Args:
+      scores: float [S], `nearest_scores`.
+      rows: the index's rows (said when the scores are of a sample); None: the scores are of every row.
+
+    Returns:
+      (threshold float or None, one line: what it comes from, or why none is suggested).
+    """
+    scores = np.asarray(scores, np.float64)
+    source = "%s rows' nearest neighbours" % format(len(scores), ",") if rows in (None, len(scores)) else \
+        "the nearest neighbours of a sample of %s of the %s rows" % (format(len(scores), ","), format(rows, ","))
+    values, counts = np.unique(scores, return_counts=True)
+    values, counts = values[::-1], counts[::-1]  # distinct scores, highest first
+    places = len(values) // 2  # a gap is looked for above the median: near-copies are the fewer rows
+    uppers = np.arange(1, places + 1)  # a gap below the `upper` highest distinct scores
+    windows = np.minimum(np.maximum(SUGGEST_WINDOW, uppers), len(values) - 1 - uppers)
+    uppers, windows = uppers[windows >= SUGGEST_WINDOW], windows[windows >= SUGGEST_WINDOW]
+    if not len(uppers):
+        return None, ("no threshold suggested: %s are too few to tell near-copies from the rest; choose one from "
+                      "the histogram" % source)
+    spacings = np.cumsum(counts)[:-1] / 2 * (values[:-1] - values[1:])  # normalised: the rank in pairs
+    summed = np.concatenate([[0.0], np.cumsum(spacings)])
+    ratios = spacings[uppers - 1] / ((summed[uppers + windows] - summed[uppers]) / windows)
+    chances = places * np.exp(-windows * np.log1p(ratios / windows))  # P(F(2, 2 window) > ratio), each place
+    best = int(np.argmin(chances))
+    upper = uppers[best]
+    low, high = values[upper], values[upper - 1]  # the rest's highest, the near-copies' lowest score
+    if chances[best] >= SUGGEST_CHANCE:
+        return None, ("no threshold suggested: no gap in %s sets a group of near-copies apart from the rest (the "
+                      "most telling, below %.3f, comes by chance more than 1 time in %d); the highest score is "
+                      "%.3f: choose one from the histogram" % (source, high, round(1 / SUGGEST_CHANCE), values[0]))
+    threshold = next((value for value in (round(float(low + high) / 2, decimals) for decimals in range(2, 10))
+                      if low < value <= high), float(high))
+    copies = int((scores >= high).sum())
+    return threshold, ("suggested threshold %r: in the gap between the %s (%.1f%%) whose nearest neighbour scores "
+                       "%.3f or more and the rest, at most %.3f (from %s)" % (
+                           threshold, "1 row" if copies == 1 else "%s rows" % format(copies, ","),
+                           100 * copies / len(scores), high, low, source))
 
 
 def histogram_text(counts, edges, width=50):

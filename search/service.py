@@ -2,7 +2,7 @@
 
     service = Service(Index.load("f.npy.index"), embedder)     # embedder: models/query_embedder.py, or None
     server = make_service(service, port=0)                     # not started (tests); serve_index runs it
-    GET  /api/index                      the index's description
+    GET  /api/index                      the index's description: the queries it answers, why not the others
     GET  /api/search?text=a+dog&k=10     a sentence (an output of a model with a text tower)
     GET  /api/search?key=cats/01.jpg     an indexed row, by its key (its path in the output)
     GET  /api/neighbours?row=3&k=10      an indexed row, by its number
@@ -10,6 +10,10 @@
     POST /api/search/vector?k=10         {"vector": [D floats]}: raw features, as the output holds them
     GET  /api/duplicates?threshold=0.9   the groups of near-duplicates at a cosine
     GET  /api/image?row=3                the indexed image of a row: its file's, tar member's or object's bytes
+
+A service given no embedder (the command line's, when the output's model cannot be had: no --weights for an
+output computed with a weights file) answers rows, keys, vectors and duplicates; /api/index says it takes no
+sentence or image, and why ("unavailable"), and `answers()` says it in the line `serve` prints as it starts.
 
 Every answer is JSON but an image's; an error is {"status": N, "error": "one line"}, never a traceback. The
 answers are the command line's: the same query vectors (search/queries.py) and the same search. For an output
@@ -81,6 +85,9 @@ class _Slots:
         self._admitted.release()
 
 
+NO_EMBEDDER = "no model given to the service: search by a row, a key or a vector"
+
+
 class Service:
     """The API's operations on one index; each returns what the answer's JSON holds, or raises ApiError.
 
@@ -89,32 +96,53 @@ class Service:
       embedder: the queries' embedder (`images(list of bytes)`, `text(sentences)`: search/queries.py), or None:
         only rows and vectors are taken.
       limits: Limits.
+      no_embedder: why `embedder` is None, one line: what /api/index, the page and `answers` say of the
+        sentences and images refused (the command line's: the weights the output needs); None: NO_EMBEDDER.
     """
 
-    def __init__(self, index, embedder=None, limits=Limits()):
-        self.index, self.embedder, self.limits = index, embedder, limits
+    def __init__(self, index, embedder=None, limits=Limits(), no_embedder=None):
+        self.index, self.embedder, self.limits, self.no_embedder = index, embedder, limits, no_embedder or NO_EMBEDDER
         self.slots = _Slots(limits.running, limits.waiting)
         self.members = members_index(index)
         self.images = IndexedImages(index, self.members)  # its manifest read once, on the first image asked
         self.kept = Kept(index)  # its names read once, on the first answer
         self._duplicates_lock = threading.Lock()
 
-    def describe(self):
-        """The index: its rows, kind, the output and model it holds, the names of the values kept beside its rows
-        (`--keep`; [] when none), which queries it takes, the limits."""
-        settings, centre = self.index.settings, self.index.meta["centre"]
+    def unavailable(self):
+        """{"text": why, "image": why}, one line each, for the kinds of query this service cannot answer ({}: it
+        answers sentences and images)."""
+        why = {}
         try:
             check_text_queries(self.index)
-            takes_text = self.embedder is not None
-        except ValueError:
-            takes_text = False
+        except ValueError as error:
+            why["text"] = error_line(error)
+        if "model" not in self.index.settings:
+            why["image"] = "the indexed output records no model: search by a row, a key or a vector"
+        if self.embedder is None:
+            why = dict({"text": self.no_embedder, "image": self.no_embedder}, **why)
+        return why
+
+    def answers(self):
+        """One line: the queries this service answers, and why not the others (said as it starts)."""
+        why = self.unavailable()
+        line = "answers: %s" % ", ".join(["neighbours of a row or a key"] + [
+            name for kind, name in (("text", "a sentence"), ("image", "an image")) if kind not in why] +
+            ["a vector", "duplicates"])
+        if why.keys() == {"text", "image"} and why["text"] == why["image"]:
+            return "%s; not sentences or images: %s" % (line, why["text"])
+        return line + "".join("; not %s: %s" % (name, why[kind]) for kind, name in (("text", "sentences"),
+                                                                                    ("image", "images")) if kind in why)
+
+    def describe(self):
+        """The index: its rows, kind, the output and model it holds, the names of the values kept beside its rows
+        (`--keep`; [] when none), which queries it takes and why not the others ("unavailable"), the limits."""
+        settings, centre, why = self.index.settings, self.index.meta["centre"], self.unavailable()
         return {"rows": len(self.index), "kind": self.index.kind, "output": self.index.meta["source"]["output"],
                 "model": settings.get("model"), "layer": settings.get("layer"), "kept": list(self.kept.names),
                 "centred": centre["centred"],
                 "dimensions": int(self.index.mean.shape[0]), "queries": {
-                    "key": True, "row": True, "vector": True, "text": takes_text,
-                    "image": self.embedder is not None and "model" in settings},
-                "limits": dataclasses.asdict(self.limits)}
+                    "key": True, "row": True, "vector": True, "text": "text" not in why, "image": "image" not in why},
+                "unavailable": why, "limits": dataclasses.asdict(self.limits)}
 
     def k(self, text):
         """The k asked for (default 10), checked against the limit."""
@@ -171,8 +199,8 @@ class Service:
                                                                                       len(sentence)))
         if not sentence.strip():
             raise ApiError(400, "text %r has no words: give a sentence" % sentence)
+        self._answerable("text", "a sentence")
         with self.slots:
-            self._needs_embedder("a sentence")
             return self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
 
     def by_vector(self, body, k):
@@ -188,9 +216,9 @@ class Service:
 
     def by_image(self, data, k):
         """The neighbours of an uploaded image (its file's bytes), computed by the output's model."""
+        self._answerable("image", "an image")
         check_pixels(data, self.limits.max_pixels)
         with self.slots:
-            self._needs_embedder("an image")
             return self._answer({"image": len(data)}, image_vectors(self.index, [data], self.embedder,
                                                                     ["uploaded"])[0], k)
 
@@ -229,9 +257,10 @@ class Service:
             except (OSError, ValueError) as error:
                 raise ApiError(404, "the image of row %d cannot be read (%s)" % (row, error_line(error))) from None
 
-    def _needs_embedder(self, what):
-        if self.embedder is None:
-            raise ApiError(400, "this service computes no new queries (no model given): %s cannot be searched" % what)
+    def _answerable(self, kind, what):
+        why = self.unavailable().get(kind)
+        if why is not None:
+            raise ApiError(400, "%s cannot be searched: %s" % (what, why))
 
 
 def check_pixels(data, max_pixels):

@@ -34,8 +34,8 @@ def run(*argv):
 class Running:
     """A service's server on a free loopback port, in a thread, while the context is open."""
 
-    def __init__(self, service):
-        self.server = make_service(service, port=0)
+    def __init__(self, service, log=None):
+        self.server = make_service(service, port=0, log=log)
         self.port = self.server.server_address[1]
 
     def __enter__(self):

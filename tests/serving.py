@@ -3,7 +3,8 @@
     with serving(page_or_index) as (child, url):       # url: what its first line announces
     with serving(index, program=TESTS / "search_child.py", arguments=["--weights", weights]) as (child, url):
         ...
-        assert stopped(child, signal.SIGTERM)          # exit 0, nothing on stderr
+        assert stopped(child, signal.SIGTERM)          # exit 0, nothing on stderr but an index's "answers: ..."
+        status, lines = stop(child, signal.SIGTERM)    # or: its status and the lines after its first
 """
 
 import contextlib
@@ -39,8 +40,16 @@ def serving(target, sigint=signal.SIG_DFL, program=ROOT / "search_features.py", 
         child.stderr.close()
 
 
-def stopped(child, signum):
-    """Whether `child` stops on `signum` with status 0 (a signal is how it is stopped: not a failure) and no
-    traceback."""
+def stop(child, signum):
+    """(exit status, [the lines `child` printed after its first]) once `signum` has stopped it."""
     child.send_signal(signum)
-    return child.wait(timeout=HANG_SECONDS) == 0 and child.stderr.read() == ""
+    status = child.wait(timeout=HANG_SECONDS)
+    return status, child.stderr.read().splitlines()
+
+
+def stopped(child, signum):
+    """Whether `child` stops on `signum` with status 0 (a signal is how it is stopped: not a failure) and printed
+    nothing after its first line but, for an index, what its service answers ("answers: ..."): no traceback, no
+    line a request (--quiet)."""
+    status, lines = stop(child, signum)
+    return status == 0 and (lines == [] or (len(lines) == 1 and lines[0].startswith("answers: ")))

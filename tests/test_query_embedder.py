@@ -70,6 +70,23 @@ def test_weights_other_than_the_output_s_are_refused_before_anything_is_read(tmp
         QueryEmbedder(SETTINGS, "f.npy").images([b"x"])
 
 
+def test_unusable_says_why_a_first_query_would_fail_without_loading_a_model(monkeypatch):
+    built = []
+
+    def feature_model(name, weights, **kwargs):
+        built.append(weights)
+        return type("Spec", (), {"settings": {"weights": "weights of %s" % weights}})()
+
+    monkeypatch.setattr(models.registry, "feature_model", feature_model)
+    settings = dict(SETTINGS, weights="weights of imagenet")
+    assert QueryEmbedder(settings, "f.npy").unusable() is None  # imagenet: the output's own
+    assert QueryEmbedder(dict(SETTINGS, weights="other"), "f.npy").unusable() == (
+        "the output was computed with weights 'other': pass them with --weights")
+    assert QueryEmbedder({"layer": "fc7"}, "f.npy").unusable() == (
+        "the indexed output records no model settings: pass the query as a vector (.npy)")
+    assert built == ["imagenet", "imagenet"]  # a spec only: nothing loaded, no weights read
+
+
 def test_a_text_embedder_kept_open_embeds_as_text_embedding_does(tmp_path):
     from small_clip import small_clip
     with small_clip(tmp_path / "clip") as weights:

@@ -1,4 +1,5 @@
-"""search.duplicates: the pair list against brute force, groups, the histogram, the CSV files."""
+"""search.duplicates: the pair list against brute force, groups, the histogram, the threshold it suggests, the CSV
+files."""
 
 import csv
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from search import duplicates
-from search.duplicates import find_pairs, group_pairs, histogram, histogram_text, nearest_scores
+from search.duplicates import find_pairs, group_pairs, histogram, histogram_text, nearest_scores, suggest_threshold
 from search.index import Index, normalise
 from search_data import clustered, write_npy
 
@@ -77,6 +78,51 @@ def test_the_histogram_of_nearest_scores(indexed):
     assert counts.sum() == 500 and len(edges) == 101
     text = histogram_text(counts, edges)
     assert "#" in text and text.splitlines()[-1].startswith(" 0.98- 1.00")  # the near-copies
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw"])
+def test_the_suggested_threshold_groups_the_planted_near_copies_and_nothing_else(indexed, kind):
+    _, vectors, indexes = indexed  # rows 1850-1999: near-copies of rows 0-149
+    _, matrix = brute_force_pairs(vectors, 1.0)
+    np.fill_diagonal(matrix, -np.inf)
+    nearest = matrix.max(axis=1)
+    copies, rest = nearest[list(range(150)) + list(range(1850, 2000))].min(), nearest[150:1850].max()
+    assert rest < copies  # planted apart: a threshold between them exists
+    threshold, why = suggest_threshold(nearest_scores(indexes[kind]), len(indexes[kind]))
+    assert rest < threshold <= copies
+    groups = group_pairs(find_pairs(indexes[kind], threshold)[0], 2000)
+    assert sorted(groups) == [[row, row + 1850] for row in range(150)]
+    assert why == ("suggested threshold %r: in the gap between the 300 rows (15.0%%) whose nearest neighbour scores "
+                   "%.3f or more and the rest, at most %.3f (from 2,000 rows' nearest neighbours)"
+                   % (threshold, copies, rest))
+    # From a sample, said so; the gap is the same.
+    threshold, why = suggest_threshold(nearest_scores(indexes[kind], sample=500), 2000)
+    assert rest < threshold <= copies and why.endswith("(from the nearest neighbours of a sample of 500 of the "
+                                                       "2,000 rows)")
+
+
+def test_no_threshold_is_suggested_for_rows_without_near_copies(tmp_path):
+    write_npy(tmp_path / "f.npy", clustered(2000, seed=1))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index")
+    scores = nearest_scores(index)
+    threshold, why = suggest_threshold(scores, len(index))
+    assert threshold is None and why.startswith("no threshold suggested: no gap in 2,000 rows' nearest neighbours "
+                                                "sets a group of near-copies apart from the rest (the most telling, "
+                                                "below ")
+    assert why.endswith("comes by chance more than 1 time in 100); the highest score is %.3f: choose one from the "
+                        "histogram" % scores.max())
+    assert suggest_threshold(scores[:15]) == (None, "no threshold suggested: 15 rows' nearest neighbours are too "
+                                                    "few to tell near-copies from the rest; choose one from the "
+                                                    "histogram")
+    assert suggest_threshold(np.zeros(0))[0] is None
+
+
+def test_exact_copies_tied_at_1_are_told_apart_from_a_smooth_rest():
+    rng = np.random.default_rng(0)
+    rest = 0.6 + 0.3 * rng.beta(5, 2, 1000)  # smooth, its highest about 0.9
+    assert suggest_threshold(rest) == (None, suggest_threshold(rest)[1])
+    threshold, why = suggest_threshold(np.concatenate([rest, np.ones(40)]))
+    assert rest.max() < threshold <= 1.0 and "the 40 rows (3.8%) whose nearest neighbour scores 1.000 or more" in why
 
 
 def test_pairs_and_groups_files(tmp_path, indexed):

@@ -357,6 +357,31 @@ def test_two_images_and_six_identical_copies_are_near_copies(tmp_path, capsys):
     assert all(float(row["score"]) == pytest.approx(1.0, abs=1e-5) for row in rows)
 
 
+def test_calibrate_suggests_a_threshold_that_groups_the_planted_near_copies_and_nothing_else(tmp_path, capsys):
+    from search_data import near_copy
+    vectors = clustered(1000, seed=3)
+    vectors[980:] = [near_copy(vectors[row], row) for row in range(20)]  # 20 rows copied, as a re-encoded JPEG
+    write_npy(tmp_path / "copies.npy", vectors)
+    write_npy(tmp_path / "none.npy", clustered(1000, seed=3))
+    for name in ("copies", "none"):
+        assert run("--quiet", "index", tmp_path / ("%s.npy" % name)) == 0
+    capsys.readouterr()
+    assert run("duplicates", tmp_path / "copies.npy.index", "--calibrate") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nearest-neighbour cosine of 1000 images (sample):\n")
+    suggestion = out.splitlines()[-1]  # after the histogram, from which it is read
+    assert suggestion.startswith("suggested threshold ") and suggestion.endswith(
+        "(from 1,000 rows' nearest neighbours)") and " the 40 rows (4.0%) whose nearest neighbour scores " in suggestion
+    threshold = suggestion.split()[2].rstrip(":")
+    assert run("--quiet", "duplicates", tmp_path / "copies.npy.index", "--threshold", threshold) == 0
+    assert sorted((left, right) for left, right, _ in _pairs(tmp_path / "copies.npy.index")) == [
+        ("img/%05d.jpg" % row, "img/%05d.jpg" % (row + 980)) for row in range(20)]
+    # Without copies it says so, and suggests nothing.
+    assert run("duplicates", tmp_path / "none.npy.index", "--calibrate") == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "no threshold suggested: no gap in 1,000 rows' nearest neighbours sets a group of near-copies apart")
+
+
 def _one_line_error(capture, *texts):
     err = capture.readouterr().err
     assert err.count("\n") == 1 and err.startswith("search_features: error: ") and "Traceback" not in err, err

@@ -1,20 +1,26 @@
 """The search service's page (search/live_page/, served at / by search/api.py): its files under the CSP and the
-Host check, nothing else served; in Debian's chromium (Playwright), against a real `serve INDEX` of a small CLIP
-output: a sentence, an uploaded and a dropped image, a click on a result, the duplicates' slider."""
+Host check, nothing else served; in Debian's chromium (Playwright, one browser for the module), against a real
+`serve INDEX` of a small CLIP output: a sentence, an uploaded and a dropped image (shown above its results), a
+click on a result, k changed, the duplicates' threshold; tiles that lead with the kept caption and a short key,
+links only for URLs, a group's members on demand; a service that takes no sentence or image says why."""
 
 import http.client
 import json
+import math
+import os
 import signal
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hangs import HANG_SECONDS
+from parallel.messages import counted
 from search.api import PAGE_FILES, PAGE_SECURITY_HEADERS, SECURITY_HEADERS
 from search.index import Index
-from search.service import Service
+from search.service import NO_EMBEDDER, Service
 from search_data import clustered
 from serving import serving, stopped
 from services import HTML_CAPTION, Running, clip_job, kept_job, png  # noqa: F401 -- clip_job, kept_job: fixtures
@@ -24,6 +30,8 @@ TESTS = Path(__file__).resolve().parent
 PAGE = TESTS.parent / "search" / "live_page"
 PAGE_CSP = PAGE_SECURITY_HEADERS["Content-Security-Policy"]
 HTML_KEY = 'a <b>bold</b> "key" & <img src=x onerror=alert(1)>.png'
+# Elements the API's text would make if it went in as HTML (images other than the tiles' and the query's).
+NO_MARKUP = "document.querySelectorAll('b, img:not(#query-image):not([src^=\"/api/image?row=\"])').length"
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +72,10 @@ def test_the_page_s_files_only_under_the_csp_and_the_host_check(html_index):
             for host in ("attacker.example:%d" % port, "attacker.example", "127.0.0.1:%d" % (port + 1)):
                 status, headers, body = _get(port, path, host)
                 assert status == 421 and b"answers only to" in body, (path, host)
-        # Strict: this origin only, no inline script or style, no eval, nothing from another site.
+        # Strict: this origin only, no inline script or style, no eval, nothing from another site; images may also
+        # be the page's own object URLs (blob:, the uploaded query shown above its results), nothing else.
         assert "'unsafe" not in PAGE_CSP and "default-src 'none'" in PAGE_CSP and "http" not in PAGE_CSP
+        assert "img-src 'self' blob:;" in PAGE_CSP and PAGE_CSP.count("blob:") == 1 and "data:" not in PAGE_CSP
         page = (PAGE / "index.html").read_text()
         assert page.count("<script") == 1 and '<script src="/live.js" defer></script>' in page
         assert "style=" not in page and "<style" not in page and "http" not in page
@@ -90,15 +100,27 @@ needs_a_browser = pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: 
                                                                    "installed (apt-get install chromium; .ci/run does)")
 
 
-class Browser:
-    """Chromium on one page of `url`, its console errors, page errors and requests recorded."""
+@pytest.fixture(scope="module")
+def chromium():
+    """Chromium, launched once for the module's tests (each opens a page of its own: `Browser`)."""
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS,
+                                             timeout=HANG_SECONDS * 1000)
+        try:
+            yield browser
+        finally:
+            browser.close()
 
-    def __init__(self, playwright, url):
+
+class Browser:
+    """A page of `url` in `chromium` (the fixture), its console errors, page errors and requests recorded."""
+
+    def __init__(self, chromium, url):
         from playwright.sync_api import expect
-        self.browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS,
-                                                  timeout=HANG_SECONDS * 1000)
         self.errors, self.requests = [], []
-        self.page = self.browser.new_page(viewport={"width": 1100, "height": 900})
+        self.page = chromium.new_page(viewport={"width": 1100, "height": 900})
         self.page.set_default_timeout(HANG_SECONDS * 1000)  # hang guards, not bounds on speed (tests/hangs.py)
         self.page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
@@ -108,17 +130,23 @@ class Browser:
         self.page.wait_for_selector("body[data-ready=true]", state="attached")
 
     def results_titled(self, title):
-        """[(score text, key, row, href of its "open" link)] of the results, once their title is `title`."""
+        """[(score text, key, row, href of its "open" link, its image's width)] of the results (the key: the whole
+        one, its tile's title), once their title is `title`."""
         from playwright.sync_api import expect
         expect(self.page.locator("#results-title")).to_have_text(title)
         wait_for_images(self.page)
         return self.page.eval_on_selector_all("#results figure", "figures => figures.map(f => ["
                                               "f.querySelector('.score').textContent, f.querySelector('.key')"
-                                              ".textContent, Number(f.dataset.row), f.querySelector('a')"
+                                              ".title, Number(f.dataset.row), f.querySelector('a.open')"
                                               ".getAttribute('href'), f.querySelector('img').naturalWidth])")
 
+    def threshold(self, value):
+        """Types `value` in the threshold's number field and lets it go (Enter): the groups are asked again."""
+        self.page.fill("#threshold", value)
+        self.page.press("#threshold", "Enter")
+
     def close(self):
-        self.browser.close()
+        self.page.close()
 
 
 def _expected(answer):
@@ -131,112 +159,135 @@ def _shown(results):
     return [result[:4] for result in results]
 
 
+def _groups_line(answer):
+    return "%s (%s) at %.3f" % (counted(answer["groups"], "group"), counted(answer["pairs"], "pair"),
+                                answer["threshold"])
+
+
+GROUP_KEYS = "rows => rows.map(row => Array.from(row.querySelectorAll('.key')).map(key => key.title))"
+
+
 @needs_a_browser
-def test_the_page_searches_a_sentence_an_image_a_result_and_regroups(clip_job, tmp_path):
-    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
-    from playwright.sync_api import expect, sync_playwright
+def test_the_page_searches_a_sentence_an_image_a_result_and_regroups(chromium, clip_job, tmp_path):
+    from playwright.sync_api import expect
     folder, weights, index_folder, images = clip_job
     upload = tmp_path / "new.png"
     upload.write_bytes(png((120, 90), 99))  # not an indexed image: computed by the model
-    with serving(index_folder, program=TESTS / "search_child.py", arguments=["--weights", weights]) as (child, url):
+    with serving(index_folder, program=TESTS / "search_child.py", arguments=["--weights", weights, "--quiet"]) \
+            as (child, url):
         def api(path, body=None):
             with urllib.request.urlopen(url.rstrip("/") + path, body, timeout=HANG_SECONDS) as response:
                 return json.loads(response.read())
 
-        with sync_playwright() as playwright:
-            browser = Browser(playwright, url)
-            page = browser.page
-            try:
-                expect(page.locator("#text-form")).to_be_visible()  # /api/index: this output takes sentences
-                expect(page.locator("#image-label")).to_be_visible()
-                page.fill("#k", "5")
-                sentence = "a red square on a beach"
-                page.fill("#text", sentence)
-                page.press("#text", "Enter")
-                shown = _shown(browser.results_titled("\u201c%s\u201d: 5 results" % sentence))
-                assert shown == _expected(api("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5})))
+        browser = Browser(chromium, url)
+        page = browser.page
+        try:
+            expect(page.locator("#text-form")).to_be_visible()  # /api/index: this output takes sentences
+            expect(page.locator("#image-label")).to_be_visible()
+            expect(page.locator("#unavailable")).to_be_hidden()  # nothing to explain
+            page.fill("#k", "5")
+            sentence = "a red square on a beach"
+            page.fill("#text", sentence)
+            page.press("#text", "Enter")
+            shown = _shown(browser.results_titled("\u201c%s\u201d: 5 results" % sentence))
+            assert shown == _expected(api("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5})))
+            expect(page.locator("#query")).to_be_hidden()  # a sentence: no image above the results
 
-                page.set_input_files("#image", str(upload))  # the file input
-                shown = _shown(browser.results_titled("the image new.png: 5 results"))
-                assert shown == _expected(api("/api/search/image?k=5", upload.read_bytes()))
+            page.set_input_files("#image", str(upload))  # the file input
+            shown = _shown(browser.results_titled("the image new.png: 5 results"))
+            assert shown == _expected(api("/api/search/image?k=5", upload.read_bytes()))
+            # The query above its results: the uploaded file itself (an object URL, which the CSP lets in).
+            expect(page.locator("#query-caption")).to_have_text("new.png")
+            assert page.eval_on_selector("#query-image", "image => [image.src.slice(0, 5), image.naturalWidth, "
+                                                         "image.naturalHeight]") == ["blob:", 120, 90]
+            page.fill("#k", "3")  # k changed: the query shown is asked again
+            page.press("#k", "Enter")
+            shown = _shown(browser.results_titled("the image new.png: 3 results"))
+            assert shown == _expected(api("/api/search/image?k=3", upload.read_bytes()))
+            page.fill("#k", "5")
+            page.press("#k", "Enter")
+            browser.results_titled("the image new.png: 5 results")
 
-                dropped = (images / "colour07.png").read_bytes()  # dropped onto the page
-                transfer = page.evaluate_handle("bytes => { const transfer = new DataTransfer(); transfer.items.add("
-                                                "new File([new Uint8Array(bytes)], 'colour07.png', {type: "
-                                                "'image/png'})); return transfer; }", list(dropped))
-                page.dispatch_event("body", "drop", {"dataTransfer": transfer})
-                shown = _shown(browser.results_titled("the image colour07.png: 5 results"))
-                assert shown == _expected(api("/api/search/image?k=5", dropped))
-                assert shown[0][1] == "colour07.png" and shown[0][0] == "1.000"  # its own row, by the model
+            dropped = (images / "colour07.png").read_bytes()  # dropped onto the page
+            transfer = page.evaluate_handle("bytes => { const transfer = new DataTransfer(); transfer.items.add("
+                                            "new File([new Uint8Array(bytes)], 'colour07.png', {type: "
+                                            "'image/png'})); return transfer; }", list(dropped))
+            page.dispatch_event("body", "drop", {"dataTransfer": transfer})
+            shown = _shown(browser.results_titled("the image colour07.png: 5 results"))
+            assert shown == _expected(api("/api/search/image?k=5", dropped))
+            assert shown[0][1] == "colour07.png" and shown[0][0] == "1.000"  # its own row, by the model
+            assert page.eval_on_selector("#query-image", "image => image.naturalWidth") == 96
 
-                clicked = shown[2]  # the third result: searched by its row, it comes first with score 1
-                page.click("#results figure:nth-child(3) button")
-                shown = _shown(browser.results_titled("neighbours of %s: 5 results" % clicked[1]))
-                assert shown == _expected(api("/api/neighbours?row=%d&k=5" % clicked[2]))
-                assert shown[0][1:3] == clicked[1:3] and shown[0][0] == "1.000"
-                # Its "open" link is the full image, served by row, and the browser shows it.
-                with urllib.request.urlopen(url.rstrip("/") + clicked[3], timeout=HANG_SECONDS) as response:
-                    assert response.read() == (images / clicked[1]).read_bytes()
-                with page.expect_popup() as popup:
-                    page.click("#results figure:first-child a")
-                opened = popup.value
-                opened.wait_for_load_state("load")
-                assert opened.url == url.rstrip("/") + clicked[3]
-                assert opened.evaluate("document.images[0].naturalWidth") == 96
-                opened.close()
+            clicked = shown[2]  # the third result: searched by its row, it comes first with score 1
+            page.click("#results figure:nth-child(3) button")
+            shown = _shown(browser.results_titled("neighbours of %s: 5 results" % clicked[1]))
+            assert shown == _expected(api("/api/neighbours?row=%d&k=5" % clicked[2]))
+            assert shown[0][1:3] == clicked[1:3] and shown[0][0] == "1.000"
+            assert page.get_attribute("#query-image", "src") == clicked[3]  # its image above the results
+            # Its "open" link is the full image, served by row, and the browser shows it.
+            with urllib.request.urlopen(url.rstrip("/") + clicked[3], timeout=HANG_SECONDS) as response:
+                assert response.read() == (images / clicked[1]).read_bytes()
+            with page.expect_popup() as popup:
+                page.click("#results figure:first-child a.open")
+            opened = popup.value
+            opened.wait_for_load_state("load")
+            assert opened.url == url.rstrip("/") + clicked[3]
+            assert opened.evaluate("document.images[0].naturalWidth") == 96
+            opened.close()
 
-                # The slider regroups: thresholds whose group counts differ, found from the API.
-                counts = {"%.3f" % (step * 0.005): api("/api/duplicates?threshold=%.3f" % (step * 0.005))
-                          for step in range(0, 201, 5)}
-                expect(page.locator("#groups-count")).to_have_text(_groups_line(counts["0.900"]))
-                chosen = [threshold for threshold, answer in sorted(counts.items())
-                          if answer["groups"] != counts["0.900"]["groups"]]
-                assert chosen, "every threshold gives %d groups: the test could not fail" % counts["0.900"]["groups"]
-                other = [threshold for threshold, answer in sorted(counts.items())
-                         if answer["groups"] != counts[chosen[0]]["groups"]]
-                for threshold in (chosen[0], other[0]):
-                    page.fill("#threshold", threshold)
-                    expect(page.locator("#groups-count")).to_have_text(_groups_line(counts[threshold]))
-                    expect(page.locator("#threshold-value")).to_have_text(threshold)
-                    groups = page.eval_on_selector_all("#groups .row", "rows => rows.map(row => Array.from("
-                                                       "row.querySelectorAll('.key')).map(key => key.textContent))")
-                    assert groups == [[member["key"] for member in group] for group in counts[threshold]["shown"]]
+            # The threshold regroups: thresholds whose group counts differ, found from the API.
+            counts = {"%.3f" % (step * 0.005): api("/api/duplicates?threshold=%.3f" % (step * 0.005))
+                      for step in range(0, 201, 5)}
+            expect(page.locator("#groups-count")).to_have_text(_groups_line(counts["0.900"]))
+            chosen = [threshold for threshold, answer in sorted(counts.items())
+                      if answer["groups"] != counts["0.900"]["groups"]]
+            assert chosen, "every threshold gives %d groups: the test could not fail" % counts["0.900"]["groups"]
+            other = [threshold for threshold, answer in sorted(counts.items())
+                     if answer["groups"] != counts[chosen[0]]["groups"]]
+            for threshold in (chosen[0], other[0]):
+                browser.threshold(threshold)
+                expect(page.locator("#groups-count")).to_have_text(_groups_line(counts[threshold]))
+                assert page.eval_on_selector("#threshold-slider", "slider => Number(slider.value)") == round(
+                    1000 * (1 - math.sqrt(1 - float(threshold))))  # the slider follows the number
+                groups = page.eval_on_selector_all("#groups .row", GROUP_KEYS)
+                assert groups == [[member["key"] for member in group] for group in counts[threshold]["shown"]]
 
-                assert browser.errors == []
-                # An error of the API is one line on the page (and the browser's own line on its console).
-                page.fill("#k", "0")
-                page.press("#text", "Enter")
-                expect(page.locator("#error")).to_have_text("error 400: k must be a whole number from 1 to 1000; "
-                                                            "got '0'")
-                expect(page.locator("#results-title")).to_have_text("Results")
-                assert page.locator("#results figure").count() == 0
-                assert browser.errors == ["Failed to load resource: the server responded with a status of 400 "
-                                          "(Bad Request)"]
-                assert all(request.startswith(url) for request in browser.requests), browser.requests
-            finally:
-                browser.close()
-        assert stopped(child, signal.SIGTERM)
-
-
-def _groups_line(answer):
-    return "%d groups (%d pairs) at %.3f" % (answer["groups"], answer["pairs"], answer["threshold"])
+            assert browser.errors == []
+            # An error of the API is one line on the page (and the browser's own line on its console): k, once
+            # let go, asks the query shown again, and so does the sentence.
+            page.fill("#k", "0")
+            page.press("#text", "Enter")
+            expect(page.locator("#error")).to_have_text("error 400: k must be a whole number from 1 to 1000; "
+                                                        "got '0'")
+            expect(page.locator("#results-title")).to_have_text("Results")
+            assert page.locator("#results figure").count() == 0
+            assert set(browser.errors) == {"Failed to load resource: the server responded with a status of 400 "
+                                           "(Bad Request)"}
+            assert all(request.startswith(url) or request.startswith("blob:" + url.rstrip("/"))
+                       for request in browser.requests), browser.requests
+        finally:
+            browser.close()
+        assert stopped(child, signal.SIGTERM)  # --quiet: no line a request
 
 
 @needs_a_browser
-def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_offers_no_sentence(html_index):
-    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
-    from playwright.sync_api import expect, sync_playwright
-    with Running(Service(html_index)) as service, sync_playwright() as playwright:
-        browser = Browser(playwright, "http://127.0.0.1:%d/" % service.port)
+def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_says_why_it_offers_no_sentence(chromium,
+                                                                                                  html_index):
+    from playwright.sync_api import expect
+    with Running(Service(html_index)) as service:
+        browser = Browser(chromium, "http://127.0.0.1:%d/" % service.port)
         page = browser.page
         try:
-            expect(page.locator("#text-form")).to_be_hidden()  # no model: no sentence, no image
+            expect(page.locator("#text-form")).to_be_hidden()  # no model: no sentence, no image, and why
             expect(page.locator("#image-label")).to_be_hidden()
+            expect(page.locator("#unavailable")).to_have_text(
+                "No search by sentence: a text query needs an output of a model with a text tower (clip_vit_b32, "
+                "clip_vit_b16); this output's model is 'vgg16'. No search by image: %s." % NO_EMBEDDER)
             answer = service.request("/api/duplicates?threshold=0.9")[1]
             expect(page.locator("#groups-count")).to_have_text(_groups_line(answer))
             keys = page.eval_on_selector_all("#groups .key", "keys => keys.map(key => key.textContent)")
             assert keys == [member["key"] for group in answer["shown"] for member in group] and HTML_KEY in keys
-            assert page.evaluate("document.querySelectorAll('b, img:not([src^=\"/api/image?row=\"])').length") == 0
+            assert page.evaluate(NO_MARKUP) == 0
             page.locator("#groups figure").nth(keys.index(HTML_KEY)).locator("button").click()
             shown = browser.results_titled("neighbours of %s: 10 results" % HTML_KEY)
             assert [result[1] for result in shown[:2]] == [HTML_KEY, "img/00000.jpg"]
@@ -244,8 +295,7 @@ def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_offers_no_se
             transfer = page.evaluate_handle("() => { const transfer = new DataTransfer(); transfer.items.add(new "
                                             "File(['x'], 'x.png', {type: 'image/png'})); return transfer; }")
             page.dispatch_event("body", "drop", {"dataTransfer": transfer})
-            expect(page.locator("#error")).to_have_text("this service computes no image queries (no model given "
-                                                        "to serve)")
+            expect(page.locator("#error")).to_have_text("No search by image: " + NO_EMBEDDER)
             assert not any("/api/search/image" in request for request in browser.requests)
             # Its rows have no image files: each thumbnail is a 404 of /api/image, and nothing else failed.
             assert set(browser.errors) == {"Failed to load resource: the server responded with a status of 404 "
@@ -254,38 +304,186 @@ def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_offers_no_se
             browser.close()
 
 
-KEPT_LINES = ("figures => figures.map(f => [f.querySelector('.key').textContent, Array.from(f.querySelectorAll("
+@needs_a_browser
+def test_a_clip_index_served_without_its_weights_offers_no_sentence_or_image_and_says_why_whole(chromium, clip_job):
+    from playwright.sync_api import expect
+    from models.query_embedder import QueryEmbedder
+    folder, weights, index_folder, images = clip_job
+    index = Index.load(index_folder)
+    why = QueryEmbedder(index.settings, index.meta["source"]["output"]).unusable()  # what `serve` gives Service
+    assert why.startswith("the output was computed with the weights file ") and why.endswith(
+        "pass --weights %s (found there: that size and content)" % (folder / "clip" / "model.safetensors"))
+    with Running(Service(index, None, no_embedder=why)) as service:
+        browser = Browser(chromium, "http://127.0.0.1:%d/" % service.port)
+        page = browser.page
+        try:
+            expect(page.locator("#text-form")).to_be_hidden()
+            expect(page.locator("#image-label")).to_be_hidden()
+            expect(page.locator("#unavailable")).to_have_text("No search by sentence or image: %s." % why)
+            transfer = page.evaluate_handle("() => { const transfer = new DataTransfer(); transfer.items.add(new "
+                                            "File(['x'], 'x.png', {type: 'image/png'})); return transfer; }")
+            page.dispatch_event("body", "drop", {"dataTransfer": transfer})
+            expect(page.locator("#error")).to_have_text("No search by image: " + why)
+            # Whole: wrapped on lines of the page's width, its end (the fix) in view, nothing cut or hidden.
+            shape = page.eval_on_selector("#error", "line => [line.scrollWidth, line.clientWidth, line.clientHeight, "
+                                                    "parseFloat(getComputedStyle(line).lineHeight) || 17, "
+                                                    "getComputedStyle(line).textOverflow]")
+            scroll_width, width, height, line_height, overflow = shape
+            assert scroll_width <= width and height >= 2 * line_height and overflow != "ellipsis", shape
+            assert not any("/api/search" in request for request in browser.requests)
+        finally:
+            browser.close()
+
+
+KEPT_LINES = ("figures => figures.map(f => [f.querySelector('.key').title, Array.from(f.querySelectorAll("
               "'.kept')).map(line => [line.dataset.name, line.lastChild.textContent])])")
 
 
 @needs_a_browser
-def test_the_values_kept_beside_each_row_show_under_its_key_as_text(kept_job):
-    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
-    from playwright.sync_api import expect, sync_playwright
+def test_the_values_kept_beside_each_row_show_above_its_key_as_text(chromium, kept_job):
+    from playwright.sync_api import expect
     folder, expected = kept_job
 
     def lines(key):
         return [[name, value] for name, value in expected[key].items() if value is not None]
 
-    with Running(Service(Index.load(folder))) as service, sync_playwright() as playwright:
-        browser = Browser(playwright, "http://127.0.0.1:%d/" % service.port)
+    with Running(Service(Index.load(folder))) as service:
+        browser = Browser(chromium, "http://127.0.0.1:%d/" % service.port)
         page = browser.page
         try:
             answer = service.request("/api/duplicates?threshold=0.000")[1]
             assert answer["groups"] >= 1, answer  # colours' features: some rows alike at a cosine of 0
-            page.fill("#threshold", "0")
+            browser.threshold("0")
             expect(page.locator("#groups-count")).to_have_text(_groups_line(answer))
             groups = page.eval_on_selector_all("#groups figure", KEPT_LINES)
             assert [key for key, _ in groups] == [member["key"] for group in answer["shown"] for member in group]
             assert all(shown == lines(key) for key, shown in groups), groups
             query = sorted(expected)[3]  # its caption holds HTML
             page.locator("#groups figure").nth([key for key, _ in groups].index(query)).locator("button").click()
-            browser.results_titled("neighbours of %s: %d results" % (query, len(expected)))
+            # Titled by its caption (the first value kept), its whole key the title's hover.
+            browser.results_titled("neighbours of \u201c%s\u201d: %d results" % (HTML_CAPTION, len(expected)))
+            assert page.get_attribute("#results-title", "title") == query
             results = page.eval_on_selector_all("#results figure", KEPT_LINES)
             assert sorted(key for key, _ in results) == sorted(expected) and results[0][0] == query
             assert all(shown == lines(key) for key, shown in results), results
             assert results[0][1][0] == ["txt", HTML_CAPTION]
-            assert page.evaluate("document.querySelectorAll('b, img:not([src^=\"/api/image?row=\"])').length") == 0
+            assert page.evaluate(NO_MARKUP) == 0
+            # Each tile: the values kept, then the key, shortened to what differs: the member, and its tar
+            # when the rows shown come from more than one.
+            order = page.eval_on_selector("#results figure", "f => Array.from(f.querySelector('figcaption')"
+                                                             ".children).map(child => child.className)")
+            assert order == ["score", "kept", "kept", "key-line"]
+            shorts = page.eval_on_selector_all("#results .key", "keys => keys.map(key => key.textContent)")
+            assert shorts[0] == "\u2026/%s in \u2026/%s" % (query.split("::")[0].rsplit("/", 1)[1],
+                                                           Path(query.split("::")[1]).name)
             assert page.title() == "Search" and browser.errors == []
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def captioned_index(tmp_path_factory):
+    """An index of 40 image files under photos/{cats,dogs}/, keyed by their absolute paths, rows 0-29 near-copies
+    of row 0 (one group), with a caption and a url kept beside each row (a members index, as --keep writes):
+    row 1's url is javascript:, row 2's a sentence holding a URL, row 3 has none. Yields (index, {key: kept})."""
+    from parallel.inputs.manifest import Manifest, manifest_path
+    from parallel.inputs.members import Entry
+    from parallel.inputs.tars import MEMBERS_SUFFIX, write_index
+    from parallel.output import open_writer
+    from search_data import SETTINGS
+    folder = tmp_path_factory.mktemp("captioned")
+    vectors = clustered(40)
+    vectors[1:30] = vectors[0] * (1 + 0.001 * np.arange(1, 30, dtype=np.float32))[:, None]
+    keys, kept = [], {}
+    for row in range(40):
+        path = folder / "photos" / ("cats" if row < 30 else "dogs") / ("%03d.png" % row)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png((40, 30), row))
+        keys.append(str(path))
+        url = {1: "javascript:alert(1)", 2: "see https://example.com/2.jpg", 3: None}.get(
+            row, "https://example.com/photos/%d.jpg?size=large&by=<b>" % row)
+        kept[str(path)] = {"caption": "a cat, photo %d" % row if row < 30 else "a dog, photo %d" % row, "url": url}
+    writer = open_writer(folder / "f.npy", format="npy", feature_size=vectors.shape[1],
+                         settings=dict(SETTINGS, images=str(folder)))
+    writer.write(keys, vectors)
+    writer.close()
+    # The manifest a job of an --images-from list of these absolute paths writes: the service serves what it records.
+    Manifest(sorted(keys), [os.stat(key).st_size for key in sorted(keys)],
+             [os.stat(key).st_mtime_ns for key in sorted(keys)]).save(manifest_path(folder / "f.npy"))
+    write_index(str(folder / "f.npy") + MEMBERS_SUFFIX, [Entry(key, 0, 0, (values["caption"], values["url"]))
+                                                          for key, values in kept.items()], keep=("caption", "url"))
+    return Index.build(folder / "f.npy", folder / "f.index"), kept
+
+
+@needs_a_browser
+def test_tiles_lead_with_the_caption_and_a_short_key_and_a_group_shows_all_its_members(chromium, captioned_index):
+    from playwright.sync_api import expect
+    index, kept = captioned_index
+    with Running(Service(index)) as service:
+        browser = Browser(chromium, "http://127.0.0.1:%d/" % service.port)
+        page = browser.page
+        try:
+            answer = service.request("/api/duplicates?threshold=0.99")[1]
+            assert answer["groups"] == 1 and len(answer["shown"][0]) == 30, answer  # the near-copies alone
+            browser.threshold("0.99")
+            expect(page.locator("#groups-count")).to_have_text("1 group (435 pairs) at 0.990")
+            expect(page.locator("#groups h3")).to_have_text("group 1: 30 images")
+            # Its first 24 tiles, and the rest on demand.
+            assert page.locator("#groups figure").count() == 24
+            expect(page.locator("#groups button.more")).to_have_text("show 6 more")
+            page.click("#groups button.more")
+            expect(page.locator("#groups figure")).to_have_count(30)
+            expect(page.locator("#groups button.more")).to_be_hidden()
+            tiles = page.eval_on_selector_all("#groups figure", "figures => figures.map(f => [Array.from("
+                                              "f.querySelector('figcaption').children).map(c => c.dataset.name || "
+                                              "c.className), f.querySelector('.key').textContent, f.querySelector("
+                                              "'.key').title, f.querySelector('a.open').title])")
+            members = [member["key"] for member in answer["shown"][0]]
+            assert [tile[2] for tile in tiles] == members and [tile[3] for tile in tiles] == members
+            # The caption first; the key shortened to what differs (the group's are all in cats/), whole on hover.
+            assert all(tile[1] == "\u2026/%s" % Path(tile[2]).name for tile in tiles), tiles[:3]
+            assert all(tile[0] == ["caption", "url", "key-line"] for tile in tiles if kept[tile[2]]["url"])
+            # A kept value that is one http(s) URL is a link, opened apart; nothing else is.
+            links = page.eval_on_selector_all("#groups .kept a", "links => links.map(a => [a.getAttribute('href'), "
+                                                                 "a.rel, a.target, a.textContent])")
+            urls = sorted(values["url"] for key, values in kept.items() if key in members and values["url"]
+                          and values["url"].startswith("https://"))
+            assert sorted(link[3] for link in links) == urls and len(urls) == 27
+            assert all(link[0] == link[3].replace("<", "%3C").replace(">", "%3E") and link[1:3] == [
+                "noopener noreferrer", "_blank"] for link in links), links[:2]
+            assert page.evaluate("document.querySelectorAll('a:not(.open):not([href^=\"https://\"]), b').length") == 0
+
+            # A click: titled by the caption, not the key; k changed asks it again, "1 result".
+            page.locator("#groups figure").nth(5).locator("button").click()
+            shown = browser.results_titled("neighbours of \u201ca cat, photo %d\u201d: 10 results"
+                                           % index.row(members[5]))
+            assert page.get_attribute("#results-title", "title") == members[5] and shown[0][1] == members[5]
+            page.fill("#k", "40")
+            page.press("#k", "Enter")
+            browser.results_titled("neighbours of \u201ca cat, photo %d\u201d: 40 results" % index.row(members[5]))
+            shorts = page.eval_on_selector_all("#results .key", "keys => keys.map(key => [key.textContent, key.title])")
+            assert sorted(short for short, _ in shorts) == sorted(  # what differs: cats/ or dogs/, and the name
+                "\u2026/%s/%s" % (Path(key).parent.name, Path(key).name) for key in kept)
+            assert all(short.endswith(key[-len(short) + 1:]) for short, key in shorts)
+            page.fill("#k", "1")
+            page.press("#k", "Enter")
+            assert [result[1] for result in browser.results_titled(
+                "neighbours of \u201ca cat, photo %d\u201d: 1 result" % index.row(members[5]))] == [members[5]]
+            assert page.eval_on_selector("#query-image", "image => image.naturalWidth") == 40
+
+            # The threshold: any value in its number field, and a slider that spends its pixels near 1.
+            positions = page.evaluate("() => { const slider = document.getElementById('threshold-slider'); "
+                                      "const shown = []; for (let at = 0; at <= Number(slider.max); at++) { "
+                                      "slider.value = at; slider.dispatchEvent(new Event('input')); shown.push("
+                                      "document.getElementById('threshold').value); } return [shown, "
+                                      "slider.getBoundingClientRect().width]; }")
+            shown, width = positions
+            assert "0.950" in shown and "0.990" in shown and shown[0] == "0.000" and shown[-1] == "1.000"
+            near = [value for value in shown if 0.945 <= float(value) < 0.955]
+            assert width * len(near) / (len(shown) - 1) >= 5, (width, len(near))  # at least 5 px for 0.01 at 0.95
+            browser.threshold("0.95")
+            expect(page.locator("#groups-count")).to_have_text(_groups_line(service.request(
+                "/api/duplicates?threshold=0.95")[1]))
+            assert browser.errors == []
         finally:
             browser.close()

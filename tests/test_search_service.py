@@ -6,10 +6,12 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -22,12 +24,13 @@ from hangs import HANG_SECONDS
 from parallel.inputs.manifest import Manifest, manifest_path
 from search.api import make_service, reachable_warning
 from search.index import Index
-from search.service import Limits, Service
+from search.service import NO_EMBEDDER, Limits, Service
 from search_data import clustered, write_npy
-from serving import serving, stopped
+from serving import serving, stop
 from services import HTML_CAPTION, Running, clip_job, kept_job, png, run  # noqa: F401 -- clip_job, kept_job: fixtures
 
-ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 # ----------------------------------------------------------------- the API answers as the command line does
@@ -164,7 +167,12 @@ def test_a_service_without_an_embedder_takes_rows_and_vectors_only(vgg_index):
         status, description, _ = service.request("/api/index")
         assert status == 200 and description["rows"] == 300 and description["queries"] == {
             "key": True, "row": True, "vector": True, "text": False, "image": False}
-        _refused(service.request("/api/search/image", body=png((40, 30), 0)), 400, "no model given")
+        no_tower = "a text query needs an output of a model with a text tower (clip_vit_b32, clip_vit_b16); this " \
+                   "output's model is 'vgg16'"
+        assert description["unavailable"] == {"text": no_tower, "image": NO_EMBEDDER}  # the first reason of each
+        _refused(service.request("/api/search/image", body=png((40, 30), 0)), 400,
+                 "an image cannot be searched: no model given to the service: search by a row, a key or a vector")
+        _refused(service.request("/api/search?text=a+dog"), 400, "a sentence cannot be searched: " + no_tower)
         vector = json.dumps({"vector": clustered(300)[7].tolist()}).encode()
         status, answer, _ = service.request("/api/search/vector?k=2", body=vector)
         assert status == 200 and answer["neighbours"][0]["key"] == "img/00007.jpg"
@@ -401,14 +409,82 @@ def test_the_service_example_of_docs_search_runs(tmp_path):
     assert lines[2:] == ["img/00003.jpg", "5", "1"]
 
 
-def test_serve_an_index_on_loopback_until_sigterm(vgg_index):
+def test_serve_an_index_on_loopback_until_sigterm_a_line_a_request(vgg_index):
     with serving(vgg_index.folder) as (server, url):
         assert url.endswith("/")  # its page; the API beside it
-        with urllib.request.urlopen(url + "api/index", timeout=HANG_SECONDS) as response:
-            assert json.loads(response.read())["rows"] == 300
-        with urllib.request.urlopen(url, timeout=HANG_SECONDS) as response:
-            assert b'<script src="/live.js"' in response.read()
-        assert stopped(server, signal.SIGTERM)
+        sizes = []
+        for path in ("api/index", "", "api/search?text=my+own+words&k=2"):
+            try:
+                with urllib.request.urlopen(url + path, timeout=HANG_SECONDS) as response:
+                    sizes.append((response.status, len(response.read())))
+            except urllib.error.HTTPError as error:
+                sizes.append((error.code, len(error.read())))
+        status, lines = stop(server, signal.SIGTERM)
+    # Its second line: what it answers, and why not the rest (the tests' vgg16 record names no real weights).
+    assert status == 0 and lines[0] == (
+        "answers: neighbours of a row or a key, a vector, duplicates; not sentences: a text query needs an output of "
+        "a model with a text tower (clip_vit_b32, clip_vit_b16); this output's model is 'vgg16'; not images: the "
+        "output was computed with weights 'imagenet': pass them with --weights")
+    lines = lines[1:]  # then a line a request
+    assert [line.rsplit(" ", 2)[0] for line in lines] == [
+        "127.0.0.1 GET /api/index 200 %d bytes" % sizes[0][1], "127.0.0.1 GET / 200 %d bytes" % sizes[1][1],
+        "127.0.0.1 GET /api/search?text=(12 characters)&k=2 %d %d bytes" % sizes[2]]  # a sentence: its length
+    assert all(float(line.split()[-2]) >= 0 and line.endswith(" ms") for line in lines), lines
+
+
+def test_a_line_a_request_escapes_what_could_move_a_terminal_s_cursor(vgg_index):
+    lines = []
+    with Running(Service(vgg_index), log=lines.append) as service:
+        for request in (b"GET /api/neighbours?row=3&k=2 HTTP/1.1", b"GET /\x1b[2Jcleared HTTP/1.1",
+                        b"GET /api/index?" + b"a" * 300 + b" HTTP/1.1", b"PUT /api/index HTTP/1.1", b"NONSENSE"):
+            with socket.create_connection(("127.0.0.1", service.port), timeout=HANG_SECONDS) as connection:
+                connection.sendall(request + b"\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % service.port)
+                while connection.recv(65536):
+                    pass
+    assert [line.rsplit(" ", 4)[0] for line in lines] == [
+        "127.0.0.1 GET /api/neighbours?row=3&k=2 200", "127.0.0.1 GET /\\x1b[2Jcleared 404",
+        "127.0.0.1 GET " + ("/api/index?" + "a" * 300)[:200] + "... 400", "127.0.0.1 PUT /api/index 501",
+        "127.0.0.1 NONSENSE 400"]
+    assert int(lines[0].split()[4]) > 100 and all(line.endswith(" ms") for line in lines)
+
+
+def test_serve_takes_quiet_after_the_command_too():
+    from search_features import parse_args
+    assert parse_args(["serve", "IDX"]).quiet is False
+    assert parse_args(["serve", "IDX", "--quiet"]).quiet is True and parse_args(["--quiet", "serve", "IDX"]).quiet
+
+
+def test_serve_without_the_weights_says_what_it_answers_and_offers_no_sentence_or_image(clip_job, tmp_path):
+    folder, weights, index_folder, images = clip_job
+    found = folder / "clip" / "model.safetensors"  # beside the output: the refusal names it
+    why = ("the output was computed with the weights file %s; its record names the file, not where it is: pass "
+           "--weights %s (found there: that size and content)" % (Index.load(index_folder).settings["weights"], found))
+    with serving(index_folder, program=TESTS / "search_child.py", arguments=["--quiet"]) as (child, url):
+        def ask(path, body=None):
+            try:
+                with urllib.request.urlopen(url.rstrip("/") + path, body, timeout=HANG_SECONDS) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                return error.code, json.loads(error.read())
+
+        status, description = ask("/api/index")  # only what works
+        assert description["queries"] == {"key": True, "row": True, "vector": True, "text": False, "image": False}
+        assert description["unavailable"] == {"text": why, "image": why}
+        assert ask("/api/search?text=a+red+square") == (400, {"status": 400, "error": "a sentence cannot be "
+                                                                                      "searched: " + why})
+        assert ask("/api/search/image", png((40, 30), 1)) == (400, {"status": 400, "error": "an image cannot be "
+                                                                                           "searched: " + why})
+        assert ask("/api/search?key=colour03.png&k=2")[0] == 200
+        # Said as it starts, beside where it serves; --quiet: no line a request.
+        assert stop(child, signal.SIGTERM) == (0, ["answers: neighbours of a row or a key, a vector, duplicates; "
+                                                   "not sentences or images: %s" % why])
+    # Weights given that are not the output's: refused at start, one line, status 2 (no service that cannot answer).
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    result = subprocess.run([sys.executable, str(TESTS / "search_child.py"), "serve", str(index_folder), "--port",
+                             "0", "--weights", str(tmp_path)], capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert result.returncode == 2 and result.stderr == (
+        "search_features: error: --weights %s is not the weights the output was computed with (%s)\n"
+        % (tmp_path, Index.load(index_folder).settings["weights"]))
 
 
 def test_another_host_than_loopback_is_warned_of_and_a_page_is_served_on_loopback_only(tmp_path, capsys):
