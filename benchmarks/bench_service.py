@@ -183,7 +183,7 @@ class Server:
     def __init__(self, index, weights):
         self.process = subprocess.Popen(
             [sys.executable, str(ROOT / "search_features.py"), "serve", str(index), "--weights", str(weights),
-             "--port", "0"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             "--port", "0", "--quiet"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
         started = time.perf_counter()
         for line in self.process.stderr:
             found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
