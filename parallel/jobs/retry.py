@@ -17,7 +17,7 @@ import time
 from parallel.engine import extract_rows, member_decoder, run_errors
 from parallel.inputs.tars import index_keys
 from parallel.jobs import locks
-from parallel.jobs.assembly import closed_state
+from parallel.jobs.proof import closed_state
 from parallel.jobs.shard_record import shard_keys
 from parallel.loop import Summary
 from parallel.output import ErrorLog, open_writer
@@ -92,7 +92,7 @@ def retry_failed(config, job, worker, only=None):
     with ErrorLog(job.output) as log_file:  # the images that still have no row
         for row in ledger.failures():
             log_file.add(*row)
-    ledger.add_complete(writer.rows_committed, closed_state(job.output))
+    ledger.add_complete(writer.rows_committed, closed_state(job))
     job.publish_output()
     return todo, paths, still
 
