@@ -97,8 +97,8 @@ def is_proven_finished(job, ledger, record):
         return False
     try:
         parsed = json.loads(record)
-        if not (isinstance(parsed, dict) and parsed.get("state") == "complete" and parsed.get("rows") == complete["rows"]
-                and hashlib.sha256(record).hexdigest() == complete["record"]):
+        if not (isinstance(parsed, dict) and parsed.get("state") == "complete"
+                and parsed.get("rows") == complete["rows"] and hashlib.sha256(record).hexdigest() == complete["record"]):
             return False
         files = recorded_files(complete)
         if {suffix: size for suffix, (size, _) in files.items()} != job.commits.sizes(OUTPUT_FILES):
@@ -122,8 +122,8 @@ def rows_digest(job, images, failed):
 def stale_shards(job, ledger):
     """The shards in O (as `ledger` records them) whose rows were computed from another job or other images than
     those of the manifest now, or whose images cannot be read from it (a manifest made anew from a folder that
-    changed, or cut into other shards, or with other settings): [index]. An entry of an earlier version records no digest: its rows are the manifest's,
-    as they always were."""
+    changed, or cut into other shards, or with other settings): [index]. An entry of an earlier version records no
+    digest: its rows are the manifest's, as they always were."""
     stale = []
     for entry in ledger.claims():
         if "images" not in entry:
