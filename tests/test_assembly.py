@@ -217,6 +217,46 @@ def test_a_damaged_ledger_has_what_it_no_longer_proves_computed_again(job_images
         assert summary.written == 3 + 2 + 4  # shard 3 again (its failure too), the rest of shard 4, shard 5
 
 
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_a_record_damaged_mid_job_has_the_output_written_afresh_not_refused_for_ever(
+        job_images, single_outputs, tmp_path, small_shards, monkeypatch, caplog, output_format):
+    """Its record is what a writer resumes by (committed rows, bytes, parts): without it nothing of the output
+    holds, and the shards in it are computed again; never "pass --overwrite", never a failed run."""
+    output = tmp_path / ("out." + output_format)
+    _stopped(job_images, output, output_format, monkeypatch)
+    (tmp_path / ("out.%s.run.json" % output_format)).write_text("{not JSON")
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
+    assert "is written afresh: its out.%s.run.json is damaged" % output_format in caplog.text
+    assert summary.written == 23 - 2  # all but shard 4's batch, committed in its attempt
+
+
+@pytest.mark.parametrize("damage", ["deleted", "not JSON"])
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_a_finished_output_s_record_deleted_or_damaged_is_written_again_from_the_ledger(
+        job_images, single_outputs, tmp_path, small_shards, caplog, output_format, damage):
+    """docs/outputs.md: a side file deleted is written again by the rerun; the record is rebuilt from what the ledger
+    recorded of the output closed (its bytes' SHA-256), nothing computed again, and the output is this job's: never
+    refused as "not written by this program"."""
+    output = tmp_path / ("out." + output_format)
+    jobs.run(job_child.config(job_images, output, output_format))
+    record = tmp_path / ("out.%s.run.json" % output_format)
+    written = record.read_bytes()
+    record.unlink() if damage == "deleted" else record.write_text("{not JSON")
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
+    assert summary.written == 0 and record.read_bytes() == written
+    assert "written again from its ledger" in caplog.text
+
+
+def test_an_output_of_someone_else_beside_no_ledger_of_its_name_is_still_refused(job_images, tmp_path):
+    output = tmp_path / "out.csv"
+    output.write_text("theirs\n")
+    with pytest.raises(ValueError, match="exists and was not written by this program"):
+        jobs.run(job_child.config(job_images, output, "csv"))
+    assert output.read_text() == "theirs\n" and sorted(path.name for path in tmp_path.iterdir()) == ["out.csv"]
+
+
 def test_a_damaged_attempt_is_computed_again_not_refused(job_images, single_outputs, tmp_path, small_shards,
                                                          monkeypatch, caplog):
     output = tmp_path / "out.csv"
