@@ -34,12 +34,13 @@ import threading
 import numpy as np
 
 from parallel.inputs.tars import index_keys
+from parallel.jobs.ledger import LEDGER_SUFFIX
 from parallel.jobs.proof import changed_since_closed, closed_state, rebuilt_record, rows_digest
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection, shard_keys
 from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, open_writer, read_record, recorded_settings,
                              remove_output)
 from parallel.messages import which_shards
-from parallel.output.record import save_record, sidecar_path
+from parallel.output.record import SIDECAR_SUFFIX, save_record, sidecar_path
 
 log = logging.getLogger("parallel")
 
@@ -88,7 +89,14 @@ class Assembly:
         Returns:
           list of the shards forgotten.
         """
-        ledger = self.job.ledger().repaired()
+        ledger = self.job.ledger()
+        rewrites = ledger.rewrites
+        lost = self._prove(ledger.repaired())
+        if ledger.rewrites != rewrites and not self.job.commits.in_place:  # a store's: what it no longer claims,
+            self.job.commits.publish(LEDGER_SUFFIX)  # committed (the next process reads the store's anew)
+        return lost
+
+    def _prove(self, ledger):
         if self.afresh:  # O is written anew from every shard: nothing of it counts
             ledger.forget(everything=True)
             return []
@@ -145,6 +153,7 @@ class Assembly:
                 return "its %s is %s and cannot be written again from its ledger" % (
                     name, "gone" if record is None else "damaged")
             save_record(self.job.output, rebuilt)
+            self.job.commits.publish(SIDECAR_SUFFIX)  # a store's: the record committed is the one recorded
             record = rebuilt
             log.warning("%s: its %s was lost or damaged: written again from its ledger", self.job.location, name)
         if self._feature_size(record) is None:  # no writer wrote it: nothing of O holds

@@ -50,7 +50,8 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
     if not missing:
         def assemble():
             return job.assemble(config.output_format, config.model.output_name, config.settings,
-                                keep_shards=config.distribution.keep_shards, assembly=assembly)
+                                keep_shards=config.distribution.keep_shards, assembly=assembly,
+                                feature_size=worker and worker.runner.feature_size)
 
         with run_errors():
             try:

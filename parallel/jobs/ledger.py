@@ -64,10 +64,12 @@ class Ledger:
       path: Path of the ledger file.
       entries: the entries that checked out, in order (a list of dicts).
       damaged: how many lines failed their check when it was read.
+      rewrites: how many times it was rewritten since (`rewrite`): what it records is no longer what it did.
     """
 
     def __init__(self, path):
         self.path = path
+        self.rewrites = 0
         self.entries, self.damaged, last = self._read()
         self._digest = None if self.damaged else last  # the last line's, where the file holds exactly `entries`
         self._shards = None  # (how many entries it was folded from, `shards()`)
@@ -182,6 +184,7 @@ class Ledger:
         self.entries, self.damaged, self._digest = [dict(entry, seq=seq) for seq, entry in enumerate(entries)], 0, \
             previous
         self._shards = None
+        self.rewrites += 1
 
     def repaired(self):
         """The ledger as read, with the lines that failed their check dropped (rewritten if there were any): self."""
