@@ -259,6 +259,34 @@ def test_an_output_of_someone_else_beside_no_ledger_of_its_name_is_still_refused
     assert output.read_text() == "theirs\n" and sorted(path.name for path in tmp_path.iterdir()) == ["out.csv"]
 
 
+@pytest.mark.parametrize("images", ["folder", "tars"])
+def test_a_ledger_of_the_previous_version_is_proven_anew_not_refused_nor_computed_again(job_images, tmp_path,
+                                                                                      images):
+    """Its entries record sizes only, and no digest of a shard's images: the side files are proven anew (the errors
+    file written again from the ledger, the index of members read whole), and the ledger records their SHA-256."""
+    if images == "tars":
+        write_tars(job_images, tmp_path / "tars", 8)
+    source = str(tmp_path / "tars" / "*.tar") if images == "tars" else job_images
+    output = tmp_path / "out.csv"
+    jobs.run(job_child.config(source, output, "csv"))
+    written = _outputs(output)
+    book = ledger.Ledger(output.with_name("out.csv.ledger.jsonl"))
+    earlier = []
+    for entry in book.entries:
+        entry = {key: value for key, value in entry.items() if key not in ("seq", "images")}
+        if "complete" in entry:
+            closed = entry["complete"]
+            entry = {"complete": {"rows": closed["rows"], "record": closed["record"],
+                                  "files": {suffix: size for suffix, (size, _) in closed["files"].items()}}}
+        earlier.append(entry)
+    book.rewrite(earlier)
+    summary = jobs.run(job_child.config(source, output, "csv"))
+    assert (summary.written, summary.already_done, summary.failed) == (0, 23, 1)
+    assert _outputs(output) == written
+    closed = ledger.Ledger(output.with_name("out.csv.ledger.jsonl")).complete()
+    assert all(digest for suffix, (_, digest) in closed["files"].items() if suffix not in ("", ".paths.csv"))
+
+
 def test_a_damaged_attempt_is_computed_again_not_refused(job_images, single_outputs, tmp_path, small_shards,
                                                          monkeypatch, caplog):
     output = tmp_path / "out.csv"
