@@ -262,6 +262,32 @@ def test_a_rerun_killed_while_it_retries_a_failed_image_is_finished_by_the_next(
     rerun_is_done(images, output, reference)
 
 
+def test_a_retried_member_s_row_a_killed_retry_left_unmerged_goes_to_its_place_in_the_members_order(
+        finished_streams, job_images, tmp_path, monkeypatch):
+    """A member that failed once (a read that failed) has its row appended by the next run's retry; a kill before
+    that retry closes the output leaves the row last. The run after puts it in its place: the job's own bytes."""
+    from colour_jobs import Killed
+    from parallel.inputs import streams
+    from parallel.output import CsvWriter
+    images, _, reference = finished_streams["tars"]
+    output = tmp_path / "out.csv"
+    flaky = (job_images / "a/02.png").read_bytes()
+    decode = streams.decode_bytes_row
+    with monkeypatch.context() as patch:
+        patch.setattr(streams, "decode_bytes_row", lambda data, *rest: ("unreadable", "a read that failed")
+                      if data == flaky else decode(data, *rest))
+        first = jobs.run(job_child.config(images, output, "csv"))
+    assert (first.written, first.failed) == (22, 2)
+
+    def killed(self):
+        raise Killed("the retry's rows appended, the output not closed")
+    with monkeypatch.context() as patch:
+        patch.setattr(CsvWriter, "close", killed)
+        with pytest.raises(Killed):
+            jobs.run(job_child.config(images, output, "csv"))
+    rerun_is_done(images, output, reference)
+
+
 def run_cli(*flags, cwd):
     """The command line (cli_child: the colour model in VGG16's place): (exit status, stderr)."""
     done = subprocess.run([sys.executable, CLI_CHILD, *map(str, flags), "--quiet", "--devices", "cpu:0",

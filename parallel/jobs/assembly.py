@@ -110,18 +110,22 @@ class Assembly:
         if not self.job.commits.in_place:  # a store's O, as committed, is proven here, and written again here
             self.job.pull_output()
         why = self._unproven(ledger, claims)
+        record = None if why else read_record(self.job.output)  # proven to read, or rebuilt, where O is there
         if why:
             log.warning("%s is written afresh: %s", self.job.location, why)
             remove_output(self.job.output)  # the job's own (`proof.owns_output`): nothing of it holds
             lost = sorted(claims)
-        elif read_record(self.job.output) is None:  # O and its record are gone: none of its rows is left
+        elif record is None:  # O and its record are gone: none of its rows is left
             lost = sorted(claims)
         else:
-            changed = changed_since_closed(self.job, read_record(self.job.output), ledger.complete())
+            changed = changed_since_closed(self.job, record, ledger.complete())
             if changed:
                 log.warning("%s is not the output closed (%s): it is written afresh", self.job.location, changed)
             writer = self._open(self._first_features(), overwrite=bool(changed))
             lost = [index for index in sorted(claims) if not self._rows_in(index, claims[index], writer)]
+            retried = [path for path, _, _ in ledger.failures() if writer.has_row(path)]
+            if retried and not lost:  # retried into O by a run killed before its ledger said so
+                ledger.add_retry(retried, [])
         if lost and self.job.streamed and self._writer is not None:  # its rows are in stream order: O starts afresh
             self._writer.abort()
             self._writer = None
@@ -163,13 +167,16 @@ class Assembly:
             return "its index of members is not the one it was closed with, and the shards it was merged from are gone"
         return None
 
+    def _model_feature_size(self, features=None):
+        """The model's feature size: this process's, else a shard's `features` schema's (None: neither is known)."""
+        if self.feature_size is None and features is not None:
+            import pyarrow.parquet as pq
+            return pq.read_schema(features).field(self.column_prefix).type.list_size
+        return self.feature_size
+
     def _rebuilt_record(self, ledger):
         """O's commit record as O was closed with it (`proof.rebuilt_record`), or None."""
-        features = self._first_features()
-        feature_size = self.feature_size
-        if feature_size is None and features is not None:
-            import pyarrow.parquet as pq
-            feature_size = pq.read_schema(features).field(self.column_prefix).type.list_size
+        feature_size = self._model_feature_size(self._first_features())
         if feature_size is None:
             return None
         settings = recorded_settings(self.settings, self.output_format, self.column_prefix, feature_size)
@@ -258,11 +265,9 @@ class Assembly:
         writer repairs) is started afresh, with a warning: what the ledger claims of it is then proven not to
         hold."""
         if self._writer is None:
-            feature_size = feature_size or self.feature_size  # the model's: a record that says otherwise is damaged
-            if feature_size is None and features is not None:
-                import pyarrow.parquet as pq
-                feature_size = pq.read_schema(features).field(self.column_prefix).type.list_size
-            elif feature_size is None:
+            # The model's (this process's, or a shard's), else O's record's: a record that says otherwise is damaged.
+            feature_size = feature_size or self._model_feature_size(features)
+            if feature_size is None:
                 feature_size = self._feature_size(read_record(self.job.output))
             options = dict(format=self.output_format, column_prefix=self.column_prefix, feature_size=feature_size,
                            settings=self.settings, sort_paths=not self.job.streamed)
@@ -288,7 +293,9 @@ class Assembly:
         """
         self.wait()
         writer = self._open(self._first_features())
-        if self.job.streamed:  # in its members' order: rows a retry killed before its close appended are put in place
+        if self.job.streamed and self.job.ledger().closed():
+            # O was closed before: the rows a retry appended to it, killed before it closed O, go to their places in
+            # the members' order (a first close finds every row in that order already).
             places = {key: place for place, key in enumerate(index_keys(self.job.members_index()))}
             writer.order = lambda key: places.get(key, len(places))
         errors = ErrorLog(self.job.output)  # removes the file of an earlier try

@@ -64,7 +64,7 @@ class Ledger:
       path: Path of the ledger file.
       entries: the entries that checked out, in order (a list of dicts).
       damaged: how many lines failed their check when it was read.
-      rewrites: how many times it was rewritten since (`rewrite`): what it records is no longer what it did.
+      rewrites: how many times this process rewrote it (`rewrite`): a store's is then committed again.
     """
 
     def __init__(self, path):

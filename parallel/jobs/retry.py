@@ -88,7 +88,9 @@ def retry_failed(config, job, worker, only=None):
                 writer.write(done[start:start + _BATCH_ROWS], features[start:start + _BATCH_ROWS])
             paths.extend(done)
             still.extend(failing)
-    ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)  # those of a killed run too
+        # Its rows are committed: recorded before the close merges them into place (a kill at any point after
+        # leaves an output the next run closes, nothing computed again). Those of a killed run are recorded too.
+        ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)
     with ErrorLog(job.output) as log_file:  # the images that still have no row
         for row in ledger.failures():
             log_file.add(*row)

@@ -320,8 +320,9 @@ class ShardedJob(CommittedOutput):
                     if not checked_as_appended:
                         self._check_shards()  # every shard not in the output, before a byte of it is written
                     assembly.catch_up()  # after the one in the background, if any (its error raised here)
-                    if self.streamed and not self.members_proven(self.ledger()):  # before O: once O is complete,
-                        # the shards (and their indexes) may go; one the ledger proves is kept (`Assembly.prove`)
+                    # Before O: once O is complete, the shards (and their indexes) may go. An index the ledger
+                    # proves (O closed with it, its shards gone since) is kept: `Assembly.prove`.
+                    if self.streamed and not self.members_proven(self.ledger()):
                         merge_indexes([self.committed_folder(i) / MEMBERS_FILE for i in range(self.shard_count)],
                                       self.members)
                     assembly.finish()

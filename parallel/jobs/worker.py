@@ -19,8 +19,8 @@ from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.streamed import stream_images
 from parallel.inputs.tar_stream import LaterCopies
 from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
-from parallel.jobs.identity import geometry_change
 from parallel.jobs.commits import PartChanged
+from parallel.jobs.identity import geometry_change
 from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.locations import is_url
