@@ -13,7 +13,8 @@ and disks change. Every file a rerun reads is proven against the ledger, or rebu
     O.errors.csv           its SHA-256; otherwise written again from the ledger (`Assembly.finish`)
     O.members.parquet      a tar job's index of members: its SHA-256 (`members_proven`); otherwise merged
                            again from the shards' indexes, or, the shards gone, O written afresh (its rows
-                           are in the members' order, and a retry reads each member back by it)
+                           are in the members' order, and a retry reads each member back by it; an index
+                           rebuilt alone would read every file of the job again all the same)
     the manifest           each shard's rows were computed from the job and images of a digest
                            (`rows_digest`, of those with a row): a manifest made anew (a damaged one
                            removed) proves them, or O is written afresh (`stale_shards`)
@@ -25,7 +26,7 @@ what is not proven is rebuilt or computed again, never a failed run.
     is_proven_finished(job, ledger, record) whether the ledger proves O finished, as it is committed
     stale_shards(job, ledger)               the shards in O whose images are not those of their rows
     members_proven(job, ledger)             whether O.members.parquet is the one the ledger closed O with
-    rebuilt_record(job, ledger, settings)   O.run.json as O was closed with it, rebuilt from the ledger
+    rebuilt_record(job, ledger, ...)        O.run.json as O was closed with it, rebuilt from the ledger
     owns_output(job)                        whether the file at O is the job's (a rerun may prove, rebuild
                                             or replace it), though its record is lost or damaged
 """
