@@ -454,7 +454,7 @@ def _one_rank():
     return jobs.Distribution(kind="static", rank=0, world_size=1, shard_size=5, wait_seconds=5)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_a_store_job_with_any_one_object_damaged_reruns_to_the_uninterrupted_output_or_refuses_in_one_line(
         job_images, single_outputs, store_states, seed):
     """The same, for an output in a store: its objects (the output's, the shards' parts and records) copied to a

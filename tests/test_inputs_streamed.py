@@ -248,7 +248,7 @@ def test_a_byte_changed_in_a_finished_job_s_index_of_members_is_found_and_the_jo
     assert summary.written == 23 and "its index of members is not the one it was closed with" in caplog.text
 
 
-@pytest.mark.parametrize("kind, signal_name", [("tars", "SIGKILL"), ("hf", "SIGTERM"), ("wds_tfrecord", "SIGKILL")])
+@pytest.mark.parametrize("kind, signal_name", [("tars", "SIGKILL"), ("hf", "SIGTERM")])
 def test_a_rerun_killed_while_it_retries_a_failed_image_is_finished_by_the_next(finished_streams, tmp_path, kind,
                                                                                 signal_name):
     """Killed (or stopped) between the ledger's `retried` line and its closing line: the job child sends itself
