@@ -13,8 +13,10 @@ those are imported, since importing TensorFlow takes seconds.
 # by search_features.py), this module leaves the signal handlers alone.
 from parallel import signals as _signals  # the standard library only
 
+_INTERRUPTED = "interrupted; rerun the same command to resume"  # the line of every status 130 but the loop's
+
 if _signals.run_as_program(__name__, "run-inference"):
-    _signals.exit_on_signal()
+    _signals.exit_on_signal(message="run_inference: " + _INTERRUPTED)
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
@@ -297,7 +299,7 @@ def main(argv=None):
                                    "command to resume"):
             summary = _run(args, output, output_format)
     except KeyboardInterrupt:
-        _say("interrupted; rerun the same command to resume")
+        _say(_INTERRUPTED)
         return EXIT_INTERRUPTED
     except ValueError as error:  # the inputs are wrong: the message says which
         if args.verbose:
@@ -306,7 +308,7 @@ def main(argv=None):
         return EXIT_USAGE
     except Exception as error:
         if by_a_signal(error):  # e.g. ImportError("initialization failed") of an import a signal cut short
-            _say("interrupted; rerun the same command to resume")
+            _say(_INTERRUPTED)
             return EXIT_INTERRUPTED
         if args.verbose:
             raise
@@ -381,14 +383,14 @@ def _say(message):
 def console():
     """The program (`run-inference`, `python run_inference.py`): main(), then exit at once with its status.
 
-    A Ctrl-C or SIGTERM at any moment until the process begins to exit gives status 130: from the
-    module's first statement (these handlers, set again here for a program that imports this module
-    and calls console()), through main(), which hands them back when its own signal handling ends,
-    to just after the summary line. The output is durable when main() returns, so the process ends
+    A Ctrl-C or SIGTERM at any moment until the process begins to exit gives status 130 and one line
+    saying so: from the module's first statement (these handlers, set again here for a program that
+    imports this module and calls console()), through main(), which hands them back when its own
+    signal handling ends, to just after the summary line. The output is durable when main() returns, so the process ends
     there, without the interpreter's and TensorFlow's teardown. An exception from main() (--verbose)
     takes the usual way out.
     """
-    exit_on_signal()
+    exit_on_signal(message="run_inference: " + _INTERRUPTED)
     exit_now(main())
 
 

@@ -7,7 +7,8 @@
     second signal (the CLI only)   the process exits with status 130 within moments, even while
                                    the main thread is inside a device step (exit_on_second_signal)
     around the run (the CLI only)  status 130 too, from the program's first statement (its imports)
-                                   until it begins to exit, e.g. just after the summary (exit_on_signal)
+                                   until it begins to exit, e.g. just after the summary, with the
+                                   program's one line saying so (exit_on_signal)
 
 One policy for the whole run (`handled`): SIGTERM always stops as above; SIGINT does too, unless
 the process was started with SIGINT ignored (`nohup cmd &`, a shell's background job, some CI
@@ -31,6 +32,7 @@ import threading
 
 EXIT_INTERRUPTED = 130
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_exit_message = None  # the line exit_on_signal's handler writes before it exits (None: none)
 
 
 def handled(signum):
@@ -159,16 +161,16 @@ def run_as_program(module_name, program):
     return script == program
 
 
-def exit_on_signal(signums=STOP_SIGNALS):
+def exit_on_signal(signums=STOP_SIGNALS, message=None):
     """For a program, first thing: until the process begins to exit, SIGINT/SIGTERM exit with 130.
 
         from parallel import signals   # the program's first statements, before what takes time to import
         if signals.run_as_program(__name__, "run-inference"):
-            signals.exit_on_signal()
+            signals.exit_on_signal(message="run-inference: interrupted; rerun the same command to resume")
         import numpy
         ...
         def console():
-            signals.exit_on_signal()   # again, for whoever imports the module and calls console()
+            signals.exit_on_signal(message=...)   # again, for whoever imports the module and calls console()
             signals.exit_now(main())   # main() may use exit_on_second_signal: it hands these back
 
     Without it, Python's default handlers rule until the program's own handling begins and once
@@ -180,12 +182,29 @@ def exit_on_signal(signums=STOP_SIGNALS):
 
     Args:
       signums: the signals taken (default both; SIGINT alone for a program that handles only it).
+      message: one line written to stderr before the process exits so (None: none), so that a status 130
+        never comes without a word, whenever the signal lands: before the program's own handling of
+        the run begins, or after it ends (the run done, its summary printed or about to be).
     """
+    global _exit_message
+    _exit_message = message
     for signum in filter(handled, signums):
         signal.signal(signum, _exit_interrupted)
 
 
 def _exit_interrupted(signum, frame):
+    if _exit_message is not None:
+        line = "\n%s\n" % _exit_message if _is_terminal(sys.stderr) else "%s\n" % _exit_message
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except RuntimeError:  # the signal came inside a write to stderr (a reentrant call): past its buffer
+            try:
+                os.write(sys.stderr.fileno(), line.encode("utf-8", "replace"))
+            except (AttributeError, OSError, ValueError):
+                pass
+        except (AttributeError, OSError, ValueError):  # no stderr to write to
+            pass
     exit_now(EXIT_INTERRUPTED)
 
 

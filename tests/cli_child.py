@@ -8,7 +8,8 @@ process but not VGG16's 553 MB of weights and 15 GFLOPs an image: run_inference.
 `--model vgg16` names is job_child's colour model (uint8 [N, 8, 8, 3] -> float32 [N, 6]), and `--weights`
 is not read. In the environment, CLI_CHILD_STEP_SECONDS makes each of its steps take that long (a sleep
 inside Session.run, as a real model's compute), so that a signal or a kill lands in the middle of a run, and
-CLI_CHILD_LOAD_SECONDS its weights (the start-up).
+CLI_CHILD_LOAD_SECONDS its weights (the start-up). CLI_CHILD_SIGTERM_AT_RUN_END=1 sends the process a SIGTERM of
+its own at one moment, no race: as the run's own signal handling hands the handlers back, before the summary line.
 
 The fake goes into sys.modules before run_inference imports anything: importing the real models.vgg16
 would import TensorFlow before the command line silences its log. Nothing is imported here that the
@@ -40,8 +41,26 @@ def feature_model(**flags):
     return dataclasses.replace(model, load_weights=load_weights)
 
 
+def sigterm_as_the_run_ends():
+    """Makes the program send itself a SIGTERM as its run's own signal handling ends (before it imports that)."""
+    import contextlib
+    import signal
+    from parallel import signals
+    run_handling = signals.exit_on_second_signal
+
+    @contextlib.contextmanager
+    def then_signalled(message):
+        with run_handling(message):
+            yield
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at once, in this thread: the next bytecode
+
+    signals.exit_on_second_signal = then_signalled
+
+
 if __name__ == "__main__":
     sys.path[:1] = [str(REPOSITORY), str(TESTS)]  # the repository's modules, then job_child
     sys.modules["models.vgg16"] = types.SimpleNamespace(feature_model=feature_model)
+    if os.environ.get("CLI_CHILD_SIGTERM_AT_RUN_END"):
+        sigterm_as_the_run_ends()
     sys.argv[0] = str(REPOSITORY / "run_inference.py")
     runpy.run_path(sys.argv[0], run_name="__main__")

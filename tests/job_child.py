@@ -4,6 +4,9 @@
         [--shard-size N] [--step-seconds S] [--marker FILE] [--keep-shards] [--images-from FILE]
 
 Prints the summary line on stderr and exits with the engine's status (130 when stopped).
+
+JOB_CHILD_SIGNAL_AFTER_RETRIED=SIGKILL (or SIGTERM) in the environment: the process sends itself that signal once
+the ledger records a retry of failed images (its `retried` line written, its closing line not yet), no race.
 """
 
 import argparse
@@ -67,6 +70,19 @@ def config(images, output, output_format, distribution=None, images_from=None, s
                          distribution=distribution, image_column=image_column, keep=keep)
 
 
+def signal_after_retried(name):
+    """Sends this process the signal `name` as soon as the ledger's `retried` line is written (see the docstring)."""
+    import signal
+    from parallel.jobs.ledger import Ledger
+    add_retry = Ledger.add_retry
+
+    def then_signalled(self, *args, **kwargs):
+        add_retry(self, *args, **kwargs)
+        os.kill(os.getpid(), getattr(signal, name))  # its handler runs at once, in this thread
+
+    Ledger.add_retry = then_signalled
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("images")
@@ -86,6 +102,8 @@ def main():
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
     from parallel import engine, jobs
     from parallel.signals import exit_on_second_signal
+    if os.environ.get("JOB_CHILD_SIGNAL_AFTER_RETRIED"):
+        signal_after_retried(os.environ["JOB_CHILD_SIGNAL_AFTER_RETRIED"])
     distribution = None
     if args.distributed:
         distribution = jobs.Distribution(kind=args.distributed, rank=args.rank, world_size=args.world_size,

@@ -10,8 +10,10 @@ from PIL import Image
 
 import job_child
 from colour_jobs import Killed, StopAfter
+from stores import BUCKET, store, write_tars
 from outputs import job_outputs
 from parallel import jobs
+from parallel.inputs.tars import MEMBERS_SUFFIX
 from parallel.jobs import assembly, distributed, identity, ledger
 from parallel.jobs.shard_record import SHARD_FEATURES
 from parallel.jobs.shards import ShardedJob
@@ -217,6 +219,74 @@ def test_a_damaged_ledger_has_what_it_no_longer_proves_computed_again(job_images
         assert summary.written == 3 + 2 + 4  # shard 3 again (its failure too), the rest of shard 4, shard 5
 
 
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_a_record_damaged_mid_job_has_the_output_written_afresh_not_refused_for_ever(
+        job_images, single_outputs, tmp_path, small_shards, monkeypatch, caplog, output_format):
+    """Its record is what a writer resumes by (committed rows, bytes, parts): without it nothing of the output
+    holds, and the shards in it are computed again; never "pass --overwrite", never a failed run."""
+    output = tmp_path / ("out." + output_format)
+    _stopped(job_images, output, output_format, monkeypatch)
+    (tmp_path / ("out.%s.run.json" % output_format)).write_text("{not JSON")
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
+    assert "is written afresh: its out.%s.run.json is damaged" % output_format in caplog.text
+    assert summary.written == 23 - 2  # all but shard 4's batch, committed in its attempt
+
+
+@pytest.mark.parametrize("damage", ["deleted", "not JSON"])
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_a_finished_output_s_record_deleted_or_damaged_is_written_again_from_the_ledger(
+        job_images, single_outputs, tmp_path, small_shards, caplog, output_format, damage):
+    """docs/outputs.md: a side file deleted is written again by the rerun; the record is rebuilt from what the ledger
+    recorded of the output closed (its bytes' SHA-256), nothing computed again, and the output is this job's: never
+    refused as "not written by this program"."""
+    output = tmp_path / ("out." + output_format)
+    jobs.run(job_child.config(job_images, output, output_format))
+    record = tmp_path / ("out.%s.run.json" % output_format)
+    written = record.read_bytes()
+    record.unlink() if damage == "deleted" else record.write_text("{not JSON")
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
+    assert summary.written == 0 and record.read_bytes() == written
+    assert "written again from its ledger" in caplog.text
+
+
+def test_an_output_of_someone_else_beside_no_ledger_of_its_name_is_still_refused(job_images, tmp_path):
+    output = tmp_path / "out.csv"
+    output.write_text("theirs\n")
+    with pytest.raises(ValueError, match="exists and was not written by this program"):
+        jobs.run(job_child.config(job_images, output, "csv"))
+    assert output.read_text() == "theirs\n" and sorted(path.name for path in tmp_path.iterdir()) == ["out.csv"]
+
+
+@pytest.mark.parametrize("images", ["folder", "tars"])
+def test_a_ledger_of_the_previous_version_is_proven_anew_not_refused_nor_computed_again(job_images, tmp_path,
+                                                                                      images):
+    """Its entries record sizes only, and no digest of a shard's images: the side files are proven anew (the errors
+    file written again from the ledger, the index of members read whole), and the ledger records their SHA-256."""
+    if images == "tars":
+        write_tars(job_images, tmp_path / "tars", 8)
+    source = str(tmp_path / "tars" / "*.tar") if images == "tars" else job_images
+    output = tmp_path / "out.csv"
+    jobs.run(job_child.config(source, output, "csv"))
+    written = _outputs(output)
+    book = ledger.Ledger(output.with_name("out.csv.ledger.jsonl"))
+    earlier = []
+    for entry in book.entries:
+        entry = {key: value for key, value in entry.items() if key not in ("seq", "images")}
+        if "complete" in entry:
+            closed = entry["complete"]
+            entry = {"complete": {"rows": closed["rows"], "record": closed["record"],
+                                  "files": {suffix: size for suffix, (size, _) in closed["files"].items()}}}
+        earlier.append(entry)
+    book.rewrite(earlier)
+    summary = jobs.run(job_child.config(source, output, "csv"))
+    assert (summary.written, summary.already_done, summary.failed) == (0, 23, 1)
+    assert _outputs(output) == written
+    closed = ledger.Ledger(output.with_name("out.csv.ledger.jsonl")).complete()
+    assert all(digest for suffix, (_, digest) in closed["files"].items() if suffix not in ("", ".paths.csv"))
+
+
 def test_a_damaged_attempt_is_computed_again_not_refused(job_images, single_outputs, tmp_path, small_shards,
                                                          monkeypatch, caplog):
     output = tmp_path / "out.csv"
@@ -254,14 +324,27 @@ def test_an_attempt_s_merged_file_changed_before_its_commit_is_computed_again(jo
 _DAMAGES = ("delete", "cut", "flip")
 
 
+def _outputs(output):
+    """What a user reads of a job: the output, its paths file (npy), its errors file, a tar job's index of members."""
+    files = job_outputs(output)
+    members = output.with_name(output.name + MEMBERS_SUFFIX)
+    if members.exists():
+        files[MEMBERS_SUFFIX] = members.read_bytes()
+    return files
+
+
 @pytest.fixture(scope="module")
 def job_states(job_images, single_outputs, tmp_path_factory):
     """{(state, format): (a folder holding a job left in that state, its images, the outputs of its uninterrupted
     run, its images that fail)}, in shards of 4: "mid-job" (stopped in shard 4: shards 0 to 3 in the output and
-    gone, an attempt at shard 4), "finished" (an image failed), "finished clean" (none did)."""
+    gone, an attempt at shard 4), "finished" (an image failed), "finished clean" (none did); and of a job over 3
+    tars (one shard, a/bad.png a member that fails), "finished" (its index of members beside the output) and
+    "retry killed" (a rerun killed between the ledger's `retried` line and its closing line)."""
     clean = tmp_path_factory.mktemp("clean") / "images"
     shutil.copytree(job_images, clean)
     (clean / "a" / "bad.png").unlink()
+    tars = tmp_path_factory.mktemp("tars")
+    write_tars(job_images, tars, 8)
     states = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(identity, "DEFAULT_SHARD_SIZE", 4)
@@ -276,7 +359,25 @@ def job_states(job_images, single_outputs, tmp_path_factory):
                     jobs.run(job_child.config(images, output, output_format))
                 reference = job_outputs(output) if state == "finished clean" else single_outputs[output_format]
                 states[state, output_format] = folder, images, reference, 0 if state == "finished clean" else 1
+        for state in ("tars finished", "tars retry killed"):
+            folder = tmp_path_factory.mktemp("state")
+            output, images = folder / "out.csv", str(tars / "*.tar")
+            jobs.run(job_child.config(images, output, "csv"))
+            reference = _outputs(output)
+            if state == "tars retry killed":
+                with pytest.MonkeyPatch.context() as kill:
+                    kill.setattr(ledger.Ledger, "add_retry", _then_killed(ledger.Ledger.add_retry))
+                    with pytest.raises(Killed):
+                        jobs.run(job_child.config(images, output, "csv"))
+            states[state, "csv"] = folder, images, reference, 1
     return states
+
+
+def _then_killed(real):
+    def call(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Killed("after %s" % real.__name__)
+    return call
 
 
 def _job_files(folder):
@@ -287,10 +388,27 @@ def _snapshot(folder):
     return {path: path.read_bytes() for path in _job_files(folder)}
 
 
-@pytest.mark.parametrize("seed", range(16))
+def _damaged(data, damage, rng):
+    """`data` (bytes) deleted (None), cut at random or with one bit flipped."""
+    if damage == "delete" or not data:
+        return None
+    if damage == "cut":
+        return data[:rng.randrange(len(data))]
+    data = bytearray(data)
+    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    return bytes(data)
+
+
+def _own_data(name, output_name):
+    """Whether the file `name` is the output's own data, a bit flipped inside which is the disk's to catch."""
+    return name in (output_name, output_name + ".paths.csv")
+
+
+@pytest.mark.parametrize("seed", range(40))
 def test_a_job_with_any_one_file_damaged_reruns_to_the_uninterrupted_output_or_refuses_in_one_line(
         job_states, tmp_path, small_shards, seed):
-    from parallel.engine import RunError
+    """Whatever file is deleted, cut or flipped: the next rerun gives the uninterrupted run's files, or refuses in one
+    line (exit 2) with nothing changed. Never a failed run (exit 1): what cannot be proven is not trusted."""
     rng = random.Random(seed)
     state, output_format = rng.choice(sorted(job_states))
     source, images, reference, failing = job_states[state, output_format]
@@ -298,32 +416,78 @@ def test_a_job_with_any_one_file_damaged_reruns_to_the_uninterrupted_output_or_r
     shutil.copytree(source, folder)
     output = folder / ("out." + output_format)
     target, damage = rng.choice(_job_files(folder)), rng.choice(_DAMAGES)
-    if damage == "flip" and target.name in (output.name, output.name + ".paths.csv"):
-        damage = "cut"  # a bit flipped inside the output's own data is the disk's to catch, not the rerun's
-    size = target.stat().st_size
-    if damage == "delete" or not size:
-        target.unlink()
-    elif damage == "cut":
-        with open(target, "r+b") as file:
-            file.truncate(rng.randrange(size))
-    else:
-        data = bytearray(target.read_bytes())
-        data[rng.randrange(size)] ^= 1 << rng.randrange(8)
-        target.write_bytes(bytes(data))
+    if damage == "flip" and _own_data(target.name, output.name):
+        damage = "cut"
+    damaged = _damaged(target.read_bytes(), damage, rng)
+    target.unlink() if damaged is None else target.write_bytes(damaged)
     what = "%s of a %s %s job: %s" % (damage, state, output_format, target.relative_to(folder))
     before = _snapshot(folder)
-    for _ in range(3):  # a run error (exit 1) may come first, as its "rerun to resume" says
-        try:
-            summary = jobs.run(job_child.config(images, output, output_format))
-        except RunError:
-            continue
-        except ValueError as refusal:  # exit 2: one line, and nothing changed
-            assert "\n" not in str(refusal), what
-            assert _snapshot(folder) == before, what
-            return
-        assert summary.exit_status == (3 if failing else 0), what
-        break
-    assert job_outputs(output) == reference, what
+    try:
+        summary = jobs.run(job_child.config(images, output, output_format))
+    except ValueError as refusal:  # exit 2: one line, and nothing changed
+        assert "\n" not in str(refusal), what
+        assert _snapshot(folder) == before, what
+        return
+    assert summary.exit_status == (3 if failing else 0) and not summary.pending_shards, what
+    assert _outputs(output) == reference, what
     again = jobs.run(job_child.config(images, output, output_format))
     assert (again.written, again.already_done, again.failed) == (0, 23, failing), what
-    assert job_outputs(output) == reference, what
+    assert _outputs(output) == reference, what
+
+
+@pytest.fixture(scope="module")
+def store_states(job_images, s3_store):
+    """{state: the URL of a job left in that state in the loopback store}, in shards of 5 on one rank: "stopped"
+    (shards 0 to 2 committed in the store, none in the output yet), "finished" (a/bad.png failed)."""
+    states = {}
+    for state in ("stopped", "finished"):
+        url = "s3://%s/fuzz-states/%s/out.csv" % (BUCKET, state)
+        with pytest.MonkeyPatch.context() as stop:
+            if state == "stopped":
+                stop.setattr(distributed, "StopRequest", lambda: StopAfter(10))
+            jobs.run(job_child.config(job_images, url, "csv", _one_rank()))
+        states[state] = url
+    return states
+
+
+def _one_rank():
+    return jobs.Distribution(kind="static", rank=0, world_size=1, shard_size=5, wait_seconds=5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_store_job_with_any_one_object_damaged_reruns_to_the_uninterrupted_output_or_refuses_in_one_line(
+        job_images, single_outputs, store_states, seed):
+    """The same, for an output in a store: its objects (the output's, the shards' parts and records) copied to a
+    prefix of their own, one of them deleted, cut or flipped."""
+    rng = random.Random(seed)
+    state = rng.choice(sorted(store_states))
+    fs, source = store(), store_states[state][len("s3://"):].rpartition("/")[0]
+    prefix = "%s/fuzz-%d" % (BUCKET, seed)
+    names = sorted(name[len(source) + 1:] for name in fs.find(source))
+    for name in names:
+        fs.pipe_file("%s/%s" % (prefix, name), fs.cat_file("%s/%s" % (source, name)))
+    target, damage = rng.choice(names), rng.choice(_DAMAGES)
+    if damage == "flip" and _own_data(target, "out.csv"):
+        damage = "cut"
+    damaged = _damaged(fs.cat_file("%s/%s" % (prefix, target)), damage, rng)
+    fs.rm_file("%s/%s" % (prefix, target)) if damaged is None else fs.pipe_file("%s/%s" % (prefix, target), damaged)
+    what = "%s of a %s store job: %s" % (damage, state, target)
+    url = "s3://%s/out.csv" % prefix
+
+    def objects():
+        fs.invalidate_cache()
+        return {name: fs.cat_file(name) for name in fs.find(prefix)}
+
+    before = objects()
+    try:
+        summary = jobs.run(job_child.config(job_images, url, "csv", _one_rank()))
+    except ValueError as refusal:
+        assert "\n" not in str(refusal), what
+        assert objects() == before, what
+        return
+    assert summary.exit_status == 3 and not summary.pending_shards, what
+    fs.invalidate_cache()
+    written = {suffix: fs.cat_file("%s/out.csv%s" % (prefix, suffix)) for suffix in ("", ".errors.csv")}
+    assert written == single_outputs["csv"], what
+    again = jobs.run(job_child.config(job_images, url, "csv", _one_rank()))
+    assert (again.written, again.already_done, again.failed) == (0, 23, 1), what

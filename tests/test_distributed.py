@@ -419,7 +419,7 @@ def test_one_flipped_byte_in_the_manifest_is_refused_with_the_way_out(job_images
     damaged = "manifest.parquet is damaged \\(checksum\\): remove it and rerun: it is made anew from the images"
     with pytest.raises(ValueError, match=damaged):  # rank 0 checks the whole list before it starts
         run_rank(job_images, output, "npy", 0, 3)
-    with pytest.raises(engine.RunError, match=damaged + ", and the committed shards whose images did not change are "
+    with pytest.raises(engine.RunError, match=damaged + ", and the rows of images that did not change are "
                                                         "kept$"):  # rank 2 computes its own shard, checked alone
         run_rank(job_images, output, "npy", 2, 3)
     assert not output.exists()

@@ -108,11 +108,60 @@ def test_an_image_removed_before_its_row_was_written_is_reported_missing(tmp_pat
     assert names[0] == "a/img_01.png"
 
 
-def test_a_missing_manifest_is_refused_once_rows_are_committed(tmp_path):
+def _flip_middle_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("state", ["stopped", "finished"])
+@pytest.mark.parametrize("output_format", ["csv", "npy"])
+def test_a_damaged_manifest_removed_as_told_is_made_anew_and_every_row_of_the_same_images_is_kept(
+        tmp_path, monkeypatch, state, output_format):
+    """Refused in one line saying to remove it; removed, it is frozen again from the folder, and the rows the ledger
+    proves computed from the same images are kept: no second refusal, nothing computed twice."""
+    images = tmp_path / "images"
+    make_images(images, 8, bad={"a/img_03.png"})
+    output = tmp_path / "out" / ("features." + output_format)
+    config = config_for(tmp_path, images, output=output, output_format=output_format, shard_size=2)
+    with monkeypatch.context() as patch:
+        if state == "stopped":  # in shard 2: shards 0 and 1 in the output
+            patch.setattr(distributed, "StopRequest", lambda: StopAfter(3))
+        first = jobs.run(config)
+    manifest = output.with_name(output.name + ".manifest.parquet")
+    _flip_middle_byte(manifest)
+    with pytest.raises(ValueError, match=r"manifest.parquet is damaged .*: remove it and rerun") as refused:
+        jobs.run(config)
+    assert "\n" not in str(refused.value)
+    manifest.unlink()
+    summary = jobs.run(config)
+    assert (summary.written, summary.already_done, summary.failed) == (7 - first.written, first.written, 1)
+    fresh = tmp_path / "fresh" / output.name
+    jobs.run(config_for(tmp_path, images, output=fresh, output_format=output_format, shard_size=2))
+    assert output.read_bytes() == fresh.read_bytes()
+
+
+def test_a_manifest_made_anew_from_a_folder_changed_since_writes_the_output_afresh(tmp_path):
+    """The rows of an image changed after they were written are not those of the image now: without the manifest
+    that recorded it, the ledger's digest of each shard's images says so, and the output is written afresh."""
+    images, names, output = _job(tmp_path, count=6, shard_size=2)
+    Image.new("RGB", (20, 30), (1, 2, 3)).save(images / names[3])  # in shard 1, after its row was written
+    output.with_name(output.name + ".manifest.parquet").unlink()
+    summary = jobs.run(config_for(tmp_path, images, shard_size=2))
+    assert (summary.written, summary.already_done) == (6, 0)
+    fresh = tmp_path / "fresh.csv"
+    jobs.run(config_for(tmp_path, images, output=fresh, shard_size=2))
+    assert output.read_bytes() == fresh.read_bytes()
+
+
+def test_a_missing_manifest_with_other_settings_is_refused_with_nothing_written(tmp_path):
     images, _, output = _job(tmp_path, count=3)
-    output.with_name("features.csv.manifest.parquet").unlink()
-    with pytest.raises(ValueError, match="manifest.parquet is missing.*--overwrite"):
-        jobs.run(config_for(tmp_path, images))
+    manifest = output.with_name(output.name + ".manifest.parquet")
+    manifest.unlink()
+    before = sorted(output.parent.iterdir())
+    with pytest.raises(ValueError, match=r"written with other settings \(resize='crop', not 'stretch'\)"):
+        jobs.run(config_for(tmp_path, images, resize="stretch"))
+    assert sorted(output.parent.iterdir()) == before
 
 
 def test_a_job_without_a_committed_row_freezes_the_folder_as_it_is_now(tmp_path):

@@ -8,6 +8,8 @@ batch; mistakes are one line; what --keep keeps is beside each row.
 
 import csv
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -173,6 +175,117 @@ def test_a_damaged_record_fails_alone_and_a_file_cut_short_fails_from_there(job_
     reference = rows(folder_output)
     got = rows(output)
     assert [features for _, features in got] == [features for _, features in reference[1:-1]]
+
+
+# -- a finished job's files changed, or a rerun killed in its retry: the next rerun proves or rebuilds, never exit 1 --
+
+@pytest.fixture(scope="module")
+def finished_streams(job_images, tmp_path_factory):
+    """{kind: (its images, a folder holding its finished job out.csv, {suffix: bytes} of what the job left)}: tars,
+    Parquet (hf) and TFRecord (wds_tfrecord) of the 24 files (a/bad.png fails), and tars of the 23 images alone."""
+    states = {}
+    for kind in ("tars", "hf", "wds_tfrecord", "clean tars"):
+        data = tmp_path_factory.mktemp("data")
+        if kind.endswith("tars"):
+            write_tars(job_images, data, 8, pattern="[0-9]*.png" if kind == "clean tars" else "*.png")
+            images = str(data / "*.tar")
+        else:
+            write_files(kind, job_images, data, 8)
+            images = str(data / ("*" + SUFFIXES[kind]))
+        folder = tmp_path_factory.mktemp("finished")
+        jobs.run(job_child.config(images, folder / "out.csv", "csv"))
+        states[kind] = images, folder, job_files(folder / "out.csv")
+    return states
+
+
+def finished_copy(finished_streams, kind, tmp_path):
+    """(its images, the output of a copy of the finished job of `kind`, what the job left)."""
+    images, folder, reference = finished_streams[kind]
+    shutil.copytree(folder, tmp_path / "job")
+    return images, tmp_path / "job" / "out.csv", reference
+
+
+def rerun_is_done(images, output, reference, failed=1):
+    """Reruns the job: its 23 images done, `failed` failing, the files of the job's uninterrupted run; then done."""
+    summary = jobs.run(job_child.config(images, output, "csv"))
+    assert (summary.written + summary.already_done, summary.failed) == (23, failed)
+    assert job_files(output) == reference
+    again = jobs.run(job_child.config(images, output, "csv"))
+    assert (again.written, again.already_done, again.failed) == (0, 23, failed)
+    return summary
+
+
+@pytest.mark.parametrize("kind, damage", [("tars", "deleted"), ("tars", "cut"), ("tars", "appended to"),
+                                          ("clean tars", "made empty"), ("hf", "deleted"), ("wds_tfrecord", "cut")])
+def test_a_finished_job_s_errors_file_changed_is_written_again_from_the_ledger(finished_streams, tmp_path, kind,
+                                                                                damage):
+    images, output, reference = finished_copy(finished_streams, kind, tmp_path)
+    errors_file = Path(str(output) + ".errors.csv")
+    if damage == "deleted":
+        errors_file.unlink()
+    elif damage == "cut":
+        errors_file.write_bytes(errors_file.read_bytes()[:-5])
+    elif damage == "appended to":
+        errors_file.write_bytes(errors_file.read_bytes() + b"tar://x.png::y.tar,corrupt,z\n")
+    else:
+        errors_file.write_bytes(b"")  # where the job had none: no image failed
+    summary = rerun_is_done(images, output, reference, failed=0 if kind == "clean tars" else 1)
+    assert summary.written == 0  # nothing computed: the rows are proven, the errors file written again
+
+
+@pytest.mark.parametrize("kind, where", [("tars", "footer"), ("tars", "data page"), ("hf", "data page")])
+def test_a_byte_changed_in_a_finished_job_s_index_of_members_is_found_and_the_job_computed_again(
+        finished_streams, tmp_path, caplog, kind, where):
+    """The index is what a retry reads each member back by, in its order: its SHA-256 proves it; changed, with its
+    shards gone, the job is computed again (a size kept, a footer still read, changes nothing to that)."""
+    images, output, reference = finished_copy(finished_streams, kind, tmp_path)
+    index = Path(str(output) + MEMBERS_SUFFIX)
+    data = bytearray(index.read_bytes())
+    data[len(data) - 20 if where == "footer" else 10] ^= 0x01
+    index.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = rerun_is_done(images, output, reference)
+    assert summary.written == 23 and "its index of members is not the one it was closed with" in caplog.text
+
+
+@pytest.mark.parametrize("kind, signal_name", [("tars", "SIGKILL"), ("hf", "SIGTERM")])
+def test_a_rerun_killed_while_it_retries_a_failed_image_is_finished_by_the_next(finished_streams, tmp_path, kind,
+                                                                                signal_name):
+    """Killed (or stopped) between the ledger's `retried` line and its closing line: the job child sends itself
+    the signal at that moment (job_child.py). The index of members the output was closed with still proves it."""
+    from parallel.jobs.ledger import Ledger
+    images, output, reference = finished_copy(finished_streams, kind, tmp_path)
+    child = subprocess.run([sys.executable, CHILD, images, str(output), "csv"], capture_output=True, text=True,
+                           env=dict(os.environ, JOB_CHILD_SIGNAL_AFTER_RETRIED=signal_name), timeout=HANG_SECONDS)
+    assert child.returncode == (-signal.SIGKILL if signal_name == "SIGKILL" else 130), child.stderr
+    assert "retried" in Ledger(Path(str(output) + ".ledger.jsonl")).entries[-1]
+    rerun_is_done(images, output, reference)
+
+
+def test_a_retried_member_s_row_a_killed_retry_left_unmerged_goes_to_its_place_in_the_members_order(
+        finished_streams, job_images, tmp_path, monkeypatch):
+    """A member that failed once (a read that failed) has its row appended by the next run's retry; a kill before
+    that retry closes the output leaves the row last. The run after puts it in its place: the job's own bytes."""
+    from colour_jobs import Killed
+    from parallel.inputs import streams
+    from parallel.output import CsvWriter
+    images, _, reference = finished_streams["tars"]
+    output = tmp_path / "out.csv"
+    flaky = (job_images / "a/02.png").read_bytes()
+    decode = streams.decode_bytes_row
+    with monkeypatch.context() as patch:
+        patch.setattr(streams, "decode_bytes_row", lambda data, *rest: ("unreadable", "a read that failed")
+                      if data == flaky else decode(data, *rest))
+        first = jobs.run(job_child.config(images, output, "csv"))
+    assert (first.written, first.failed) == (22, 2)
+
+    def killed(self):
+        raise Killed("the retry's rows appended, the output not closed")
+    with monkeypatch.context() as patch:
+        patch.setattr(CsvWriter, "close", killed)
+        with pytest.raises(Killed):
+            jobs.run(job_child.config(images, output, "csv"))
+    rerun_is_done(images, output, reference)
 
 
 def run_cli(*flags, cwd):

@@ -497,9 +497,9 @@ CLI_CHILD = REPOSITORY / "tests" / "cli_child.py"
 STEP_SECONDS = 0.2  # about a step of VGG16 with one image on the CPU: a signal or a kill lands mid-run
 
 
-def start(images, output, *flags, step_seconds=STEP_SECONDS, load_seconds=0):
+def start(images, output, *flags, step_seconds=STEP_SECONDS, load_seconds=0, sigterm_at_run_end=False):
     env = dict(os.environ, PYTHONUNBUFFERED="1", CLI_CHILD_STEP_SECONDS=str(step_seconds),
-               CLI_CHILD_LOAD_SECONDS=str(load_seconds))
+               CLI_CHILD_LOAD_SECONDS=str(load_seconds), CLI_CHILD_SIGTERM_AT_RUN_END="1" if sigterm_at_run_end else "")
     # The child starts with SIGINT at its default, as from a terminal, even when the suite was started with it
     # ignored (a background job): handled here, it is reset to the default by exec; ignored, it would stay so.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -582,6 +582,20 @@ def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_imag
     assert error.strip().splitlines()[-1] == "run_inference: interrupted; rerun the same command to resume"
     assert "Traceback" not in error
     assert not (tmp_path / "features.csv").exists()  # nothing written: the run was still starting
+
+
+def test_sigterm_as_the_run_ends_is_status_130_with_one_line_and_the_output_is_complete(tmp_path, many_images,
+                                                                                       uninterrupted):
+    """A SIGTERM once the run's own signal handling has handed the handlers back, before the summary line (the
+    child sends it to itself at that moment: cli_child.py; just after the summary line: tests/test_signals.py):
+    status 130, and a line that says so; the output is the uninterrupted run's (a rerun finds it done)."""
+    images, _ = many_images
+    output = tmp_path / "features.csv"
+    child = start(images, output, step_seconds=0, sigterm_at_run_end=True)
+    _, error = child.communicate(timeout=HANG_SECONDS)
+    assert child.returncode == 130, error
+    assert error.strip().splitlines()[-1] == "run_inference: interrupted; rerun the same command to resume", error
+    assert output.read_bytes() == uninterrupted
 
 
 def test_an_import_a_signal_cut_short_is_an_interruption_not_a_failure(fake_run, capsys):

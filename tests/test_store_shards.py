@@ -183,6 +183,29 @@ def test_a_shard_whose_part_changed_in_the_store_is_set_aside_and_computed_again
     assert not job.commits.store.list("out.parquet.shards/")  # the output is written: its shards go
 
 
+@pytest.mark.parametrize("shard, part", [(2, "features.parquet"), (0, "_errors.csv")])
+def test_a_committed_shard_whose_part_changed_in_the_store_at_the_rerun_is_set_aside_and_computed_again(
+        job_images, single_outputs, s3, monkeypatch, caplog, shard, part):
+    """Read back verified as it is used: shard 2 (with a/bad.png) to retry its failed image, shard 0 to count its
+    rows. Changed in the store (the same size), each is named, set aside and computed again: never exit 1."""
+    from colour_jobs import StopAfter
+    from parallel.jobs import distributed
+    url = s3.url("out.csv")
+    with monkeypatch.context() as patch:  # stopped in shard 3: shards 0 to 2 committed in the store
+        patch.setattr(distributed, "StopRequest", lambda: StopAfter(10))
+        assert run_rank(job_images, url, "csv", 0, 1).interrupted
+    job = frozen_job(job_images, url)
+    name = "out.csv.shards/shard-%06d/%s/%s" % (shard, job.chosen(shard), part)
+    data = bytearray(job.commits.store.read(name))
+    data[len(data) // 2] ^= 0x01
+    job.commits.store.write(name, bytes(data))
+    with caplog.at_level("WARNING", logger="parallel"):
+        summary = run_rank(job_images, url, "csv", 0, 1)
+    assert (summary.pending_shards, summary.failed) == ((), 1)
+    assert "shard %d of %s is set aside as" % (shard, url) in caplog.text and "it was changed in the store" in caplog.text
+    assert store_outputs(s3, "out.csv") == single_outputs["csv"]
+
+
 def test_usage_errors_are_refused_with_nothing_written(job_images, s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="the bucket %s-none does not exist" % s3.bucket):

@@ -174,6 +174,13 @@ class Manifest:
         return Manifest(self.paths[start:stop], self.sizes[start:stop], self.mtimes[start:stop],
                         self.etags[start:stop] if self.etags is not None else None)
 
+    def without(self, paths):
+        """This manifest without the images `paths` (a set): e.g. a shard's images that have a row."""
+        keep = [index for index, path in enumerate(self.paths) if path not in paths]
+        return Manifest([self.paths[index] for index in keep], [self.sizes[index] for index in keep],
+                        [self.mtimes[index] for index in keep],
+                        [self.etags[index] for index in keep] if self.etags is not None else None)
+
     def digest(self, start=0, stop=None):
         """A digest of rows `start` .. `stop` - 1 (their path bytes, sizes and times): 32 hex digits.
 

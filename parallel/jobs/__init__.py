@@ -28,8 +28,10 @@ store), on one process or many; the number of processes only decides who compute
                   only process as it goes, each shard removed (unless Config.keep_shards) once its
                   rows are in O and the job's ledger (O.ledger.jsonl, checksummed: ledger) records
                   it; by the process that commits a job's last shard otherwise. A run proves what
-                  the ledger claims against O before it trusts it (assembly.prove): what cannot be
-                  proven is computed again. O is then published (a store's uploaded, its record last)
+                  the ledger claims against O before it trusts it (assembly.prove, proof): every
+                  file it reads, by its SHA-256 (a side file) or its size (O's own data); what
+                  cannot be proven is rebuilt or computed again, never a failed run. O is then
+                  published (a store's uploaded, its record last)
     6. retry      every run computes again the images that failed (one repaired is taken as it is
                   now and recorded in the manifest), each in its step as an uninterrupted run has
                   it, into O itself (retry.retry_in_output: a store's O read back, the rows merged,
@@ -56,6 +58,7 @@ parallel.inputs.streamed) freezes the files, a shard being a fixed group of cons
     attempts              the folders where this host computes shards, resumed after a kill
     assembly              the output written from the shards, in order; the ledger proven against it
     ledger                O.ledger.jsonl: what is committed into O, append-only, each line checksummed
+    proof                 what a rerun proves of O against its ledger, and what it rebuilds instead
     worker                the shard runner (ShardWorker): the graph built once, each shard computed, committed
     distributed, ranks    this process alone or a static rank (Slurm, torchrun, Kubernetes, TF_CONFIG)
     retry                 a finished output's failed images computed again into it

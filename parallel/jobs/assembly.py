@@ -28,77 +28,23 @@ Elsewhere (an output in a store, written whole then published; a tar job, whose 
 be read keeps every shard; --keep-shards) the shards stay until O is written.
 """
 
-import hashlib
-import json
 import logging
-import os
 import threading
 
 import numpy as np
 
+from parallel.inputs.tars import index_keys
 from parallel.jobs.ledger import LEDGER_SUFFIX
+from parallel.jobs.proof import changed_since_closed, closed_state, rebuilt_record, rows_digest
 from parallel.jobs.shard_record import SHARD_ERRORS, SHARD_FEATURES, error_rows, rejection, shard_keys
-from parallel.inputs.tars import MEMBERS_SUFFIX
-from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, open_writer, read_record,
+from parallel.output import (DamagedOutput, ErrorLog, OtherSettings, open_writer, read_record, recorded_settings,
                              remove_output)
-from parallel.output.durable import beside
 from parallel.messages import which_shards
-from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, sidecar_path
+from parallel.output.record import SIDECAR_SUFFIX, save_record, sidecar_path
 
 log = logging.getLogger("parallel")
 
-# The files written with O, whose sizes the ledger records when O is closed (those that exist).
-OUTPUT_FILES = ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX)
 _BATCH_ROWS = 1024
-
-
-def ledger_path(output):
-    """`O.ledger.jsonl` of the output `output` (a Path)."""
-    return beside(output, LEDGER_SUFFIX)
-
-
-def output_files(output):
-    """{suffix: size in bytes} of the files written with `output` (a Path) that exist."""
-    sizes = {}
-    for suffix in OUTPUT_FILES:
-        try:
-            sizes[suffix] = os.path.getsize(beside(output, suffix))
-        except OSError:
-            pass
-    return sizes
-
-
-def closed_state(output):
-    """What the ledger records of `output` (a Path) when it is closed, and a rerun compares before it takes it as
-    finished: {"files": `output_files`, "record": the SHA-256 of its commit record's bytes}."""
-    try:
-        record = hashlib.sha256(sidecar_path(output).read_bytes()).hexdigest()
-    except OSError:
-        record = None
-    return {"files": output_files(output), "record": record}
-
-
-def is_proven_finished(ledger, shard_count, record, sizes):
-    """Whether an output is finished as its `ledger` (Ledger) records it: every one of its `shard_count` shards in
-    it, closed, with the rows and the files of the sizes recorded when it was closed (a file removed, cut or
-    grown since is not).
-
-    Args:
-      ledger: the output's Ledger.
-      shard_count: the job's shards.
-      record: the bytes of its commit record (O.run.json) as committed, or None.
-      sizes: {suffix: size in bytes} of its files (OUTPUT_FILES) as committed.
-    """
-    complete = ledger.complete()
-    if complete is None or record is None or sorted(ledger.shards()) != list(range(shard_count)):
-        return False
-    try:
-        parsed = json.loads(record)
-    except ValueError:
-        return False
-    return (isinstance(parsed, dict) and parsed.get("state") == "complete" and parsed.get("rows") == complete["rows"]
-            and {"files": sizes, "record": hashlib.sha256(record).hexdigest()}
-            == {key: complete.get(key) for key in ("files", "record")})
 
 
 class Assembly:
@@ -128,20 +74,29 @@ class Assembly:
     # -- what is in O already -----------------------------------------------------------------
 
     def prove(self):
-        """Checks what the job's ledger claims of O against O, before anything trusts it.
+        """Checks what the job's ledger claims of O against O, before anything trusts it (`parallel.jobs.proof`).
 
-        A finished O is proven by the ledger's entries (every shard, then O closed), its record and
-        the sizes of its files (a bit flipped inside its data is the disk's to catch); otherwise O's
-        writer is opened (it checks its own files: a part that changed is set aside) and each shard
-        the ledger records as in O must have all its rows there. A shard that does not is forgotten,
-        so that it is computed again (its rows still in O are not written twice); O that cannot be
-        resumed at all is started afresh. Lines of the ledger that fail their check are dropped the
-        same way.
+        A finished O is proven by the ledger's entries (every shard, then O closed), its record, the
+        sizes of its files and the SHA-256 of the side files a rerun trusts (a bit flipped inside its
+        data is the disk's to catch); otherwise O's writer is opened (it checks its own files: a part
+        that changed is set aside) and each shard the ledger records as in O must have all its rows
+        there. A shard that does not is forgotten, so that it is computed again (its rows still in O
+        are not written twice); O that cannot be resumed or proven at all (its record lost past
+        rebuilding, its images not those of its rows, a tar job's index of members changed with its
+        shards gone) is started afresh. Lines of the ledger that fail their check are dropped the same
+        way. A record lost or damaged is written again from the ledger where it can be.
 
         Returns:
           list of the shards forgotten.
         """
-        ledger = self.job.ledger().repaired()
+        ledger = self.job.ledger()
+        rewrites = ledger.rewrites
+        lost = self._prove(ledger.repaired())
+        if ledger.rewrites != rewrites and not self.job.commits.in_place:  # a store's: what it no longer claims,
+            self.job.commits.publish(LEDGER_SUFFIX)  # committed (the next process reads the store's anew)
+        return lost
+
+    def _prove(self, ledger):
         if self.afresh:  # O is written anew from every shard: nothing of it counts
             ledger.forget(everything=True)
             return []
@@ -152,20 +107,25 @@ class Assembly:
             if ledger.entries:
                 ledger.forget(everything=True)
             return []
-        record = read_record(self.job.output)
-        if record is not None and self._feature_size(record) is None:  # no writer wrote it: nothing of O holds
-            log.warning("%s cannot be resumed (its %s records no feature size): it is written afresh",
-                        self.job.location, sidecar_path(self.job.output).name)
-            remove_output(self.job.output)
-            record = None
-        if record is None:  # O and its record are gone: none of its rows is left
+        if not self.job.commits.in_place:  # a store's O, as committed, is proven here, and written again here
+            self.job.pull_output()
+        why = self._unproven(ledger, claims)
+        record = None if why else read_record(self.job.output)  # proven to read, or rebuilt, where O is there
+        if why:
+            log.warning("%s is written afresh: %s", self.job.location, why)
+            remove_output(self.job.output)  # the job's own (`proof.owns_output`): nothing of it holds
+            lost = sorted(claims)
+        elif record is None:  # O and its record are gone: none of its rows is left
             lost = sorted(claims)
         else:
-            changed = _changed_since_closed(self.job.output, record, ledger.complete())
+            changed = changed_since_closed(self.job, record, ledger.complete())
             if changed:
                 log.warning("%s is not the output closed (%s): it is written afresh", self.job.location, changed)
             writer = self._open(self._first_features(), overwrite=bool(changed))
             lost = [index for index in sorted(claims) if not self._rows_in(index, claims[index], writer)]
+            retried = [path for path, _, _ in ledger.failures() if writer.has_row(path)]
+            if retried and not lost:  # retried into O by a run killed before its ledger said so
+                ledger.add_retry(retried, [])
         if lost and self.job.streamed and self._writer is not None:  # its rows are in stream order: O starts afresh
             self._writer.abort()
             self._writer = None
@@ -176,6 +136,51 @@ class Assembly:
                         which_shards(lost), "it is" if len(lost) == 1 else "they are")
             ledger.forget(lost)
         return lost
+
+    def _unproven(self, ledger, claims):
+        """Why nothing the ledger claims of O can be proven, so that O is written afresh; None where it can be (O's
+        record lost or damaged is written again from the ledger, where the bytes rebuilt are those it records)."""
+        stale = self.job.stale_shards(ledger)
+        if stale:
+            return "the images of %s are not those its rows were computed from (its manifest was made anew)" \
+                % which_shards(stale)
+        name = sidecar_path(self.job.output).name
+        try:
+            record = read_record(self.job.output)
+        except DamagedOutput:
+            record = False
+        if record is None and not self.job.output.exists():
+            return None  # O and its record are gone: nothing to prove
+        if not record:
+            rebuilt = self._rebuilt_record(ledger)
+            if rebuilt is None:
+                return "its %s is %s and cannot be written again from its ledger" % (
+                    name, "gone" if record is None else "damaged")
+            save_record(self.job.output, rebuilt)
+            self.job.commits.publish(SIDECAR_SUFFIX)  # a store's: the record committed is the one recorded
+            record = rebuilt
+            log.warning("%s: its %s was lost or damaged: written again from its ledger", self.job.location, name)
+        if self._feature_size(record) is None:  # no writer wrote it: nothing of O holds
+            return "its %s records no feature size" % name
+        if self.job.streamed and not self.job.members_proven(ledger) and \
+                any(self.job.chosen(index) is None for index in claims):
+            return "its index of members is not the one it was closed with, and the shards it was merged from are gone"
+        return None
+
+    def _model_feature_size(self, features=None):
+        """The model's feature size: this process's, else a shard's `features` schema's (None: neither is known)."""
+        if self.feature_size is None and features is not None:
+            import pyarrow.parquet as pq
+            return pq.read_schema(features).field(self.column_prefix).type.list_size
+        return self.feature_size
+
+    def _rebuilt_record(self, ledger):
+        """O's commit record as O was closed with it (`proof.rebuilt_record`), or None."""
+        feature_size = self._model_feature_size(self._first_features())
+        if feature_size is None:
+            return None
+        settings = recorded_settings(self.settings, self.output_format, self.column_prefix, feature_size)
+        return rebuilt_record(self.job, ledger, settings, self.output_format)
 
     def _rows_in(self, index, failed, writer):
         """Whether every image of shard `index` but its `failed` ones has a row in O (`writer`'s)."""
@@ -248,7 +253,9 @@ class Assembly:
         folder = self.job.committed_folder(index, features=True)
         writer = self._open(folder / SHARD_FEATURES)
         _copy_rows(folder / SHARD_FEATURES, writer, self.column_prefix)
-        self.job.ledger().add_shard(index, error_rows(folder / SHARD_ERRORS), writer.rows_committed)
+        failed = error_rows(folder / SHARD_ERRORS)
+        images = rows_digest(self.job, self.job.shard_images(index), {row[0] for row in failed})
+        self.job.ledger().add_shard(index, failed, writer.rows_committed, images=images)
         if self.remove_shards:
             self.job.remove_shard(index)
 
@@ -258,11 +265,9 @@ class Assembly:
         writer repairs) is started afresh, with a warning: what the ledger claims of it is then proven not to
         hold."""
         if self._writer is None:
-            feature_size = feature_size or self.feature_size  # the model's: a record that says otherwise is damaged
-            if feature_size is None and features is not None:
-                import pyarrow.parquet as pq
-                feature_size = pq.read_schema(features).field(self.column_prefix).type.list_size
-            elif feature_size is None:
+            # The model's (this process's, or a shard's), else O's record's: a record that says otherwise is damaged.
+            feature_size = feature_size or self._model_feature_size(features)
+            if feature_size is None:
                 feature_size = self._feature_size(read_record(self.job.output))
             options = dict(format=self.output_format, column_prefix=self.column_prefix, feature_size=feature_size,
                            settings=self.settings, sort_paths=not self.job.streamed)
@@ -288,6 +293,11 @@ class Assembly:
         """
         self.wait()
         writer = self._open(self._first_features())
+        if self.job.streamed and self.job.ledger().closed():
+            # O was closed before: the rows a retry appended to it, killed before it closed O, go to their places in
+            # the members' order (a first close finds every row in that order already).
+            places = {key: place for place, key in enumerate(index_keys(self.job.members_index()))}
+            writer.order = lambda key: places.get(key, len(places))
         errors = ErrorLog(self.job.output)  # removes the file of an earlier try
         try:
             for row in self.job.ledger().failures():
@@ -297,7 +307,7 @@ class Assembly:
             errors.close()
         writer.close()
         self._writer = None
-        self.job.ledger().add_complete(writer.rows_committed, closed_state(self.job.output))
+        self.job.ledger().add_complete(writer.rows_committed, closed_state(self.job))
         if self.remove_shards:
             self.job.commits.remove_shards()
 
@@ -326,20 +336,6 @@ class Assembly:
 
     def __exit__(self, *exc_info):
         self.abort()
-
-
-def _changed_since_closed(output, record, complete):
-    """What differs in the files of `output`, whose commit `record` says it is closed, from the sizes its ledger
-    recorded (`complete`, the ledger's closing entry) when it was closed; None if nothing does (the errors file
-    aside: it is written anew from the ledger)."""
-    if complete is None or record["state"] != "complete":
-        return None
-    now, then = output_files(output), complete["files"]
-    for suffix in OUTPUT_FILES:
-        if suffix != ERRORS_SUFFIX and now.get(suffix) != then.get(suffix):
-            return "%s%s is %s, not %s" % (output.name, suffix, "%d bytes" % now[suffix] if suffix in now else "gone",
-                                           "%d bytes" % then[suffix] if suffix in then else "absent")
-    return None
 
 
 def _copy_rows(features, writer, column_prefix):

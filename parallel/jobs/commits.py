@@ -11,6 +11,7 @@ semantics differ:
     commits.publish(suffix)      the local O<suffix> committed whole, replacing the committed one
     commits.create(suffix)       the local O<suffix> committed unless one is: bool (the first creator wins)
     commits.sizes(suffixes)      {suffix: size} of the committed files that exist
+    commits.digest(suffix)       (size, SHA-256) of the committed O<suffix>, or None: read once while unchanged
     commits.unpublish(suffixes)  the committed files removed
     commits.lock()               the output's lock: one process writes O at a time
 
@@ -53,7 +54,7 @@ from pathlib import Path
 from parallel.jobs import locks
 from parallel.jobs.shard_record import REJECTED_PREFIX, SHARD_RECORD, SUPERSEDED_PREFIX, files_problem, set_aside
 from parallel.output import OutputError
-from parallel.output.durable import beside, fsync
+from parallel.output.durable import beside, file_digest, fsync
 
 SHARDS_SUFFIX = ".shards"
 ATTEMPTS_SUFFIX = ".attempts"
@@ -114,6 +115,10 @@ class Commits:
     def unpublish(self, suffixes):
         raise NotImplementedError
 
+    def digest(self, suffix):
+        """(size, SHA-256 hex) of the committed O<suffix>, or None when there is none or it cannot be read."""
+        raise NotImplementedError
+
     def lock(self):
         raise NotImplementedError
 
@@ -161,9 +166,22 @@ class FolderCommits(Commits):
         self.output = Path(output)
         self.location = self.output
         self.attempts = beside(self.output, ATTEMPTS_SUFFIX)
+        self._digests = {}  # suffix -> (the file's status when it was read, its digest)
 
     def pull(self, suffix):
         return self.local(suffix).exists()
+
+    def digest(self, suffix):
+        """Read again only once the file changed: its size, times or inode (a rename over it)."""
+        path = self.local(suffix)
+        try:
+            status = os.stat(path)
+            key = (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
+            if self._digests.get(suffix, (None,))[0] != key:
+                self._digests[suffix] = (key, file_digest(path))
+        except OSError:
+            return None
+        return self._digests[suffix][1]
 
     def read(self, suffix):
         try:

@@ -24,6 +24,7 @@ from parallel.inputs.manifest import manifest_path
 from parallel.inputs.sources import files_name
 from parallel.jobs import locks
 from parallel.jobs.identity import is_inside, freeze_sharded, refuse_output_among_images
+from parallel.jobs.proof import owns_output
 from parallel.jobs.ranks import resolve_rank
 from parallel.jobs.retry import retry_failed, retry_in_output
 from parallel.jobs.shards import ShardedJob
@@ -49,7 +50,8 @@ def finish(config, job, summary, worker=None, one_host=False, assembly=None):
     if not missing:
         def assemble():
             return job.assemble(config.output_format, config.model.output_name, config.settings,
-                                keep_shards=config.distribution.keep_shards, assembly=assembly)
+                                keep_shards=config.distribution.keep_shards, assembly=assembly,
+                                feature_size=worker and worker.runner.feature_size)
 
         with run_errors():
             try:
@@ -244,7 +246,8 @@ def _compute_rejected_again(error, worker):
 def _check_output(config, overwrite=False, one_host=False):
     """Refuses, before anything is written, an output the job's last process could never write.
 
-    A file that this program did not write is replaced only with `overwrite` (the job's only
+    A file that this program did not write (its record says whose it is, or, the record lost or
+    damaged, the job's ledger: `proof.owns_output`) is replaced only with `overwrite` (the job's only
     process), and never when it is one of the job's images, or any file under its folder of images.
 
     Returns:
@@ -264,7 +267,7 @@ def _check_output(config, overwrite=False, one_host=False):
     output = Path(output)
     if output.is_dir():
         raise OutputError("output=%s is a folder; give a file name" % output)
-    if os.path.lexists(output) and read_record(output) is None:
+    if os.path.lexists(output) and not owns_output(job):  # its record, or else its ledger, says whose it is
         listed = not config.source.streamed and not is_url(config.image_root)  # a tar is never it: protocol
         if listed and is_inside(output, config.image_root):
             raise OutputError("--output %s is a file under --images %s, not an output of this program: choose "
@@ -272,6 +275,7 @@ def _check_output(config, overwrite=False, one_host=False):
         if listed:
             refuse_output_among_images(output, config.image_root, config.scan())
         if not overwrite:
+            read_record(output)  # a damaged record says so
             raise OutputError("%s exists and was not written by this program (no %s): %schoose another output"
                               % (output, sidecar_path(output).name, "pass --overwrite to replace it or "
                                  if one_host else ""))

@@ -37,6 +37,7 @@ class FrozenJob:
       manifest: Path of the job's manifest (local, or this process's copy of a store's).
       shard_size, shard_count, images: per shard, shards, of the job (once the manifest is frozen or read).
       identity, digests: the job's identity and its shards' digests; tars: whether its images are tars' members.
+      manifest_checksum: the checksum of what the manifest records (None for one of an earlier version).
     """
 
     def __init__(self, output):
@@ -47,6 +48,7 @@ class FrozenJob:
         self.lock = self.commits.local(LOCK_SUFFIX)
         self.shard_size = self.shard_count = self.images = None
         self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
+        self.manifest_checksum = None
         self.streamed = False  # shards of files read as streams (tars...), whose images are known once they are read
         self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
         self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
@@ -201,6 +203,7 @@ class FrozenJob:
         self.shard_size, self.images = recorded["shard_size"], recorded["images"]
         self.shard_count = -(-self.images // self.shard_size)
         self.identity, self.digests = job_identity(recorded), recorded.get("shards")
+        self.manifest_checksum = recorded.get("checksum")
         self.streamed = recorded["job"].get("input") in STREAMED
         return recorded
 
@@ -248,8 +251,8 @@ class FrozenJob:
             try:
                 yield
             except DamagedManifest as error:
-                raise error.with_way_out("remove it and rerun: it is made anew from the images, and the committed "
-                                         "shards whose images did not change are kept") from None
+                raise error.with_way_out("remove it and rerun: it is made anew from the images, and the rows of "
+                                         "images that did not change are kept") from None
 
 
 def open_commits(output):

@@ -18,9 +18,10 @@ import os
 from pathlib import Path
 
 from parallel.inputs.manifest import DEFAULT_SHARD_SIZE, IMAGE_EXTENSIONS, Manifest, describe_changes, manifest_path
+from parallel.jobs.commits import PartChanged
 from parallel.jobs.shard_record import error_paths
 from parallel.locations import is_url
-from parallel.output import PARTS_SUFFIX, OutputError
+from parallel.output import PARTS_SUFFIX, OutputError, check_settings
 
 log = logging.getLogger("parallel")
 
@@ -143,9 +144,15 @@ def freeze_sharded(config, check_folder, job=None, alone=False):
     if alone and job.manifest.exists() and not is_url(config.output) and not job.holds_rows():
         job.remove_everything()  # nothing committed can be stale or out of order: the job starts as the images are now
     existed = job.manifest.exists()
-    if not existed and job.output_rows():  # its rows could not be checked: shards are, against a new manifest
-        raise OutputError("%s is missing, so the images of %s cannot be checked: pass --overwrite to start afresh"
-                          % (manifest_path(config.output), config.output))
+    if not existed and job.output_rows():  # a damaged manifest removed, say
+        settings = job.output_settings()
+        if settings is not None:  # another job's output is refused as ever, before anything is written
+            check_settings(config.output, settings, dict(config.settings, format=config.output_format,
+                                                         column_prefix=config.model.output_name),
+                           ignore=("feature_size",))
+        log.warning("%s is missing: it is made anew from the images as they are now; the rows of %s computed from "
+                    "them are kept (its ledger proves which), the others computed again", manifest_path(config.output),
+                    config.output)
     tars = config.source.streamed
     record = job_record(config)
     if existed:  # before the generic comparison: a rank started with other flags is told which
@@ -244,7 +251,11 @@ def committed_rows(job):
         return {path: None for path in job.load_manifest().paths if path not in failed}
     rows, in_output = {}, job.ledger().shards()
     for index in range(job.shard_count):
-        errors = job.shard_errors(index)
+        try:
+            errors = job.shard_errors(index)
+        except PartChanged as error:  # a store's part is not what its record lists: the shard is computed again
+            job.set_aside(index, str(error))
+            errors = None
         if errors is None and index in in_output:  # its rows are in the output, its failures in the ledger
             failed = {path for path, _, _ in in_output[index]}
             rows.update((path, None) for path in job.shard_images(index).paths if path not in failed)

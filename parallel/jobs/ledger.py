@@ -8,20 +8,25 @@ ledger are then the only record of what is done. Each line is one entry, as Delt
 
 so a line changed, cut or removed fails its check (a removed one makes the next fail too). Entries:
 
-    {"seq": n, "shard": k, "failed": [[path, kind, message], ...], "output_rows": R}
-        shard k's rows are appended to O (which commits R rows after it); these of its images failed
+    {"seq": n, "shard": k, "failed": [[path, kind, message], ...], "output_rows": R, "images": digest}
+        shard k's rows are appended to O (which commits R rows after it); these of its images failed;
+        the rows were computed from the images of this digest (the manifest's, of those with a row)
     {"seq": n, "retried": [path, ...], "failed": [[path, kind, message], ...]}
         failed images computed again into O: those of `retried` have a row now; those of `failed`
         still fail, with this message
-    {"seq": n, "complete": {"rows": R, "files": {suffix: size}, "record": SHA-256}}
-        O was closed (merged) with R rows, its files and its errors file of these sizes, its commit
-        record (O.run.json) of these bytes
+    {"seq": n, "complete": {"rows": R, "files": {suffix: [size, SHA-256 or null]}, "record": SHA-256,
+                            "manifest": checksum}}
+        O was closed (merged) with R rows; its files of these sizes, and the side files a rerun
+        trusts (its errors file, a tar job's index of members) of these SHA-256; its commit record
+        (O.run.json) of these bytes; the manifest's images as its checksum says
 
 Nothing in it is trusted because it says so: a rerun checks O against it before acting on it
-(`parallel.jobs.assembly.Assembly.prove`): a shard whose rows are not all in O is forgotten (its entry
-dropped, the ledger rewritten) and computed again; a line that fails its check is dropped the
-same way, with a warning. An entry is appended (and synced) only after what it records is
-durable, so a line cut by a kill records nothing that happened.
+(`parallel.jobs.assembly.Assembly.prove`, `parallel.jobs.proof`): a shard whose rows are not all in O
+is forgotten (its entry dropped, the ledger rewritten) and computed again; a line that fails its
+check is dropped the same way, with a warning. An entry is appended (and synced) only after what
+it records is durable, so a line cut by a kill records nothing that happened. Entries of an
+earlier version (a shard's without "images", a closing entry with sizes only) are read as they
+are: what they do not record is proven anew or rebuilt (`parallel.jobs.proof`).
 """
 
 import hashlib
@@ -29,12 +34,17 @@ import json
 import logging
 import os
 
-from parallel.output.durable import fsync, replace_atomically
+from parallel.output.durable import beside, fsync, replace_atomically
 
 log = logging.getLogger("parallel")
 
 LEDGER_SUFFIX = ".ledger.jsonl"
 _ORIGIN = "0" * 64
+
+
+def ledger_path(output):
+    """`O.ledger.jsonl` of the output `output` (a Path)."""
+    return beside(output, LEDGER_SUFFIX)
 
 
 def _line(previous, entry):
@@ -54,10 +64,12 @@ class Ledger:
       path: Path of the ledger file.
       entries: the entries that checked out, in order (a list of dicts).
       damaged: how many lines failed their check when it was read.
+      rewrites: how many times this process rewrote it (`rewrite`): a store's is then committed again.
     """
 
     def __init__(self, path):
         self.path = path
+        self.rewrites = 0
         self.entries, self.damaged, last = self._read()
         self._digest = None if self.damaged else last  # the last line's, where the file holds exactly `entries`
         self._shards = None  # (how many entries it was folded from, `shards()`)
@@ -119,23 +131,38 @@ class Ledger:
         return [row for index in sorted(shards) for row in shards[index]]
 
     def complete(self):
-        """What the last entry records of O closed ({"rows", "files"}), or None when O was not closed since."""
+        """What the last entry records of O closed ({"rows", "files", ...}), or None when O was not closed since."""
         if self.entries and "complete" in self.entries[-1]:
             return self.entries[-1]["complete"]
         return None
 
+    def closed(self):
+        """What the last closing entry records of O, or None: the files a retry since (its entries after it) left
+        as they were (a tar job's index of members) are proven by it."""
+        for entry in reversed(self.entries):
+            if "complete" in entry:
+                return entry["complete"]
+        return None
+
+    def claims(self):
+        """The shard entries, in order: [{"shard", "failed", "output_rows", and "images" where recorded}]."""
+        return [entry for entry in self.entries if "shard" in entry]
+
     # -- appending and rewriting (under the output's lock) -------------------------------------
 
-    def add_shard(self, index, failed, output_rows):
-        """Records shard `index`'s rows as appended to O (committing `output_rows` rows), `failed` its failures."""
-        self._append({"shard": int(index), "failed": [list(row) for row in failed], "output_rows": int(output_rows)})
+    def add_shard(self, index, failed, output_rows, images=None):
+        """Records shard `index`'s rows as appended to O (committing `output_rows` rows), `failed` its failures,
+        `images` the digest of the images its rows were computed from (`parallel.jobs.proof.rows_digest`)."""
+        entry = {"shard": int(index), "failed": [list(row) for row in failed], "output_rows": int(output_rows)}
+        self._append(entry if images is None else dict(entry, images=images))
 
     def add_retry(self, retried, failed):
         """Records failed images computed again into O: `retried` have a row now, `failed` still fail."""
         self._append({"retried": list(retried), "failed": [list(row) for row in failed]})
 
     def add_complete(self, rows, state):
-        """Records O closed with `rows` rows, and `state` ({"files": {suffix: bytes}, "record": SHA-256 hex})."""
+        """Records O closed with `rows` rows, and `state` (`parallel.jobs.proof.closed_state`: {"files", "record",
+        "manifest"})."""
         self._append({"complete": dict(state, rows=int(rows))})
 
     def forget(self, shards=(), everything=False):
@@ -157,6 +184,7 @@ class Ledger:
         self.entries, self.damaged, self._digest = [dict(entry, seq=seq) for seq, entry in enumerate(entries)], 0, \
             previous
         self._shards = None
+        self.rewrites += 1
 
     def repaired(self):
         """The ledger as read, with the lines that failed their check dropped (rewritten if there were any): self."""

@@ -1,7 +1,7 @@
 """The output O of a job as committed: its ledger, the proof that it is finished, its record, its failures.
 
     job.ledger()            O.ledger.jsonl (parallel.jobs.ledger): what is in O, checksummed
-    job.is_finished()       whether the ledger proves O finished, against O's committed record and sizes
+    job.is_finished()       whether the ledger proves O finished, against O's committed files (parallel.jobs.proof)
     job.pull_output()       O as committed made this process's, to be written again (a store's downloaded)
     job.publish_output()    O written here committed, its record last (a store's uploaded; a local one is
                             committed as it is written: nothing to do)
@@ -14,11 +14,12 @@ for an output in a folder and one in a store. ShardedJob (parallel.jobs.shards) 
 import json
 
 from parallel.inputs.tars import MEMBERS_SUFFIX, is_member
-from parallel.jobs.assembly import OUTPUT_FILES, is_proven_finished, ledger_path
+from parallel.jobs import proof
 from parallel.jobs.attempts import Attempts
 from parallel.jobs.commits import ATTEMPTS_SUFFIX, SHARDS_SUFFIX
 from parallel.jobs.frozen import FrozenJob
-from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger
+from parallel.jobs.ledger import LEDGER_SUFFIX, Ledger, ledger_path
+from parallel.jobs.proof import OUTPUT_FILES
 from parallel.jobs.shard_record import SHARD_FEATURES
 from parallel.messages import one_cause
 from parallel.output import ErrorLog, OutputError, read_record
@@ -35,6 +36,7 @@ class CommittedOutput(FrozenJob):
     def __init__(self, output):
         super().__init__(output)
         self._ledger = None  # the ledger as this process, holding the output's lock, writes it (`ledger`)
+        self._stale = (None, None)  # (what `stale_shards` was found for, what it found)
 
     @property
     def members(self):
@@ -61,7 +63,7 @@ class CommittedOutput(FrozenJob):
 
     def is_finished(self):
         """Whether the output was written from every shard (the shards may be gone since), as its ledger records
-        and its files prove (`assembly.is_proven_finished`)."""
+        and its files prove (`proof.is_proven_finished`)."""
         if self.identity is None and not self.manifest.exists():
             return False  # no job to prove it of
         self._known()
@@ -71,7 +73,22 @@ class CommittedOutput(FrozenJob):
     def finished_in(self, ledger, record=None):
         """Whether `ledger` proves the output finished, against its commit record (bytes; None: read now)."""
         record = self.commits.read(SIDECAR_SUFFIX) if record is None else record
-        return is_proven_finished(ledger, self.shard_count, record, self.commits.sizes(OUTPUT_FILES))
+        return proof.is_proven_finished(self, ledger, record)
+
+    def committed_digest(self, suffix):
+        """(size, SHA-256) of the committed O<suffix>, or None (`Commits.digest`: read once while it is unchanged)."""
+        return self.commits.digest(suffix)
+
+    def stale_shards(self, ledger):
+        """`proof.stale_shards` of `ledger`, found once for each manifest and ledger (it reads the manifest whole)."""
+        key = (self.manifest_checksum, tuple((entry["shard"], entry.get("images")) for entry in ledger.claims()))
+        if self._stale[0] != key:
+            self._stale = (key, proof.stale_shards(self, ledger))
+        return self._stale[1]
+
+    def members_proven(self, ledger):
+        """Whether O.members.parquet is the index the ledger closed O with (`proof.members_proven`)."""
+        return proof.members_proven(self, ledger)
 
     def retries_in_output(self):
         """Whether the failed images of the finished output are retried into it (`retry.retry_in_output`), so that
@@ -112,10 +129,18 @@ class CommittedOutput(FrozenJob):
             return {}
         return record if isinstance(record, dict) else {}
 
+    def output_settings(self):
+        """The settings the output's committed record holds, or None (no record, or one that does not read)."""
+        settings = self._record().get("settings")
+        return settings if isinstance(settings, dict) else None
+
     def output_rows(self):
-        """How many rows the output holds (finished or not): 0 for a new one."""
+        """How many rows the output holds (finished or not), as its record says, or its ledger where the record is
+        lost or damaged: 0 for a new one."""
         rows = self._record().get("rows")
-        return rows if isinstance(rows, int) else 0
+        if isinstance(rows, int):
+            return rows
+        return max((entry.get("output_rows", 0) for entry in self.ledger().claims()), default=0)
 
     def failures_cause(self, count):
         """What the failed images of the output all say (`one_cause`), when its ledger records `count` of them (a

@@ -17,7 +17,7 @@ import time
 from parallel.engine import extract_rows, member_decoder, run_errors
 from parallel.inputs.tars import index_keys
 from parallel.jobs import locks
-from parallel.jobs.assembly import closed_state
+from parallel.jobs.proof import closed_state
 from parallel.jobs.shard_record import shard_keys
 from parallel.loop import Summary
 from parallel.output import ErrorLog, open_writer
@@ -89,11 +89,13 @@ def retry_failed(config, job, worker, only=None):
                 writer.write(done[start:start + _BATCH_ROWS], features[start:start + _BATCH_ROWS])
             paths.extend(done)
             still.extend(failing)
-    ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)  # those of a killed run too
+        # Its rows are committed: recorded before the close merges them into place (a kill at any point after
+        # leaves an output the next run closes, nothing computed again). Those of a killed run are recorded too.
+        ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)
     with ErrorLog(job.output) as log_file:  # the images that still have no row
         for row in ledger.failures():
             log_file.add(*row)
-    ledger.add_complete(writer.rows_committed, closed_state(job.output))
+    ledger.add_complete(writer.rows_committed, closed_state(job))
     job.publish_output()
     return todo, paths, still
 

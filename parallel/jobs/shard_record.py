@@ -89,12 +89,12 @@ def shard_keys(job, index, folder=None):
         shard's, or the output's O.members.parquet once the shards are gone.
 
     Returns:
-      list of str; None when a tar's index cannot be read.
+      list of str; None when a tar's index cannot be read (or a store's is not what its record lists).
     """
     if not job.streamed:
         return job.shard_images(index).paths
-    folder = job.committed_folder(index) if folder is None else folder
     try:
+        folder = job.committed_folder(index) if folder is None else folder  # a store's: fetched, verified
         members = None if (folder / MEMBERS_FILE).exists() else job.members_index()
         if members is not None:  # O is written, the shards gone
             return index_keys(members, tars=set(job.shard_images(index).paths))

@@ -288,7 +288,7 @@ class ShardedJob(CommittedOutput):
         return Assembly(self, output_format, column_prefix, settings, feature_size=feature_size,
                         remove_shards=self.assembles_as_it_goes(keep_shards), afresh=self.is_reopened())
 
-    def assemble(self, output_format, column_prefix, settings, keep_shards=False, assembly=None):
+    def assemble(self, output_format, column_prefix, settings, keep_shards=False, assembly=None, feature_size=None):
         """Writes the output from the committed shards, in order, unless another process is doing it.
 
         The rows go through the output's ordinary writer, so the output is the one a single-host
@@ -300,6 +300,7 @@ class ShardedJob(CommittedOutput):
           keep_shards: leave O.shards in place (a Parquet dataset) after the output is written.
           assembly: the Assembly of this process's, which has written some shards already (None: one
             made here).
+          feature_size: the model's, where this process knows it (None: read from a shard, or the output).
 
         Returns:
           bool: True if this process wrote (or found written) the output, False if another holds it.
@@ -310,7 +311,7 @@ class ShardedJob(CommittedOutput):
                     checked_as_appended = assembly is not None  # its process proved the ledger when it began
                     if assembly is None:
                         assembly = stack.enter_context(self.assembly(output_format, column_prefix, settings,
-                                                                     keep_shards))
+                                                                     keep_shards, feature_size=feature_size))
                         assembly.prove()  # what the ledger claims of the output, before it is trusted
                     if self.is_finished():
                         self.remove_dead_attempts()
@@ -320,7 +321,9 @@ class ShardedJob(CommittedOutput):
                     if not checked_as_appended:
                         self._check_shards()  # every shard not in the output, before a byte of it is written
                     assembly.catch_up()  # after the one in the background, if any (its error raised here)
-                    if self.streamed:  # before O: once O is complete, the shards (and their indexes) may go
+                    # Before O: once O is complete, the shards (and their indexes) may go. An index the ledger
+                    # proves (O closed with it, its shards gone since) is kept: `Assembly.prove`.
+                    if self.streamed and not self.members_proven(self.ledger()):
                         merge_indexes([self.committed_folder(i) / MEMBERS_FILE for i in range(self.shard_count)],
                                       self.members)
                     assembly.finish()

@@ -74,6 +74,7 @@ class ObjectCommits(Commits):
         # host given the shard resumes one after its last committed batch.
         self.attempts = attempts_folder(self.store.url(self.name))
         self._fetched = {}  # shard -> (handle, the parts fetched) of its staging copy
+        self._digests = {}  # suffix -> (its size in the store when it was read, its digest)
         self._listed = {}  # shard -> its groups (`groups`), once it has one
 
     def __getstate__(self):
@@ -110,7 +111,27 @@ class ObjectCommits(Commits):
     def read(self, suffix):
         return self.store.read(self.name + suffix)
 
+    def digest(self, suffix):
+        """Downloaded aside (the staging copy may be this process's newer one), and read again only once its size in
+        the store changed or this process published it: an object is replaced whole."""
+        size = self.sizes([suffix]).get(suffix)
+        if size is None:
+            return None
+        if self._digests.get(suffix, (None,))[0] != size:
+            aside = self.local(suffix + ".proof")
+            try:
+                aside.parent.mkdir(parents=True, exist_ok=True)
+                if not self.store.download(self.name + suffix, aside):
+                    return None
+                self._digests[suffix] = (size, file_digest(aside))
+            except OSError:
+                return None
+            finally:
+                aside.unlink(missing_ok=True)
+        return self._digests[suffix][1]
+
     def publish(self, suffix):
+        self._digests.pop(suffix, None)
         local = self.local(suffix)
         if local.exists():
             self.store.upload(self.name + suffix, local)
@@ -125,6 +146,8 @@ class ObjectCommits(Commits):
         return {suffix: listed[self.name + suffix] for suffix in suffixes if self.name + suffix in listed}
 
     def unpublish(self, suffixes):
+        for suffix in suffixes:
+            self._digests.pop(suffix, None)
         names = [self.name + suffix for suffix in suffixes]
         self.store.remove([name for name in names if not name.endswith(SHARDS_SUFFIX)])
         if self.name + SHARDS_SUFFIX in names:

@@ -19,6 +19,7 @@ from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.streamed import stream_images
 from parallel.inputs.tar_stream import LaterCopies
 from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
+from parallel.jobs.commits import PartChanged
 from parallel.jobs.identity import geometry_change
 from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
 from parallel.jobs.shards import SHARD_FEATURES
@@ -63,9 +64,14 @@ class ShardWorker:
         """
         images = self.job.shard_images(index)
         if self.job.is_committed(index):
-            if self.job.failed_count(index):  # every run retries failed images, in every mode
-                return self.retry(index, images, stop=stop, progress=progress)
-            return committed_summary(self.job, index, images)
+            try:
+                if self.job.failed_count(index):  # every run retries failed images, in every mode
+                    return self.retry(index, images, stop=stop, progress=progress)
+                return committed_summary(self.job, index, images)
+            except PartChanged as error:  # read back (a store's), a part is not what its record lists
+                self.job.set_aside(index, str(error))  # computed again, as any shard that does not check out
+                if self.job.is_committed(index):  # its rows are in the output already
+                    return committed_summary(self.job, index, images)
         with self.job.attempt(index, resume=self.job.resumes_attempts()) as attempt:
             with run_errors():
                 writer = self._open_attempt(index, attempt)

@@ -56,7 +56,7 @@ from parallel.lazy import lazy_exports
 
 # The submodule -> the names it exports.
 _MODULES = {
-    "writer": ("FORMATS", "open_writer", "remove_output"),
+    "writer": ("FORMATS", "open_writer", "recorded_settings", "remove_output"),
     "base": ("FeatureWriter",),
     "csv_writer": ("CsvWriter",), "parquet_writer": ("ParquetWriter",), "npy_writer": ("NpyWriter",),
     "durable": ("DamagedOutput", "OtherSettings", "OutputError"),

@@ -30,10 +30,21 @@ def new_record(settings):
     return {"version": _SIDECAR_VERSION, "settings": settings, "state": "writing", "rows": 0, "bytes": 0, "parts": 0}
 
 
+def closed_record(settings, rows, csv_bytes=0):
+    """The record a writer leaves on the output it closed with `rows` rows (a CSV's: `csv_bytes` long), its
+    `settings` as it records them (`parallel.output.writer.recorded_settings`): what a job writes again when
+    the record is lost, once its bytes (`record_bytes`) are those its ledger recorded."""
+    return dict(new_record(settings), state="complete", rows=rows, bytes=csv_bytes, parts=0)
+
+
+def record_bytes(record):
+    """The bytes of the sidecar that holds `record`."""
+    return (json.dumps(record, indent=1, ensure_ascii=True) + "\n").encode("ascii")
+
+
 def save_record(output, record):
     """Replaces the sidecar of `output` (a Path) by `record`, atomically and durably."""
-    data = (json.dumps(record, indent=1, ensure_ascii=True) + "\n").encode("ascii")
-    replace_atomically(sidecar_path(output), data)
+    replace_atomically(sidecar_path(output), record_bytes(record))
 
 
 def read_record(output):

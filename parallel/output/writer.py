@@ -83,8 +83,7 @@ def _validate(output, output_format, column_prefix, feature_size, settings):
     for key, value in settings.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError("settings must map strings to strings; got %r: %r" % (key, value))
-    # The writer's own entries: another format, column prefix or feature size is another output.
-    own = {"format": output_format, "column_prefix": column_prefix, "feature_size": str(int(feature_size))}
+    own = recorded_settings({}, output_format, column_prefix, feature_size)
     for key, value in own.items():
         if key in settings and settings[key] != value:
             raise ValueError("settings[%r]=%r contradicts %s=%r" % (key, settings[key], key, value))
@@ -95,6 +94,12 @@ def _validate(output, output_format, column_prefix, feature_size, settings):
     if output.is_dir():
         raise OutputError("--output %s is a folder; give a file name" % output)
     return output, dict(settings, **own)
+
+
+def recorded_settings(settings, output_format, column_prefix, feature_size):
+    """The settings an output's record holds: `settings` and the writer's own entries (another format, column
+    prefix or feature size is another output)."""
+    return dict(settings, format=output_format, column_prefix=column_prefix, feature_size=str(int(feature_size)))
 
 
 def remove_output(output):
