@@ -10,6 +10,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # the others to get a core, made tests/test_search_index.py cost 103 s of CPU beside two busy processes,
 # 16 s with one thread (31 s with OMP_WAIT_POLICY=PASSIVE). The test processes are the parallelism.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# huggingface_hub's telemetry off, set before it is imported: building the headers of its first request, it
+# fetches {HF_ENDPOINT as it was at its import}/api/agent-harnesses, once a day, into $HF_HOME: a test's request
+# to the loopback hub (tests/hub_server.py) would send one to huggingface.co too.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def _import_tensorflow_quietly():

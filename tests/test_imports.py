@@ -96,8 +96,9 @@ def test_a_circle_is_found():
 SHARED = {"parallel", "parallel.lazy", "parallel.locations", "parallel.messages", "parallel.model", "parallel.signals"}
 # A model family (models/<family>/) builds on the modules every family shares, the ViT's blocks and what a
 # model gives the engine; never on another family (ResNet on VGG16's Caffe preprocessing, which both use).
-MODELS_SHARED = {"models.common", "models.files", "models.hub_download", "models.imagenet_download", "models.keras_h5",
-                 "models.safetensors_files", "models.vit.vit", "models.vit.vit_layers", "parallel.model"}
+MODELS_SHARED = {"models.common", "models.files", "models.hub_checkpoint", "models.hub_download",
+                 "models.imagenet_download", "models.keras_h5", "models.safetensors_files", "models.text_tokenizer",
+                 "models.vit.vit", "models.vit.vit_layers", "parallel.model"}
 MAY_IMPORT = {
     "parallel.devices": SHARED,
     "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},
