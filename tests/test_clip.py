@@ -278,7 +278,7 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "model.safetensors").symlink_to(folder / "model.safetensors")
-    with pytest.raises(WeightsError, match="no vocab.json or merges.txt beside it"):
+    with pytest.raises(WeightsError, match="no tokenizer.json, nor vocab.json and merges.txt, beside it"):
         clip.TextTower("clip_vit_b32", weights=str(alone / "model.safetensors"))
     with pytest.raises(ValueError, match=r"images must be \[N, 224, 224, 3\]"):
         clip.image_tower(tf1.placeholder(tf.uint8, [None, 96, 96, 3]))

@@ -111,7 +111,8 @@ def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_pa
     folder = tmp_path / "clip-random"
     assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32", "--seed", "1"]) == 0
     assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
-    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "vocab.json"]
+    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "tokenizer.json",
+                                                              "vocab.json"]
     assert (folder / "model.safetensors").stat().st_size == 605_157_884
     tokenizer = Tokenizer.from_folder(folder)
     ids = tokenizer.encode(["a photo of a dog"])

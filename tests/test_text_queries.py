@@ -52,6 +52,6 @@ def test_weights_without_the_tokenizer_files_are_one_line(clip_folder, tmp_path)
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "model.safetensors").write_bytes((clip_folder / "model.safetensors").read_bytes())
-    with pytest.raises(WeightsError, match="no vocab.json or merges.txt beside it"):
+    with pytest.raises(WeightsError, match="no tokenizer.json, nor vocab.json and merges.txt, beside it"):
         text_embedding("clip_vit_b32", ["a dog"], weights=str(alone / "model.safetensors"))
     assert text_queries.TEXT_LAYERS == {"clip_vit_b32": "embedding", "clip_vit_b16": "embedding"}

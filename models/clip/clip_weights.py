@@ -37,6 +37,7 @@ from models.safetensors_files import read_tensors, write_tensors
 HF_FILE = "model.safetensors"                   # Hugging Face's name of the checkpoint in its repository
 OPEN_CLIP_FILE = "open_clip_model.safetensors"  # open_clip's
 TOKENIZER_FILES = ("vocab.json", "merges.txt")  # the BPE vocabulary and merges beside the checkpoint
+TOKENIZER_JSON = "tokenizer.json"               # the tokenizers library's file of both, read first when there
 
 
 
@@ -247,7 +248,7 @@ class RandomFiles:
       RANDOM_SUFFIXES: {"": a folder in Hugging Face's layout, ".safetensors": the checkpoint alone}.
     """
 
-    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, %s)" % (HF_FILE, ", ".join(TOKENIZER_FILES)),
+    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, %s)" % (HF_FILE, ", ".join((TOKENIZER_JSON,) + TOKENIZER_FILES)),
                        ".safetensors": "Hugging Face's %s" % HF_FILE}
 
     def __init__(self, model):
@@ -255,7 +256,7 @@ class RandomFiles:
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the model to `path`: a folder (the path has no extension) holding
-        model.safetensors and the tests' vocab.json and merges.txt (a real prefix of CLIP's merges:
+        model.safetensors and the tests' tokenizer.json, vocab.json and merges.txt (a real prefix of CLIP's merges:
         `models.clip.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M (B/32) or 150 M
         (B/16) float32 parameters, about 600 MB. The folder is made whole or not at all."""
         from models.clip.clip_tokenizer import write_test_vocabulary
@@ -351,7 +352,8 @@ class Checkpoint:
         return hub_file(self._hub[HF_FILE], self._cache_dir) if self.imagenet else self._path
 
     def tokenizer_folder(self):
-        """The folder of vocab.json and merges.txt that came with the weights (downloaded for "imagenet").
+        """The folder of the tokenizer's files that came with the weights (downloaded for "imagenet"): tokenizer.json,
+        or vocab.json and merges.txt.
 
         Raises:
           WeightsError: they are not beside the checkpoint.
@@ -360,8 +362,7 @@ class Checkpoint:
             folders = {hub_file(self._hub[name], self._cache_dir).parent for name in TOKENIZER_FILES}
             return folders.pop()  # one commit, one snapshot folder
         folder = self._path.parent
-        missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
-        if missing:
-            raise WeightsError("weights=%s: no %s beside it (the tokenizer's files that come with the checkpoint)"
-                               % (self._path, " or ".join(missing)))
+        if not (folder / TOKENIZER_JSON).is_file() and not all((folder / name).is_file() for name in TOKENIZER_FILES):
+            raise WeightsError("weights=%s: no tokenizer.json, nor vocab.json and merges.txt, beside it (the "
+                               "tokenizer's files that come with the checkpoint)" % self._path)
         return folder
