@@ -73,11 +73,6 @@ def test_the_ids_are_transformers_clip_tokenizer_fast_on_333_sentences(folder, t
     assert ((ours[~cut] == 0).sum(axis=1) > 0).all()
 
 
-def test_the_ids_are_the_hand_written_tokenizer_s_on_333_sentences(folder, tokenizer):
-    hand_written = clip_tokenizer.HandWrittenTokenizer.from_folder(folder)
-    np.testing.assert_array_equal(tokenizer.encode(TEXTS), hand_written.encode(TEXTS))
-
-
 def test_the_ids_are_keras_hub_s_clip_tokenizer(folder, tokenizer):
     """keras-hub's CLIPTokenizer runs tensorflow-text's BPE: another implementation than the `tokenizers` library."""
     keras_hub = pytest.importorskip("keras_hub")
