@@ -5,7 +5,7 @@ name is such a checkpoint, pinned in the family's module.
 
     checkpoint = hub_checkpoint("hf://openai/clip-vit-base-patch16@57c216476eefef5ab752ec549e440a49ae4ae5f3")
     folder = hub_checkpoint_folder(checkpoint)   # <cache>/models--openai--clip-vit-base-patch16/snapshots/57c2.../
-    check_model_type(folder, "clip_vit_b16", checkpoint.weights)   # config.json's model_type: one CLIP reads
+    check_model_type(folder, "clip", checkpoint.weights)   # config.json's model_type is one CLIP's family reads
 
 The form is huggingface_hub's URI (`parse_hf_uri`): a model repository and a revision, which must be a commit id
 (40 hex digits): a branch or a tag moves, and the features with it, so `hf://ORG/NAME` and `hf://ORG/NAME@main`
@@ -193,12 +193,12 @@ def checkpoint_model_type(folder):
     return "open_clip" if (folder / "open_clip_config.json").is_file() else None
 
 
-def check_model_type(folder, model, weights):
-    """Refuses (one line) a checkpoint whose config says it is a kind of model that `model`'s family does not read.
+def check_model_type(folder, family, weights):
+    """Refuses (one line) a checkpoint whose config says it is a kind of model that `family` does not read.
 
     Args:
       folder: the checkpoint's folder.
-      model: the --model given (a registry name: "clip_vit_b16"); its family's folder decides what it reads.
+      family: the folder of models/ that is to read it ("clip", "dinov2"): --model decides it.
       weights: the --weights given, for the message.
 
     Returns:
@@ -209,14 +209,13 @@ def check_model_type(folder, model, weights):
     """
     from models import registry
 
-    family = _family(registry.entry(model).graph)
     found = checkpoint_model_type(folder)
     if found is None or MODEL_TYPES.get(found) == family:
         return found
     names = [entry.name for entry in registry.ENTRIES if found in MODEL_TYPES and MODEL_TYPES[found] == _family(
         entry.graph)]
-    raise WeightsError("weights=%s is a %s checkpoint (its config's model_type), not one --model %s reads: %s"
-                       % (weights, found, model, "pass --model %s" % " or ".join(names) if names
+    raise WeightsError("weights=%s is a %s checkpoint (its config's model_type), not a %s one: %s"
+                       % (weights, found, family, "pass --model %s" % " or ".join(names) if names
                           else "no model here reads it"))
 
 

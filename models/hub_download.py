@@ -156,10 +156,9 @@ def hub_file(file, cache_dir=None):
     if target.is_file():
         return target
     if hub_offline():
-        raise WeightsError("%s is not in the hub's cache (%s) and HF_HUB_OFFLINE is set: pass a downloaded "
-                           "folder, --weights FOLDER (where there is a network: %s), or unset HF_HUB_OFFLINE; or "
-                           "write random weights to try the installation: %s"
-                           % (_named(file), cache_dir, file.download_command, file.random_command))
+        raise WeightsError("%s is not in the hub's cache (%s) and HF_HUB_OFFLINE is set: pass a downloaded folder, "
+                           "--weights FOLDER (%s), or random weights: %s"
+                           % (_named(file), cache_dir, _where_online(file), file.random_command))
     from huggingface_hub import hf_hub_download
 
     try:
@@ -207,7 +206,13 @@ def _metadata(file):
 
 
 def _named(file):
-    return "the %s (%s@%s %s)" % (file.what, file.repo, file.revision, file.filename)
+    """The file in messages: owner/name@commit filename."""
+    return "%s@%s %s" % (file.repo, file.revision, file.filename)
+
+
+def _where_online(file):
+    """How to download the commit's files into a folder of one's own, where there is a network."""
+    return "`%s` where there is a network" % file.download_command
 
 
 def _expected_digest(file, metadata):
@@ -216,8 +221,8 @@ def _expected_digest(file, metadata):
     answers for another commit, gives no hash, or another SHA-256 than the pinned one."""
     if metadata.commit_hash != file.revision:
         raise WeightsError("%s answered for commit %s when %s was asked for (not a Hugging Face hub? see "
-                           "HF_ENDPOINT): nothing was downloaded" % (hub_endpoint(), metadata.commit_hash,
-                                                                     _named(file)))
+                           "HF_ENDPOINT): nothing was downloaded"
+                           % (hub_endpoint(), metadata.commit_hash, _named(file)))
     etag = (metadata.etag or "").lower()
     if file.sha256:
         if _SHA256.fullmatch(etag) and etag != file.sha256:
@@ -270,10 +275,10 @@ def _hub_error(error, file):
                             % (hub_endpoint(), _named(file), str(error).split(".")[0]))
     import httpx2  # huggingface_hub's HTTP client: its transport errors are a network that cannot be reached
     if isinstance(error, (httpx2.TransportError, errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
         return HubUnreachable("cannot download %s from %s (%s): offline? pass a downloaded folder, --weights FOLDER "
-                              "(where there is a network: %s), or write random weights to try the installation: %s"
-                              % (_named(file), hub_endpoint(), reason, file.download_command, file.random_command))
+                              "(%s), or random weights: %s"
+                              % (_named(file), hub_endpoint(), reason, _where_online(file), file.random_command))
     if isinstance(error, OSError):  # the cache cannot be written, or the download ended short of its size
         return WeightsError("downloading %s into the hub's cache failed: %s"
                             % (_named(file), error.strerror or str(error).splitlines()[0]))

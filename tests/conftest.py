@@ -1,6 +1,6 @@
 """Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs;
 from tests/faults.py, nodes that are not regular files and a disk that fills up; from tests/stores.py, an S3
-server and an HTTP server on loopback."""
+server and an HTTP server on loopback; from tests/hub_server.py, a Hugging Face hub on loopback."""
 
 import os
 
@@ -38,6 +38,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from faults import make_node, small_disk  # noqa: F401,E402 -- fixtures for every test file (fault injection)
 from stores import http_server, s3_store  # noqa: F401 -- stores on loopback, one S3 server for the whole session
+from hub_server import fake_hub  # noqa: F401,E402 -- a Hugging Face hub on loopback, huggingface_hub pointed at it
 
 tf1 = tf.compat.v1
 

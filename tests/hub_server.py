@@ -1,4 +1,5 @@
-"""A Hugging Face hub on loopback, answering the requests huggingface_hub makes, for the tests of downloads.
+"""A Hugging Face hub on loopback, answering the requests huggingface_hub makes, for the tests of downloads; the
+fixture `fake_hub` (every test file has it, through conftest.py) points huggingface_hub at one.
 
     with FakeHub() as hub:                       # HF_ENDPOINT=hub.endpoint
         hub.add("owner/model", COMMIT, "model.safetensors", content)              # stored in LFS
@@ -18,6 +19,20 @@ Every request is recorded: (method, path, Authorization header, Range header).
 import hashlib
 import http.server
 import threading
+
+import pytest
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """A FakeHub, HF_ENDPOINT pointing at it; huggingface_hub's settings as a fresh machine has them: an empty
+    HF_HOME (tmp_path / "hf-home"), no token, online."""
+    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        yield hub
 
 
 def git_blob_sha1(content):

@@ -257,6 +257,12 @@ def test_settings_name_the_model_its_weights_and_preprocessing(folder):
     assert hub.settings["weights"] == ("hub openai/clip-vit-base-patch32@c237dc49a33fc61debc9276459120b7eac67e7ef "
                                        "model.safetensors, sha256 from the hub's X-Linked-Etag")
     assert hub.files == ()
+    named = clip.VIT_B32.feature_model(weights="hf://openai/clip-vit-base-patch32@"
+                                               "c237dc49a33fc61debc9276459120b7eac67e7ef")
+    assert named.settings["weights"] == hub.settings["weights"]  # the same commit, by either name
+    assert clip.VIT_B16.feature_model().settings["weights"] == (
+        "hub openai/clip-vit-base-patch16@57c216476eefef5ab752ec549e440a49ae4ae5f3 model.safetensors, sha256 from "
+        "the hub's X-Linked-Etag")  # the commit MTEB's table pins
 
 
 def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, graph):
@@ -264,8 +270,9 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
         clip.VIT_B32.feature_model(weights="nowhere")
     with pytest.raises(WeightsError, match="is a folder without model.safetensors or open_clip_model.safetensors"):
         clip.VIT_B32.feature_model(weights=str(tmp_path))
-    with pytest.raises(WeightsError, match="no pinned commit of openai/clip-vit-base-patch16"):
-        clip.VIT_B16.feature_model()
+    with pytest.raises(WeightsError, match=r"weights=hf://openai/clip-vit-base-patch16@main: 'main' is a branch or a "
+                                           r"tag"):
+        clip.VIT_B16.feature_model(weights="hf://openai/clip-vit-base-patch16@main")
     with pytest.raises(WeightsError, match=r"class_embedding has shape \(64,\); clip_vit_b16 needs \(768,\) \(a "
                                            r"checkpoint of another CLIP model\?\)"):
         clip.VIT_B16.feature_model(weights=str(folder)).load_weights()

@@ -20,20 +20,14 @@ PINNED = hub_download.HubFile("owner/model", COMMIT, "model.safetensors", sha256
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    """An empty HF_HOME, no token, online: huggingface_hub's settings as a fresh machine has them."""
-    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+def home(tmp_path):
     return tmp_path / "hf-home"
 
 
 @pytest.fixture
-def hub(home, monkeypatch):
-    with FakeHub() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        server.add("owner/model", COMMIT, "model.safetensors", CONTENT)
-        yield server
+def hub(fake_hub):
+    fake_hub.add("owner/model", COMMIT, "model.safetensors", CONTENT)
+    return fake_hub
 
 
 def test_url_identity_and_the_checks_of_a_pin(monkeypatch):
@@ -86,8 +80,9 @@ def test_a_file_whose_bytes_do_not_match_is_refused_in_one_line_and_not_kept(hub
 
 def test_a_hash_the_hub_gives_other_than_the_pinned_one_is_refused_before_the_download(hub):
     hub.add("owner/model", COMMIT, "model.safetensors", b"other bytes")
-    with pytest.raises(WeightsError, match="the hub gives the test weights .* SHA-256 %s, not the pinned %s: nothing "
-                                           "was downloaded" % (hashlib.sha256(b"other bytes").hexdigest(), SHA256)):
+    with pytest.raises(WeightsError, match="the hub gives owner/model@%s model.safetensors SHA-256 %s, not the pinned "
+                                           "%s: nothing was downloaded" % (COMMIT, hashlib.sha256(b"other bytes")
+                                                                           .hexdigest(), SHA256)):
         hub_download.hub_file(PINNED)
     assert [method for method, *_ in hub.requests] == ["HEAD"]
 
@@ -106,11 +101,12 @@ def test_a_file_the_hub_keeps_in_git_is_checked_against_its_git_blob_sha1(hub):
 
 def test_a_hub_without_a_hash_or_for_another_commit_is_refused_before_the_download(hub):
     hub.add("owner/model", COMMIT, "model.safetensors", CONTENT, etag="W/not-a-hash")
-    with pytest.raises(WeightsError, match="the hub gave no hash of the test weights .* none is pinned: nothing was "
-                                           "downloaded; pass a downloaded folder"):
+    with pytest.raises(WeightsError, match="the hub gave no hash of owner/model@%s model.safetensors .* none is "
+                                           "pinned: nothing was downloaded; pass a downloaded folder" % COMMIT):
         hub_download.hub_file(FILE)
     hub.add("owner/model", COMMIT, "model.safetensors", CONTENT, answered_commit="f" * 40)
-    with pytest.raises(WeightsError, match="answered for commit f{40} when the test weights .* was asked for"):
+    with pytest.raises(WeightsError, match="answered for commit f{40} when owner/model@%s model.safetensors was asked "
+                                           "for" % COMMIT):
         hub_download.hub_file(FILE)
     assert [method for method, *_ in hub.requests] == ["HEAD", "HEAD"]
 
@@ -131,21 +127,21 @@ def test_offline_mode_reads_the_cache_and_refuses_the_rest_in_one_line(hub, monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub.requests.clear()
     assert hub_download.hub_file(FILE) == path
-    with pytest.raises(WeightsError, match=r"the vocabulary \(owner/model@%s vocab.json\) is not in the hub's cache "
-                                           r"\(.*\) and HF_HUB_OFFLINE is set: pass a downloaded folder, --weights "
-                                           r"FOLDER \(where there is a network: hf download owner/model --revision "
-                                           r"%s --local-dir FOLDER\)" % (COMMIT, COMMIT)) as error:
+    with pytest.raises(WeightsError, match=r"^owner/model@%s vocab.json is not in the hub's cache \(.*\) and "
+                                           r"HF_HUB_OFFLINE is set: pass a downloaded folder, --weights FOLDER "
+                                           r"\(`hf download owner/model --revision %s --local-dir FOLDER` where there "
+                                           r"is a network\), or random weights: c$" % (COMMIT, COMMIT)) as error:
         hub_download.hub_file(hub_download.HubFile("owner/model", COMMIT, "vocab.json", None, "vocabulary", "c"))
     assert "\n" not in str(error.value) and hub.requests == []
 
 
-def test_an_unreachable_hub_is_one_line_offering_a_folder_and_the_random_command(home, monkeypatch):
+def test_an_unreachable_hub_is_one_line_offering_a_folder_and_the_random_command(hub, home, monkeypatch):
     with FakeHub() as closed:
         endpoint = closed.endpoint
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
-    with pytest.raises(hub_download.HubUnreachable, match=r"cannot download the test weights \(8 kB\) .* from %s "
+    with pytest.raises(hub_download.HubUnreachable, match=r"cannot download owner/model@%s model.safetensors from %s "
                                                           r"\(.*\): offline\? pass a downloaded folder, --weights "
-                                                          r"FOLDER" % endpoint) as error:
+                                                          r"FOLDER" % (COMMIT, endpoint)) as error:
         hub_download.hub_file(FILE)
     assert "\n" not in str(error.value) and str(error.value).endswith(FILE.random_command)
     assert not (home / "hub").exists() or not any((home / "hub").rglob("model.safetensors"))
