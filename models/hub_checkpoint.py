@@ -5,6 +5,7 @@ name is such a checkpoint, pinned in the family's module.
 
     checkpoint = hub_checkpoint("hf://openai/clip-vit-base-patch16@57c216476eefef5ab752ec549e440a49ae4ae5f3")
     folder = hub_checkpoint_folder(checkpoint)   # <cache>/models--openai--clip-vit-base-patch16/snapshots/57c2.../
+    folder = hub_checkpoint_folder(checkpoint.weights)   # the same: the --weights string will do
     check_model_type(folder, "clip", checkpoint.weights)   # config.json's model_type is one CLIP's family reads
 
 The form is huggingface_hub's URI (`parse_hf_uri`): a model repository and a revision, which must be a commit id
@@ -119,7 +120,7 @@ def hub_checkpoint_folder(checkpoint, weight_files=WEIGHT_FILES, optional=CONFIG
     weights are not.
 
     Args:
-      checkpoint: a HubCheckpoint.
+      checkpoint: a HubCheckpoint, or the --weights that names one ("hf://ORG/NAME@COMMIT").
       weight_files: the weights files a family reads, in its order of preference.
       optional: the other files, taken when the commit has them.
       cache_dir: the hub's cache folder (default: huggingface_hub's).
@@ -128,9 +129,11 @@ def hub_checkpoint_folder(checkpoint, weight_files=WEIGHT_FILES, optional=CONFIG
       Path of the commit's snapshot folder: <cache>/models--<owner>--<name>/snapshots/<commit>.
 
     Raises:
-      WeightsError: none of `weight_files` at that commit (one line; a commit with only a pickle says so), or
-        what `hub_download.hub_file` raises for a file that cannot be had.
+      WeightsError: none of `weight_files` at that commit (one line; a commit with only a pickle says so), an
+        hf:// form that names no commit, or what `hub_download.hub_file` raises for a file that cannot be had.
     """
+    if not isinstance(checkpoint, HubCheckpoint):
+        checkpoint = hub_checkpoint(checkpoint)
     found = None
     for name in weight_files:
         file = checkpoint.file(name)

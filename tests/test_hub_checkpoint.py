@@ -57,6 +57,7 @@ def test_the_folder_holds_the_weights_and_the_files_the_commit_has(hub):
     assert not any(request[1].endswith("open_clip_model.safetensors") for request in hub.requests)
     hub.requests.clear()
     assert hub_checkpoint_folder(checkpoint) == folder and hub.requests == []  # all known: nothing asked
+    assert hub_checkpoint_folder("hf://owner/clip@" + COMMIT) == folder  # the --weights string will do
     assert check_model_type(folder, "clip", checkpoint.weights) == "clip"
 
 
