@@ -58,7 +58,8 @@ def test_a_download_goes_into_huggingface_hub_s_cache_and_is_checked_against_the
     path = hub_download.hub_file(FILE)
     assert path == home / "hub" / "models--owner--model" / "snapshots" / COMMIT / "model.safetensors"
     assert path.read_bytes() == CONTENT and path.resolve().name == SHA256  # the hub's blob, named by its hash
-    assert try_to_load_from_cache("owner/model", "model.safetensors", revision=COMMIT) == str(path)
+    assert try_to_load_from_cache("owner/model", "model.safetensors", cache_dir=home / "hub",
+                                  revision=COMMIT) == str(path)  # huggingface_hub's own reader of its cache finds it
     resolve = "/owner/model/resolve/%s/model.safetensors" % COMMIT
     assert [request[:2] for request in hub.requests] == [
         ("HEAD", resolve), ("HEAD", resolve), ("GET", "/blobs/owner/model/%s/model.safetensors" % COMMIT)]
