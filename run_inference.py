@@ -154,10 +154,12 @@ def make_parser():
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
                         help="'imagenet' (default: the model's published pretrained weights, downloaded once: "
                              "Keras's ImageNet file into ~/.keras/models; for DINOv2 and CLIP the pinned Hugging "
-                             "Face checkpoint into the hub's cache), or the path of a weights file (for vgg16 a "
-                             "tensorflow-vgg vgg16.npy or a Keras .h5; docs/models.md lists each model's), such as "
-                             "seeded random weights, which check that a model runs offline (their features are "
-                             "meaningless): python -m models.weight_files random FILE --model NAME")
+                             "Face checkpoint into the hub's cache, by huggingface_hub: HF_TOKEN, HF_ENDPOINT, "
+                             "HF_HUB_OFFLINE); for DINOv2 and CLIP, hf://ORG/NAME@COMMIT: another checkpoint of the "
+                             "hub, pinned to a commit (40 hex digits); or the path of a weights file or folder (for "
+                             "vgg16 a tensorflow-vgg vgg16.npy or a Keras .h5; docs/models.md lists each model's), "
+                             "such as seeded random weights, which check that a model runs offline (their features "
+                             "are meaningless): python -m models.weight_files random FILE --model NAME")
     parser.add_argument("--resize", default="crop", choices=RESIZE_MODES,
                         help="crop (default): the centre 224x224: VGG16, ResNet50, EfficientNetB0 and ConvNeXt "
                              "resize the centre square to 224x224; CLIP resizes the image to a short side of 224, "

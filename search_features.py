@@ -182,7 +182,8 @@ def _query_flags(parser):
                         help="a sentence, embedded by the model's text tower (an output of CLIP's embedding "
                              "layer); repeat")
     parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "
-                                          "(default: 'imagenet' if it was)")
+                                          "(default: the hub's commit its record names, hf://ORG/NAME@COMMIT, or "
+                                          "'imagenet')")
     parser.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
 
 

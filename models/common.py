@@ -1,11 +1,13 @@
 """What every model's graph module shares: the precisions' dtypes, the checks of a layer and a precision, and
-what "weights" means (Keras's cache file for "imagenet", else a file identified by its content).
+what "weights" means (Keras's cache file for "imagenet", the hub's file at a pinned commit for a transformer's, else
+a file identified by its content).
 """
 
 from pathlib import Path
 
 import tensorflow as tf
 
+from models.hub_checkpoint import check_model_type, hub_checkpoint, hub_checkpoint_folder, is_hub_weights
 from models.hub_download import hub_file
 from models.imagenet_download import keras_file
 from models.registry import PRECISION_NAMES, layout_of_file, what_weights_are
@@ -70,7 +72,8 @@ class Weights:
 class HubWeights(Weights):
     """A transformer's `weights` argument: "imagenet" (the name the command line's default keeps: the model's
     published pretrained checkpoint) or "hub", both the pinned Hugging Face file `file`, from the hub's cache or
-    downloaded into it; or a path: the file, or a folder holding `file.filename` (Hugging Face's layout).
+    downloaded into it; "hf://ORG/NAME@COMMIT", that file of another commit (models.hub_checkpoint); or a path: the
+    file, or a folder holding `file.filename` (Hugging Face's layout).
 
     Attributes:
       identity: its part of a job's identity (the repository, commit and SHA-256, or the file's fingerprint).
@@ -79,18 +82,27 @@ class HubWeights(Weights):
 
     PRETRAINED = ("imagenet", "hub")
 
-    def __init__(self, weights, file, expected, cache_dir=None):
+    def __init__(self, weights, file, expected, cache_dir=None, family=None):
         """
         Args:
-          weights: "imagenet", "hub", or a path.
-          file: the models.hub_download.HubFile the checkpoint is.
+          weights: "imagenet", "hub", "hf://ORG/NAME@COMMIT", or a path.
+          file: the models.hub_download.HubFile the pinned checkpoint is.
           expected: what a user should pass, for the message of a path that is neither a file nor a folder
             holding one ("a DINOv2 ViT-S/14 model.safetensors").
           cache_dir: the hub's cache folder (default: huggingface_hub's, `hub_download.hub_cache_dir()`).
+          family: the family (a folder of models/) an hf:// checkpoint's config must name; None: unchecked.
 
         Raises:
-          WeightsError: a path that is neither a file nor a folder holding `file.filename`.
+          WeightsError: a path that is neither a file nor a folder holding `file.filename`; an hf:// form that
+            names no commit.
         """
+        self._checkpoint, self._family = None, family
+        if is_hub_weights(weights):
+            pinned = ((file.filename, file.sha256),) if weights == "hf://%s@%s" % (file.repo, file.revision) else ()
+            self._checkpoint = hub_checkpoint(weights, file.what.split(" (")[0], file.random_command, pinned)
+            self._weights, self._file, self._cache_dir, self.imagenet = weights, file, cache_dir, False
+            self.identity, self.files = self._checkpoint.file(file.filename).identity, ()
+            return
         if weights in self.PRETRAINED:
             weights = "imagenet"
         elif Path(weights).is_dir():
@@ -103,5 +115,10 @@ class HubWeights(Weights):
         super().__init__(weights, file, expected, cache_dir)
 
     def path(self):
-        """The file to read: the hub's cache file for "imagenet" (downloaded if absent), else the path given."""
+        """The file to read: the hub's cache file for "imagenet" and hf:// (downloaded if absent), else the path."""
+        if self._checkpoint is not None:
+            folder = hub_checkpoint_folder(self._checkpoint, (self._file.filename,), ("config.json",), self._cache_dir)
+            if self._family is not None:
+                check_model_type(folder, self._family, self._weights)
+            return folder / self._file.filename
         return hub_file(self._file, self._cache_dir) if self.imagenet else self._weights

@@ -4,8 +4,8 @@
 e.g. `vgg16_weights_tf_dim_ordering_tf_kernels.h5` for VGG16. If it is absent it is downloaded from where
 Keras gets it and checked against Keras's published hash (MD5 or SHA-256, as Keras's `get_file` tells them
 apart: by length); the model's reader then reads it like any other file given with --weights. Every model
-describes its files with a `KerasFile`. `download` is the checked, durable download itself, which the Hugging
-Face hub's files (`hub_download.py`) share.
+describes its files with a `KerasFile`. Keras's files are not on the Hugging Face hub: the hub's files are
+huggingface_hub's to fetch (`hub_download.py`).
 """
 
 import dataclasses
@@ -88,8 +88,7 @@ def keras_file(file, cache_dir=None):
 
 
 def download(url, target, digest, what, random_command):
-    """Downloads `url` into the file `target`, checked against `digest`, durably; shared by every model's
-    download (Keras's files here, the Hugging Face hub's in `hub_download.py`).
+    """Downloads `url` into the file `target`, checked against `digest`, durably: every Keras file's download.
 
     The file appears only complete and durable (written beside it, synced, renamed, the folder synced); a
     hash mismatch keeps nothing, and a failed download leaves nothing behind, not even the folders it
@@ -99,8 +98,7 @@ def download(url, target, digest, what, random_command):
       url: where to download from (redirects are followed).
       target: Path of the file to write.
       digest: its expected hash: 32 hex digits are an MD5, 64 a SHA-256 (Keras's `get_file` tells them apart
-        by length, too), 40 the SHA-1 of the file as a git blob ("blob <size>\0" then its bytes: the hub's
-        ETag of a file it keeps in git, not in LFS).
+        by length, too).
       what: what the file holds, for messages ("VGG16 ImageNet weights (553 MB)").
       random_command: the command that writes random weights in its layout, offered when offline.
 
@@ -151,7 +149,7 @@ def _missing_folders(folder):
 def _download(response, target, url, digest, what):
     """Writes the body of `response` to `target`: temporary file, hash check, fsync, rename, fsync folder."""
     expected = digest.lower()
-    algorithm = {32: "md5", 40: "sha1"}.get(len(expected), "sha256")
+    algorithm = "md5" if len(expected) == 32 else "sha256"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of its own: two processes may fill the same cache at once.
@@ -163,11 +161,6 @@ def _download(response, target, url, digest, what):
         with renaming as temporary:  # synced and renamed on success; removed on any exception
             hasher = hashlib.new(algorithm)
             total = response.headers.get("Content-Length")
-            if algorithm == "sha1":  # a git blob's: its size first, which a small file in git always announces
-                if total is None:
-                    raise WeightsError("%s answered without a Content-Length: its git blob SHA-1 cannot be checked; "
-                                       "nothing was kept" % url)
-                hasher.update(b"blob %d\0" % int(total))
             with open(temporary, "wb") as handle:
                 with Progress(sys.stderr.isatty(), total=int(total) if total else None, unit="B", unit_scale=True,
                               desc=what.split(" (")[0]) as progress:
@@ -179,7 +172,7 @@ def _download(response, target, url, digest, what):
                         hasher.update(chunk)
                         progress.update(len(chunk))
             if hasher.hexdigest() != expected:
-                name = {"md5": "MD5", "sha1": "git blob SHA-1", "sha256": "SHA-256"}[algorithm]
+                name = {"md5": "MD5", "sha256": "SHA-256"}[algorithm]
                 raise WeightsError("the file downloaded from %s has %s %s, expected %s; nothing was kept"
                                    % (url, name, hasher.hexdigest(), expected))
         fsync(target.parent)  # the rename is durable only once the folder is

@@ -15,16 +15,21 @@ output records before anything is read.
 Importing this module imports no TensorFlow.
 """
 
+import re
 import threading
 from pathlib import Path
 
+from models.hub_checkpoint import is_hub_weights
 from models.text_queries import check_text_queries
 from parallel.messages import first_line
 
+_HUB_IDENTITY = re.compile(r"hub (?P<repo>[\w.-]+/[\w.-]+)@(?P<commit>[0-9a-f]{40}) ")
+
 
 def query_model(settings, weights, output):
-    """The indexed output's model as a ModelSpec, with `weights` (None: "imagenet"), checked to be the weights the
-    output records (by the identity the model gives them; nothing is read yet).
+    """The indexed output's model as a ModelSpec, with `weights` (None: the hub's commit the output records, else
+    "imagenet"), checked to be the weights the output records (by the identity the model gives them; nothing is
+    read yet).
 
     Args:
       settings: the output's recorded settings (model, layer, weights, precision).
@@ -42,8 +47,9 @@ def query_model(settings, weights, output):
     if settings.get("model") not in registry.NAMES or "layer" not in settings:
         raise ValueError("the indexed output records no model settings: pass the query as a vector (.npy)")
     given = weights
-    weights = weights or "imagenet"
-    if weights != "imagenet" and not Path(weights).exists():
+    # Without --weights: the hub's commit the output records (its own weights, whichever name fetched them).
+    weights = weights or _recorded_hub_weights(settings.get("weights")) or "imagenet"
+    if weights != "imagenet" and not is_hub_weights(weights) and not Path(weights).exists():
         raise ValueError("--weights %s is not a file or folder" % weights)
     model = registry.feature_model(settings["model"], layer=settings["layer"], weights=weights,
                                    precision=settings.get("precision", "fp32"))
@@ -53,6 +59,13 @@ def query_model(settings, weights, output):
         raise ValueError("--weights %s is not the weights the output was computed with (%s)"
                          % (weights, settings.get("weights")))
     return model, weights
+
+
+def _recorded_hub_weights(recorded):
+    """"hf://ORG/NAME@COMMIT" when an output's recorded weights are a hub file at a commit (models.hub_download's
+    identity: "hub ORG/NAME@COMMIT model.safetensors, sha256 ..."), else None."""
+    match = _HUB_IDENTITY.match(recorded) if isinstance(recorded, str) else None
+    return "hf://%s@%s" % (match.group("repo"), match.group("commit")) if match else None
 
 
 def _weights_needed(recorded, output):

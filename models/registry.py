@@ -114,11 +114,13 @@ def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision=
       name: one of NAMES.
       layer: one of `layers(name)`; None is the model's default layer.
       weights: "imagenet" (the model's published pretrained checkpoint: Keras's file, in Keras's cache or
-        downloaded into it; for DINOv2 the pinned Hugging Face file, in the hub's cache or downloaded into it,
-        which "hub" names too) or a path; which files each model reads is in docs/models.md.
+        downloaded into it; for DINOv2 and CLIP the pinned Hugging Face checkpoint, in the hub's cache or
+        downloaded into it by huggingface_hub); for DINOv2 and CLIP "hf://ORG/NAME@COMMIT", another of the hub's
+        checkpoints at a commit; or a path; which files each model reads is in docs/models.md.
       precision: one of PRECISION_NAMES.
-      cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras); for DINOv2 the hub's
-        cache folder (default: huggingface_hub's, $HF_HUB_CACHE or ~/.cache/huggingface/hub).
+      cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras); for DINOv2 and CLIP the
+        hub's cache folder (default: huggingface_hub's, $HF_HUB_CACHE, else $HF_HOME/hub, else
+        ~/.cache/huggingface/hub).
 
     Raises:
       ValueError: an unknown model, layer or precision; WeightsError: a weights path that is not a file.

@@ -43,8 +43,9 @@ def text_embedding(model, sentences, weights="imagenet", precision="fp32", cache
     Args:
       model: one of TEXT_LAYERS ("clip_vit_b32").
       sentences: a str, or a sequence of N str.
-      weights: "imagenet" (the published checkpoint, with its vocab.json and merges.txt) or a path, as the
-        image tower takes it (the tokenizer's files beside the checkpoint).
+      weights: "imagenet" (the published checkpoint, with its tokenizer files), hf://ORG/NAME@COMMIT or a path, as
+        the image tower takes it (the tokenizer's files beside the checkpoint: tokenizer.json, or vocab.json and
+        merges.txt).
       precision: one of models.registry.PRECISION_NAMES.
       cache_dir: the hub's cache folder for "imagenet".
 
@@ -53,8 +54,8 @@ def text_embedding(model, sentences, weights="imagenet", precision="fp32", cache
 
     Raises:
       ValueError: a model without a text tower, a sentence that is not a str; WeightsError: weights that
-        cannot be read, or no tokenizer files beside them; ValueError naming the file: a damaged vocab.json
-        or merges.txt.
+        cannot be read, or no tokenizer files beside them; ValueError naming the file: a damaged tokenizer.json,
+        vocab.json or merges.txt.
     """
     with TextEmbedder(model, weights=weights, precision=precision, cache_dir=cache_dir) as embedder:
         return embedder.text(sentences)
@@ -76,11 +77,11 @@ class TextEmbedder:
         from models.clip.clip import TextTower
         from models.clip.clip_tokenizer import Tokenizer
         self._tower = TextTower(model, weights=weights, precision=precision, cache_dir=cache_dir)
-        self._tokenizer = Tokenizer.from_folder(self._tower.tokenizer_folder)
+        self._tokenizer = Tokenizer.from_folder(self._tower.tokenizer_folder, self._tower.context_length)
 
     def text(self, sentences):
         """float32 [N, D] unit length: the embeddings of `sentences` (a str, or a sequence of N str)."""
-        return self._tower.embed(self._tokenizer.encode(sentences, self._tower.context_length))
+        return self._tower.embed(self._tokenizer.encode(sentences))
 
     def close(self):
         self._tower.close()

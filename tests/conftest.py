@@ -1,6 +1,6 @@
 """Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs;
 from tests/faults.py, nodes that are not regular files and a disk that fills up; from tests/stores.py, an S3
-server and an HTTP server on loopback."""
+server and an HTTP server on loopback; from tests/hub_server.py, a Hugging Face hub on loopback."""
 
 import os
 
@@ -10,6 +10,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # the others to get a core, made tests/test_search_index.py cost 103 s of CPU beside two busy processes,
 # 16 s with one thread (31 s with OMP_WAIT_POLICY=PASSIVE). The test processes are the parallelism.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# huggingface_hub's telemetry off, set before it is imported: building the headers of its first request, it
+# fetches {HF_ENDPOINT as it was at its import}/api/agent-harnesses, once a day, into $HF_HOME: a test's request
+# to the loopback hub (tests/hub_server.py) would send one to huggingface.co too.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def _import_tensorflow_quietly():
@@ -34,6 +38,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from faults import make_node, small_disk  # noqa: F401,E402 -- fixtures for every test file (fault injection)
 from stores import http_server, s3_store  # noqa: F401 -- stores on loopback, one S3 server for the whole session
+from hub_server import fake_hub  # noqa: F401,E402 -- a Hugging Face hub on loopback, huggingface_hub pointed at it
 
 tf1 = tf.compat.v1
 

@@ -1,6 +1,6 @@
 """A CLIP of the real layout and small sizes, under ViT-B/32's name, for the tests of search by text.
 
-    with small_clip(tmp_path / "clip") as folder:   # model.safetensors, vocab.json, merges.txt
+    with small_clip(tmp_path / "clip") as folder:   # model.safetensors, tokenizer.json, vocab.json, merges.txt
         text_embedding("clip_vit_b32", ["a dog"], weights=str(folder))   # float32 [1, 16]
 
 While the context is open, `models.clip.clip_layers.config("clip_vit_b32")` (what `models.clip.clip.TextTower` builds)

@@ -257,6 +257,12 @@ def test_settings_name_the_model_its_weights_and_preprocessing(folder):
     assert hub.settings["weights"] == ("hub openai/clip-vit-base-patch32@c237dc49a33fc61debc9276459120b7eac67e7ef "
                                        "model.safetensors, sha256 from the hub's X-Linked-Etag")
     assert hub.files == ()
+    named = clip.VIT_B32.feature_model(weights="hf://openai/clip-vit-base-patch32@"
+                                               "c237dc49a33fc61debc9276459120b7eac67e7ef")
+    assert named.settings["weights"] == hub.settings["weights"]  # the same commit, by either name
+    assert clip.VIT_B16.feature_model().settings["weights"] == (
+        "hub openai/clip-vit-base-patch16@57c216476eefef5ab752ec549e440a49ae4ae5f3 model.safetensors, sha256 from "
+        "the hub's X-Linked-Etag")  # the commit MTEB's table pins
 
 
 def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, graph):
@@ -264,8 +270,9 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
         clip.VIT_B32.feature_model(weights="nowhere")
     with pytest.raises(WeightsError, match="is a folder without model.safetensors or open_clip_model.safetensors"):
         clip.VIT_B32.feature_model(weights=str(tmp_path))
-    with pytest.raises(WeightsError, match="no pinned commit of openai/clip-vit-base-patch16"):
-        clip.VIT_B16.feature_model()
+    with pytest.raises(WeightsError, match=r"weights=hf://openai/clip-vit-base-patch16@main: 'main' is a branch or a "
+                                           r"tag"):
+        clip.VIT_B16.feature_model(weights="hf://openai/clip-vit-base-patch16@main")
     with pytest.raises(WeightsError, match=r"class_embedding has shape \(64,\); clip_vit_b16 needs \(768,\) \(a "
                                            r"checkpoint of another CLIP model\?\)"):
         clip.VIT_B16.feature_model(weights=str(folder)).load_weights()
@@ -278,7 +285,7 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "model.safetensors").symlink_to(folder / "model.safetensors")
-    with pytest.raises(WeightsError, match="no vocab.json or merges.txt beside it"):
+    with pytest.raises(WeightsError, match="no tokenizer.json, nor vocab.json and merges.txt, beside it"):
         clip.TextTower("clip_vit_b32", weights=str(alone / "model.safetensors"))
     with pytest.raises(ValueError, match=r"images must be \[N, 224, 224, 3\]"):
         clip.image_tower(tf1.placeholder(tf.uint8, [None, 96, 96, 3]))

@@ -1,5 +1,8 @@
-"""CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, and the random
-command's folder."""
+"""CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, the random
+command's folder, and the weights argument's hub checkpoints (imagenet's pinned commits, hf://) from a hub on
+loopback."""
+
+import json
 
 import stat
 
@@ -8,7 +11,7 @@ import pytest
 
 from models import weight_files
 from models.clip import clip_layers, clip_weights
-from models.clip.clip_tokenizer import Tokenizer
+from models.clip.clip_tokenizer import Tokenizer, write_test_vocabulary
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
 from models.vit.vit_layers import TransformerConfig
@@ -114,11 +117,12 @@ def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_pa
     folder = tmp_path / "clip-random"
     assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32", "--seed", "1"]) == 0
     assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
-    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "vocab.json"]
+    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "tokenizer.json",
+                                                              "vocab.json"]
     assert (folder / "model.safetensors").stat().st_size == 605_157_884
     # Readable as the tokenizer's files beside it are (0o644 under the usual umask): the library wrote it 0o600.
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == {
-        name: new_file_mode() for name in ("merges.txt", "model.safetensors", "vocab.json")}
+        name: new_file_mode() for name in ("merges.txt", "model.safetensors", "tokenizer.json", "vocab.json")}
     tokenizer = Tokenizer.from_folder(folder)
     ids = tokenizer.encode(["a photo of a dog"])
     assert ids.shape == (1, 77) and ids[0].argmax() == np.count_nonzero(ids[0]) - 1  # the end token: the largest
@@ -140,3 +144,74 @@ def test_a_random_file_alone_and_a_failed_folder_leaves_nothing(tmp_path, monkey
     with pytest.raises(OSError, match="No space left"):
         small.write_random(tmp_path / "folder")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["small.safetensors"]
+
+
+# ----------------------------------------------------------------------------- the weights argument: the hub's
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+B16_COMMIT = "57c216476eefef5ab752ec549e440a49ae4ae5f3"
+
+
+def publish(hub, repo, commit, folder, config=None):
+    """Serves a checkpoint's folder at `commit`: model.safetensors in LFS, the tokenizer's files (and config.json
+    of `config`) in git, as the hub keeps them."""
+    for path in folder.iterdir():
+        hub.add(repo, commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
+    if config is not None:
+        hub.add(repo, commit, "config.json", json.dumps(config).encode(), lfs=False)
+
+
+def test_a_hub_checkpoint_is_named_now_and_fetched_with_its_tokenizer_files_when_first_read(fake_hub, weights,
+                                                                                            tmp_path):
+    folder = tmp_path / "published"
+    folder.mkdir()
+    clip_weights.write_checkpoint(weights, folder / "model.safetensors", model=SMALL)
+    write_test_vocabulary(folder)
+    publish(fake_hub, "owner/clip", COMMIT, folder, {"model_type": "clip"})
+    source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, SMALL)
+    assert source.identity == "hub owner/clip@%s model.safetensors, sha256 from the hub's X-Linked-Etag" % COMMIT
+    assert source.files == () and fake_hub.requests == []  # nothing asked until the weights are read
+    path = source.path()
+    assert path.name == "model.safetensors" and path.read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert sorted(child.name for child in path.parent.iterdir()) == [
+        "config.json", "merges.txt", "model.safetensors", "tokenizer.json", "vocab.json"]
+    assert source.tokenizer_folder() == path.parent
+    np.testing.assert_array_equal(Tokenizer.from_folder(path.parent).encode(["a dog"]),
+                                  Tokenizer.from_folder(folder).encode(["a dog"]))
+    loaded = clip_weights.load_weights(path, SMALL, ("vision", "text"))
+    assert all(np.array_equal(loaded[name], weights[name]) for name in loaded)
+
+
+def test_b16_s_imagenet_is_the_commit_mteb_pins_and_a_pickle_there_is_refused_in_one_line(fake_hub, tmp_path,
+                                                                                          monkeypatch):
+    fake_hub.add("openai/clip-vit-base-patch16", B16_COMMIT, "pytorch_model.bin", b"\x80\x02 a pickle")
+    fake_hub.add("openai/clip-vit-base-patch16", B16_COMMIT, "vocab.json", b"{}", lfs=False)
+    source = clip_weights.Checkpoint("imagenet", clip_layers.VIT_B16)
+    assert source.identity == ("hub openai/clip-vit-base-patch16@%s model.safetensors, sha256 from the hub's "
+                               "X-Linked-Etag" % B16_COMMIT)
+    with pytest.raises(WeightsError, match=r"hf://openai/clip-vit-base-patch16@%s has no model.safetensors or "
+                                           r"open_clip_model.safetensors, only pytorch_model.bin: a pickle, which "
+                                           r"can run code when it is read and is never read here" % B16_COMMIT
+                       ) as error:
+        source.path()
+    assert "\n" not in str(error.value) and "GET" not in [method for method, *_ in fake_hub.requests]
+    # If the commit holds model.safetensors (not known here: no network), that is what "imagenet" reads.
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "another-home"))  # the first cache knows the commit lacks it
+    fake_hub.add("openai/clip-vit-base-patch16", B16_COMMIT, "model.safetensors", b"safetensors bytes")
+    assert clip_weights.Checkpoint("imagenet", clip_layers.VIT_B16).path().read_bytes() == b"safetensors bytes"
+
+
+def test_a_hub_checkpoint_of_another_family_or_without_a_commit_is_one_line(fake_hub, tmp_path):
+    folder = tmp_path / "dinov2"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    publish(fake_hub, "facebook/dinov2-small", COMMIT, folder, {"model_type": "dinov2"})
+    with pytest.raises(WeightsError, match=r"weights=hf://facebook/dinov2-small@%s is a dinov2 checkpoint \(its "
+                                           r"config's model_type\), not a clip one: pass --model dinov2_vits14 or "
+                                           r"dinov2_vitb14" % COMMIT):
+        clip_weights.Checkpoint("hf://facebook/dinov2-small@%s" % COMMIT, SMALL).path()
+    with pytest.raises(WeightsError, match=r"weights=hf://openai/clip-vit-large-patch14 names no commit"):
+        clip_weights.Checkpoint("hf://openai/clip-vit-large-patch14", SMALL)
+    with pytest.raises(WeightsError, match=r"weights=imagenet: no commit of clip_small is pinned here; pass "
+                                           r"hf://test/clip-small@COMMIT, or a downloaded folder"):
+        clip_weights.Checkpoint("imagenet", SMALL)

@@ -168,6 +168,31 @@ def test_settings_name_the_checkpoint_and_the_reader_s_preprocessing(checkpoint)
     assert registry.feature_model("dinov2_vitb14").settings["weights"].endswith(VITB14.sha256)
 
 
+def test_a_hub_checkpoint_at_a_commit_is_read_and_checked_to_be_a_dinov2(fake_hub, tmp_path):
+    pinned = "hf://%s@%s" % (VITS14.repo, VITS14.revision)  # imagenet's commit, by its hf:// name: the same weights
+    assert registry.feature_model("dinov2_vits14", weights=pinned).settings == registry.feature_model(
+        "dinov2_vits14").settings
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    path = tmp_path / "model.safetensors"
+    dinov2_weights.write_random(path, SMALL, seed=1)
+    fake_hub.add("owner/dino", commit, "model.safetensors", path.read_bytes())
+    fake_hub.add("owner/dino", commit, "config.json", json.dumps({"model_type": "dinov2"}).encode(), lfs=False)
+    spec = dinov2.feature_model(SMALL, weights="hf://owner/dino@" + commit)
+    assert spec.settings["weights"] == ("hub owner/dino@%s model.safetensors, sha256 from the hub's X-Linked-Etag"
+                                        % commit) and spec.files == () and fake_hub.requests == []
+    loaded, expected = spec.load_weights(), dinov2_weights.load_weights(path, SMALL)
+    assert loaded.keys() == expected.keys() and all(np.array_equal(loaded[name], expected[name]) for name in loaded)
+    fake_hub.add("owner/clip", commit, "model.safetensors", path.read_bytes())
+    fake_hub.add("owner/clip", commit, "config.json", json.dumps({"model_type": "clip"}).encode(), lfs=False)
+    from models.files import WeightsError
+    with pytest.raises(WeightsError, match=r"weights=hf://owner/clip@%s is a clip checkpoint \(its config's "
+                                           r"model_type\), not a dinov2 one: pass --model clip_vit_b32 or "
+                                           r"clip_vit_b16" % commit):
+        dinov2.feature_model(SMALL, weights="hf://owner/clip@" + commit).load_weights()
+    with pytest.raises(WeightsError, match="weights=hf://owner/dino@main: 'main' is a branch or a tag"):
+        dinov2.feature_model(SMALL, weights="hf://owner/dino@main")
+
+
 # ----------------------------------------------------------------------------- devices, precision, ranks
 
 def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(small, photographs):

@@ -1,98 +1,46 @@
-"""Hugging Face hub files: the URL and identity of a pinned file, the hub's cache layout, the checked download
-(against the pinned SHA-256, or the hub's X-Linked-Etag) on a loopback server, never the network."""
+"""Hugging Face hub files through huggingface_hub, on a hub on loopback (tests/hub_server.py), never the network:
+its cache under HF_HOME, the check of the bytes against a pinned SHA-256 or the hub's hash, a cut download
+resumed, offline mode, a gated repository's token, and every failure in one line."""
 
-import dataclasses
 import hashlib
-import http.server
-import socket
-import threading
 
 import pytest
 
+from hub_server import FakeHub, git_blob_sha1
 from models import hub_download
 from models.files import WeightsError
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CONTENT = b"safetensors bytes" * 500
 SHA256 = hashlib.sha256(CONTENT).hexdigest()
-FILE = hub_download.HubFile("owner/model", "0123456789abcdef0123456789abcdef01234567", "model.safetensors",
-                            sha256=SHA256, what="test weights (8 kB)",
+FILE = hub_download.HubFile("owner/model", COMMIT, "model.safetensors", sha256=None, what="test weights (8 kB)",
                             random_command="python -m models.weight_files random x.safetensors")
-
-
-class _Hub:
-    """A hub on loopback: `resolve` URLs redirect (302) to the blob, with `etag` as X-Linked-Etag; the blob is
-    `content`. Records the requests."""
-
-    def __init__(self, content=CONTENT, etag=SHA256, git_etag=None):
-        """`git_etag`: a file the hub keeps in git, not LFS: `resolve` answers the file itself, with this ETag."""
-        requests = self.requests = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self, body):
-                requests.append((self.command, self.path))
-                if "/resolve/" in self.path and git_etag is not None:
-                    self.send_response(200)
-                    self.send_header("ETag", '"%s"' % git_etag)
-                    self.send_header("Content-Length", str(len(content)))
-                    self.end_headers()
-                    if body:
-                        self.wfile.write(content)
-                    return
-                if "/resolve/" in self.path:
-                    self.send_response(302)
-                    self.send_header("Location", "/blob")
-                    if etag is not None:
-                        self.send_header("X-Linked-Etag", '"%s"' % etag)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                if body:
-                    self.wfile.write(content)
-
-            def do_GET(self):
-                self._answer(True)
-
-            def do_HEAD(self):
-                self._answer(False)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = "http://127.0.0.1:%d" % self.server.server_port
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+PINNED = hub_download.HubFile("owner/model", COMMIT, "model.safetensors", sha256=SHA256, what="test weights (8 kB)",
+                              random_command=FILE.random_command)
 
 
 @pytest.fixture
-def hub():
-    servers = []
-
-    def start(**options):
-        servers.append(_Hub(**options))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
+def home(tmp_path):
+    return tmp_path / "hf-home"
 
 
-def test_url_identity_and_the_checks_of_a_pin():
-    assert FILE.url == ("https://huggingface.co/owner/model/resolve/0123456789abcdef0123456789abcdef01234567/"
-                        "model.safetensors")
-    assert FILE.identity == ("hub owner/model@0123456789abcdef0123456789abcdef01234567 model.safetensors, sha256 "
-                             + SHA256)
-    assert "X-Linked-Etag" in dataclasses.replace(FILE, sha256=None).identity
+@pytest.fixture
+def hub(fake_hub):
+    fake_hub.add("owner/model", COMMIT, "model.safetensors", CONTENT)
+    return fake_hub
+
+
+def test_url_identity_and_the_checks_of_a_pin(monkeypatch):
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert FILE.url == "https://huggingface.co/owner/model/resolve/%s/model.safetensors" % COMMIT
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/")
+    assert FILE.url == "http://127.0.0.1:9/owner/model/resolve/%s/model.safetensors" % COMMIT
+    assert PINNED.identity == "hub owner/model@%s model.safetensors, sha256 %s" % (COMMIT, SHA256)
+    assert FILE.identity == "hub owner/model@%s model.safetensors, sha256 from the hub's X-Linked-Etag" % COMMIT
     with pytest.raises(ValueError, match="revision='main'; expected a commit id"):
-        dataclasses.replace(FILE, revision="main")
+        hub_download.HubFile("owner/model", "main", "model.safetensors", None, "w", "c")
     with pytest.raises(ValueError, match="sha256='abc'"):
-        dataclasses.replace(FILE, sha256="abc")
+        hub_download.HubFile("owner/model", COMMIT, "model.safetensors", "abc", "w", "c")
 
 
 def test_the_cache_is_huggingface_hub_s(tmp_path, monkeypatch):
@@ -100,65 +48,127 @@ def test_the_cache_is_huggingface_hub_s(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     assert hub_download.hub_cache_dir() == tmp_path / "home" / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    assert hub_download.cache_path(FILE) == (tmp_path / "cache" / "models--owner--model" / "snapshots"
-                                             / FILE.revision / "model.safetensors")
+    assert hub_download.cache_path(FILE) == (tmp_path / "cache" / "models--owner--model" / "snapshots" / COMMIT
+                                             / "model.safetensors")
 
 
-def test_a_cached_file_is_used_without_the_network(tmp_path):
-    cached = hub_download.cache_path(FILE, tmp_path)
-    cached.parent.mkdir(parents=True)
-    cached.write_bytes(b"cached")
-    unreachable = dataclasses.replace(FILE, endpoint="http://127.0.0.1:9")
-    assert hub_download.hub_file(unreachable, tmp_path) == cached
+def test_a_download_goes_into_huggingface_hub_s_cache_and_is_checked_against_the_hub_s_hash(hub, home):
+    from huggingface_hub import try_to_load_from_cache
+
+    path = hub_download.hub_file(FILE)
+    assert path == home / "hub" / "models--owner--model" / "snapshots" / COMMIT / "model.safetensors"
+    assert path.read_bytes() == CONTENT and path.resolve().name == SHA256  # the hub's blob, named by its hash
+    assert try_to_load_from_cache("owner/model", "model.safetensors", cache_dir=home / "hub",
+                                  revision=COMMIT) == str(path)  # huggingface_hub's own reader of its cache finds it
+    resolve = "/owner/model/resolve/%s/model.safetensors" % COMMIT
+    assert [request[:2] for request in hub.requests] == [
+        ("HEAD", resolve), ("HEAD", resolve), ("GET", "/blobs/owner/model/%s/model.safetensors" % COMMIT)]
+    hub.requests.clear()
+    assert hub_download.hub_file(FILE) == path and hub.requests == []  # in the cache: not asked again
 
 
-def test_a_pinned_download_follows_the_redirect_and_is_checked(tmp_path, hub):
-    server = hub(etag="0" * 64)  # a pinned SHA-256 does not ask the hub
-    path = hub_download.hub_file(dataclasses.replace(FILE, endpoint=server.endpoint), tmp_path)
-    assert path == hub_download.cache_path(FILE, tmp_path) and path.read_bytes() == CONTENT
-    assert [command for command, _ in server.requests] == ["GET", "GET"]
-    with pytest.raises(WeightsError, match="has SHA-256 .* expected 0+; nothing was kept"):
-        hub_download.hub_file(dataclasses.replace(FILE, endpoint=server.endpoint, sha256="0" * 64), tmp_path / "b")
-    assert not (tmp_path / "b").exists()
+def test_a_file_whose_bytes_do_not_match_is_refused_in_one_line_and_not_kept(hub, home):
+    hub.add("owner/model", COMMIT, "model.safetensors", b"other bytes", etag=SHA256)  # the hub's hash is a lie
+    with pytest.raises(WeightsError, match="has SHA-256 %s, expected %s; nothing was kept"
+                       % (hashlib.sha256(b"other bytes").hexdigest(), SHA256)) as error:
+        hub_download.hub_file(PINNED)
+    assert "\n" not in str(error.value)
+    assert not hub_download.cache_path(PINNED).exists()
+    assert list((home / "hub" / "models--owner--model" / "blobs").iterdir()) == []
+    with pytest.raises(WeightsError, match="has SHA-256 .*, expected %s; nothing was kept" % SHA256):
+        hub_download.hub_file(FILE)  # unpinned: checked against the hub's X-Linked-Etag alike
 
 
-def test_without_a_pin_the_download_is_checked_against_the_hub_s_x_linked_etag(tmp_path, hub):
-    unpinned = dataclasses.replace(FILE, sha256=None)
-    server = hub()
-    path = hub_download.hub_file(dataclasses.replace(unpinned, endpoint=server.endpoint), tmp_path)
-    assert path.read_bytes() == CONTENT and server.requests[0] == ("HEAD", "/owner/model/resolve/%s/model.safetensors"
-                                                                   % FILE.revision)
-    lying = hub(etag="f" * 64)
-    with pytest.raises(WeightsError, match="expected f+; nothing was kept"):
-        hub_download.hub_file(dataclasses.replace(unpinned, endpoint=lying.endpoint), tmp_path / "lying")
-    silent = hub(etag=None)
-    with pytest.raises(WeightsError, match="the hub gave no hash .* none is pinned: nothing was downloaded"):
-        hub_download.hub_file(dataclasses.replace(unpinned, endpoint=silent.endpoint), tmp_path / "silent")
-    assert [command for command, _ in silent.requests] == ["HEAD"]
-    assert not (tmp_path / "lying").exists() and not (tmp_path / "silent").exists()
+def test_a_hash_the_hub_gives_other_than_the_pinned_one_is_refused_before_the_download(hub):
+    hub.add("owner/model", COMMIT, "model.safetensors", b"other bytes")
+    with pytest.raises(WeightsError, match="the hub gives owner/model@%s model.safetensors SHA-256 %s, not the pinned "
+                                           "%s: nothing was downloaded" % (COMMIT, hashlib.sha256(b"other bytes")
+                                                                           .hexdigest(), SHA256)):
+        hub_download.hub_file(PINNED)
+    assert [method for method, *_ in hub.requests] == ["HEAD"]
 
 
-@pytest.mark.parametrize("sha256", [SHA256, None])
-def test_offline_is_one_line_offering_a_path_and_the_random_command(tmp_path, sha256):
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        endpoint = "http://127.0.0.1:%d" % closed.getsockname()[1]
-    with pytest.raises(WeightsError, match=r"cannot download the test weights \(8 kB\) .*offline\? pass "
-                                           r"weights=PATH") as error:
-        hub_download.hub_file(dataclasses.replace(FILE, endpoint=endpoint, sha256=sha256), tmp_path / "cache")
-    assert "\n" not in str(error.value) and str(error.value).endswith(FILE.random_command)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_a_file_the_hub_keeps_in_git_is_checked_against_its_git_blob_sha1(tmp_path, hub):
-    """vocab.json and merges.txt are not in LFS: the hub's ETag is their git blob SHA-1 (`git hash-object`)."""
+def test_a_file_the_hub_keeps_in_git_is_checked_against_its_git_blob_sha1(hub):
     vocabulary = b'{"a</w>": 0}\n' * 100
-    blob = hashlib.sha1(b"blob %d\0" % len(vocabulary) + vocabulary).hexdigest()
-    unpinned = dataclasses.replace(FILE, filename="vocab.json", sha256=None)
-    server = hub(content=vocabulary, git_etag=blob)
-    path = hub_download.hub_file(dataclasses.replace(unpinned, endpoint=server.endpoint), tmp_path)
-    assert path.read_bytes() == vocabulary and [command for command, _ in server.requests] == ["HEAD", "GET"]
-    changed = hub(content=vocabulary + b" ", git_etag=blob)
-    with pytest.raises(WeightsError, match="has git blob SHA-1 [0-9a-f]{40}, expected %s; nothing was kept" % blob):
-        hub_download.hub_file(dataclasses.replace(unpinned, endpoint=changed.endpoint), tmp_path / "changed")
-    assert not (tmp_path / "changed").exists()
+    hub.add("owner/model", COMMIT, "vocab.json", vocabulary, lfs=False)
+    file = hub_download.HubFile("owner/model", COMMIT, "vocab.json", None, "vocabulary", "c")
+    assert hub_download.hub_file(file).read_bytes() == vocabulary
+    assert hub_download.cache_path(file).resolve().name == git_blob_sha1(vocabulary)
+    hub.add("owner/model", COMMIT, "merges.txt", b"changed", lfs=False, etag=git_blob_sha1(b"the original"))
+    with pytest.raises(WeightsError, match="has git blob SHA-1 [0-9a-f]{40}, expected %s; nothing was kept"
+                       % git_blob_sha1(b"the original")):
+        hub_download.hub_file(hub_download.HubFile("owner/model", COMMIT, "merges.txt", None, "merges", "c"))
+
+
+def test_a_hub_without_a_hash_or_for_another_commit_is_refused_before_the_download(hub):
+    hub.add("owner/model", COMMIT, "model.safetensors", CONTENT, etag="W/not-a-hash")
+    with pytest.raises(WeightsError, match="the hub gave no hash of owner/model@%s model.safetensors .* none is "
+                                           "pinned: nothing was downloaded; pass a downloaded folder" % COMMIT):
+        hub_download.hub_file(FILE)
+    hub.add("owner/model", COMMIT, "model.safetensors", CONTENT, answered_commit="f" * 40)
+    with pytest.raises(WeightsError, match="answered for commit f{40} when owner/model@%s model.safetensors was asked "
+                                           "for" % COMMIT):
+        hub_download.hub_file(FILE)
+    assert [method for method, *_ in hub.requests] == ["HEAD", "HEAD"]
+
+
+def test_a_cut_download_is_resumed_where_it_stopped(hub):
+    """huggingface_hub's http_get resumes with a Range request once a chunk (10 MiB) has been written."""
+    content = bytes(range(256)) * (96 * 1024)  # 24 MiB
+    hub.add("owner/model", COMMIT, "big.safetensors", content)
+    hub.cut_once("big.safetensors")
+    file = hub_download.HubFile("owner/model", COMMIT, "big.safetensors", None, "big weights", "c")
+    assert hub_download.hub_file(file).read_bytes() == content
+    gets = [request for request in hub.requests if request[0] == "GET"]
+    assert len(gets) == 2 and gets[0][3] is None and gets[1][3] == "bytes=%d-" % (10 << 20)
+
+
+def test_offline_mode_reads_the_cache_and_refuses_the_rest_in_one_line(hub, monkeypatch):
+    path = hub_download.hub_file(FILE)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.requests.clear()
+    assert hub_download.hub_file(FILE) == path
+    with pytest.raises(WeightsError, match=r"^owner/model@%s vocab.json is not in the hub's cache \(.*\) and "
+                                           r"HF_HUB_OFFLINE is set: pass a downloaded folder, --weights FOLDER "
+                                           r"\(`hf download owner/model --revision %s --local-dir FOLDER` where there "
+                                           r"is a network\), or random weights: c$" % (COMMIT, COMMIT)) as error:
+        hub_download.hub_file(hub_download.HubFile("owner/model", COMMIT, "vocab.json", None, "vocabulary", "c"))
+    assert "\n" not in str(error.value) and hub.requests == []
+
+
+def test_an_unreachable_hub_is_one_line_offering_a_folder_and_the_random_command(hub, home, monkeypatch):
+    with FakeHub() as closed:
+        endpoint = closed.endpoint
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    with pytest.raises(hub_download.HubUnreachable, match=r"cannot download owner/model@%s model.safetensors from %s "
+                                                          r"\(.*\): offline\? pass a downloaded folder, --weights "
+                                                          r"FOLDER" % (COMMIT, endpoint)) as error:
+        hub_download.hub_file(FILE)
+    assert "\n" not in str(error.value) and str(error.value).endswith(FILE.random_command)
+    assert not (home / "hub").exists() or not any((home / "hub").rglob("model.safetensors"))
+
+
+def test_a_gated_repository_needs_a_token_which_goes_to_the_hub_only(hub, monkeypatch):
+    hub.gate("owner/model", "hf_secret")
+    with pytest.raises(WeightsError, match=r"owner/model is gated or private \(HTTP 401\): accept its terms on the hub "
+                                           r"and set HF_TOKEN") as error:
+        hub_download.hub_file(FILE)
+    assert "\n" not in str(error.value)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    hub.requests.clear()
+    assert hub_download.hub_file(FILE).read_bytes() == CONTENT
+    assert [(method, authorization) for method, _, authorization, _ in hub.requests] == [
+        ("HEAD", "Bearer hf_secret"), ("HEAD", "Bearer hf_secret"), ("GET", None)]  # not to the CDN
+
+
+def test_an_absent_file_a_commit_or_a_repository_the_hub_lacks(hub):
+    absent = hub_download.HubFile("owner/model", COMMIT, "nothing.json", None, "nothing", "c")
+    assert not hub_download.cached_absent(absent)
+    with pytest.raises(hub_download.HubFileAbsent, match="owner/model@%s has no nothing.json" % COMMIT):
+        hub_download.hub_file(absent)
+    assert hub_download.cached_absent(absent)  # recorded as huggingface_hub records it
+    assert hub_download.hub_has(FILE) and not hub_download.hub_has(absent)
+    with pytest.raises(WeightsError, match="owner/model has no commit f{40} .HTTP 404.: check the commit"):
+        hub_download.hub_file(hub_download.HubFile("owner/model", "f" * 40, "model.safetensors", None, "w", "c"))
+    with pytest.raises(WeightsError, match="the hub has no repository owner/other"):
+        hub_download.hub_file(hub_download.HubFile("owner/other", COMMIT, "model.safetensors", None, "w", "c"))

@@ -98,9 +98,9 @@ SHARED = {"parallel", "parallel.lazy", "parallel.locations", "parallel.messages"
 # model gives the engine; never on another family (ResNet on VGG16's Caffe preprocessing, which both use). The
 # registry is a shared table of names (it loads a family by name, never by an import): a weights reader asks it
 # which model a file it refuses belongs to.
-MODELS_SHARED = {"models.common", "models.files", "models.hub_download", "models.imagenet_download", "models.keras_h5",
-                 "models.registry", "models.safetensors_files", "models.vit.vit", "models.vit.vit_layers",
-                 "parallel.model"}
+MODELS_SHARED = {"models.common", "models.files", "models.hub_checkpoint", "models.hub_download",
+                 "models.imagenet_download", "models.keras_h5", "models.registry", "models.safetensors_files",
+                 "models.text_tokenizer", "models.vit.vit", "models.vit.vit_layers", "parallel.model"}
 MAY_IMPORT = {
     "parallel.devices": SHARED,
     "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import models.registry
-from models.query_embedder import QueryEmbedder, _weights_needed
+from models.query_embedder import QueryEmbedder, _weights_needed, query_model
 from models.text_queries import TextEmbedder, text_embedding
 from search_data import SETTINGS
 
@@ -85,6 +85,23 @@ def test_unusable_says_why_a_first_query_would_fail_without_loading_a_model(monk
     assert QueryEmbedder({"layer": "fc7"}, "f.npy").unusable() == (
         "the indexed output records no model settings: pass the query as a vector (.npy)")
     assert built == ["imagenet", "imagenet"]  # a spec only: nothing loaded, no weights read
+
+
+def test_an_output_of_the_hub_s_weights_is_queried_with_the_commit_it_records():
+    """Nothing is downloaded until a query is embedded: the spec is built from the names alone."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    recorded = "hub owner/clip@%s model.safetensors, sha256 from the hub's X-Linked-Etag" % commit
+    settings = {"model": "clip_vit_b32", "layer": "embedding", "weights": recorded}
+    spec, weights = query_model(settings, None, "f.npy")
+    assert weights == "hf://owner/clip@%s" % commit and spec.settings["weights"] == recorded
+    assert query_model(settings, weights, "f.npy")[1] == weights
+    pinned, weights = query_model(dict(settings, weights=models.registry.feature_model(
+        "clip_vit_b32").settings["weights"]), None, "f.npy")  # "imagenet" recorded: its pinned commit, by name
+    assert weights == "hf://openai/clip-vit-base-patch32@c237dc49a33fc61debc9276459120b7eac67e7ef"
+    assert pinned.settings["weights"] == models.registry.feature_model("clip_vit_b32").settings["weights"]
+    with pytest.raises(ValueError, match="--weights hf://owner/clip@1{40} is not the weights the output was computed "
+                                         "with"):
+        query_model(settings, "hf://owner/clip@" + "1" * 40, "f.npy")
 
 
 def test_a_text_embedder_kept_open_embeds_as_text_embedding_does(tmp_path):

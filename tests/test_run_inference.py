@@ -58,6 +58,8 @@ def read(path):
     (make_images, ["--devices", "tpu:0"], "must name a CPU or GPU"),
     (make_images, ["--weights", "missing.npy"], "--weights missing.npy is not a file"),
     (make_images, ["--weights", "{notes}"], "is neither a tensorflow-vgg vgg16.npy nor a Keras .h5"),
+    (make_images, ["--model", "clip_vit_b32", "--weights", "hf://openai/clip-vit-base-patch32@main"],
+     "--weights hf://openai/clip-vit-base-patch32@main: 'main' is a branch or a tag, which moves"),
 ])
 def test_usage_errors_are_one_line_exit_2_and_leave_no_output(tmp_path, capsys, weights_file, make, flags, message):
     (tmp_path / "notes.txt").write_text("not weights")

@@ -47,11 +47,27 @@ def test_a_sentence_s_embedding_is_the_text_tower_s_of_its_tokens(clip_folder):
     np.testing.assert_allclose(one, embeddings[:1], atol=1e-6)
 
 
+def test_a_sentence_with_the_hub_s_weights_is_embedded_as_with_the_folder_they_came_in(clip_folder, fake_hub,
+                                                                                       monkeypatch):
+    """hf://ORG/NAME@COMMIT: the checkpoint and its tokenizer.json fetched into the hub's cache, then offline."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    for path in clip_folder.iterdir():
+        fake_hub.add("owner/clip", commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
+    expected = text_embedding("clip_vit_b32", SENTENCES, weights=str(clip_folder))
+    np.testing.assert_array_equal(text_embedding("clip_vit_b32", SENTENCES, weights="hf://owner/clip@" + commit),
+                                  expected)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # in the cache now: read again without a request
+    fake_hub.requests.clear()
+    from models.clip.clip_weights import Checkpoint
+    source = Checkpoint("hf://owner/clip@" + commit, SMALL)
+    assert source.path().parent == source.tokenizer_folder() and fake_hub.requests == []
+
+
 def test_weights_without_the_tokenizer_files_are_one_line(clip_folder, tmp_path):
     from models.files import WeightsError
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "model.safetensors").write_bytes((clip_folder / "model.safetensors").read_bytes())
-    with pytest.raises(WeightsError, match="no vocab.json or merges.txt beside it"):
+    with pytest.raises(WeightsError, match="no tokenizer.json, nor vocab.json and merges.txt, beside it"):
         text_embedding("clip_vit_b32", ["a dog"], weights=str(alone / "model.safetensors"))
     assert text_queries.TEXT_LAYERS == {"clip_vit_b32": "embedding", "clip_vit_b16": "embedding"}

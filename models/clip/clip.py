@@ -306,7 +306,8 @@ class TextTower:
 
     Attributes:
       context_length: the token ids' length (77).
-      tokenizer_folder: the folder of vocab.json and merges.txt that came with the weights.
+      tokenizer_folder: the folder of the tokenizer's files that came with the weights (tokenizer.json, or vocab.json
+        and merges.txt: models.clip.clip_tokenizer reads either).
       identity: the weights' identity, as the image tower's settings record it.
     """
 

@@ -1,25 +1,25 @@
-"""CLIP's tokenizer: byte-level BPE over the checkpoint's vocab.json and merges.txt, in pure Python.
+"""CLIP's tokenizer: byte-level BPE run by Hugging Face's `tokenizers`, from a checkpoint's tokenizer.json, or built
+from its vocab.json and merges.txt as transformers builds CLIPTokenizerFast when a folder has no tokenizer.json.
 
-    tokenizer = Tokenizer.from_folder("clip-vit-base-patch32/")      # vocab.json, merges.txt
+    tokenizer = Tokenizer.from_folder("clip-vit-base-patch32/")      # tokenizer.json, else vocab.json + merges.txt
     tokens = tokenizer.encode(["a dog on a beach"])                  # int32 [1, 77]
 
-A sentence becomes: the start token, its BPE tokens, the end token, then zeros up to the context length
-(77 for every CLIP). A longer sentence is cut to the context length with the end token kept last, as
-open_clip's `tokenize` and Hugging Face's truncation both do.
+A sentence becomes the start token, its BPE tokens, the end token, then zeros up to the context length (77 for
+every CLIP): the ids of transformers' CLIPTokenizerFast with `truncation=True, max_length=77` (tested on 333
+sentences), padded with zeros as OpenAI's and open_clip's `tokenize` pad (transformers pads with the end token;
+the text tower reads nothing after the end token, so the embedding is the same). A longer sentence is cut to 77
+with the end token kept last. The shared part (truncation, padding, a sentence at a time) is
+models/text_tokenizer.py's.
 
-Text is read as Hugging Face's fast CLIP tokenizer reads it (transformers' `CLIPConverter`, and keras-hub's
-CLIPTokenizer, which builds the same `tokenizers` pipeline), so that the ids are the same:
-1. Unicode NFC; every run of whitespace (the Unicode White_Space characters) becomes one space;
-   lowercase, a character at a time (so a final capital sigma becomes "σ", not "ς").
-2. "<|startoftext|>" and "<|endoftext|>" in the normalised text are those tokens (tokenizer.json lists
-   them as added tokens matched after normalisation).
-3. The rest splits into pieces as CLIP's pattern
-   `'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+` does: a contraction, a run of letters,
-   one digit, or a run of anything else that is not a space. Letters and digits are Unicode's categories
-   L* and N* from Python's `unicodedata` (Unicode 14 on Python 3.11: a character assigned later, which
-   Python sees as unassigned, is "anything else" here and may be a letter for the reference).
-4. Each piece's UTF-8 bytes, as GPT-2's printable byte alphabet, "</w>" appended to the last, are
-   merged by the merges' ranks.
+Built from vocab.json and merges.txt, the pipeline is transformers' (its models/clip/tokenization_clip.py), which a
+checkpoint's tokenizer.json says in its own words (and is read as it says):
+1. Unicode NFC; every run of whitespace (`\\s`: Unicode's White_Space) becomes one space; lowercase.
+2. The special tokens "<|startoftext|>" and "<|endoftext|>" written as such in a sentence are those tokens.
+3. The rest splits into the pieces of CLIP's pattern (`PATTERN`,
+   `'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+` after the special tokens): a contraction, a run of
+   letters, one digit, or a run of anything else that is not a space.
+4. Each piece's UTF-8 bytes, in GPT-2's printable byte alphabet, "</w>" ending the last, are merged by the
+   merges' ranks; the start and end tokens go around (RoBERTa's post-processor).
 
 OpenAI's and open_clip's own tokenizer differs before step 1: it runs `ftfy.fix_text` (mojibake repaired,
 "â€™" read back as "’"; curly quotes made straight; ligatures, full-width forms and some control
@@ -31,23 +31,98 @@ entities should be fixed by whoever types it.
 """
 
 import json
-import unicodedata
 from pathlib import Path
 
-import numpy as np
+from models.text_tokenizer import TextTokenizer
 
 START_TOKEN, END_TOKEN = "<|startoftext|>", "<|endoftext|>"
 END_OF_WORD = "</w>"
 CONTEXT_LENGTH = 77  # every CLIP's text tower: 77 positions
-VOCABULARY_FILE, MERGES_FILE = "vocab.json", "merges.txt"
+TOKENIZER_FILE, VOCABULARY_FILE, MERGES_FILE = "tokenizer.json", "vocab.json", "merges.txt"
 MERGES_HEADER = "#version: 0.2"
-CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")  # CLIP's pattern's order (none a prefix of another)
-# Unicode's White_Space characters: what `\s` matches in the reference's regular expressions (Oniguruma).
-# Python's str.isspace adds U+001C-U+001F, which the reference keeps as text.
-WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
-                       "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+# transformers' (tokenization_clip.py, 5.x): the special tokens, then CLIP's own pattern.
+PATTERN = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 # The file write_test_vocabulary reads: the first 4,000 of CLIP's merges (see its README beside it).
 TEST_MERGES = Path(__file__).with_name("clip_test_merges.txt")
+
+
+class Tokenizer(TextTokenizer):
+    """CLIP's tokenizer: a `TextTokenizer` (models/text_tokenizer.py) padding with zeros, whose vocabulary has the
+    start and end tokens.
+
+    Attributes:
+      start_id, end_id: the ids of "<|startoftext|>" and "<|endoftext|>" (49406 and 49407 in CLIP's files).
+    """
+
+    def __init__(self, tokenizer, context_length=CONTEXT_LENGTH, pad_id=0, source="the tokenizer"):
+        """As TextTokenizer's; ValueError (naming `source`) for a tokenizer without CLIP's special tokens."""
+        super().__init__(tokenizer, context_length, pad_id, source)
+        self.start_id, self.end_id = self.token_id(START_TOKEN), self.token_id(END_TOKEN)
+
+    @classmethod
+    def from_folder(cls, folder, context_length=CONTEXT_LENGTH):
+        """The tokenizer of a checkpoint's folder: its tokenizer.json, else its vocab.json and merges.txt.
+
+        Raises:
+          ValueError: the files are missing or malformed (one line naming the file and what is wrong).
+        """
+        folder = Path(folder)
+        if (folder / TOKENIZER_FILE).is_file():
+            return cls.from_file(folder / TOKENIZER_FILE, context_length)
+        vocabulary, merges = read_vocabulary(folder / VOCABULARY_FILE), read_merges(folder / MERGES_FILE)
+        check_vocabulary(vocabulary, merges, str(folder))
+        return cls(build(vocabulary, merges), context_length, source=str(folder))
+
+
+def build(vocabulary, merges):
+    """CLIP's `tokenizers.Tokenizer` over a vocabulary and its merges, as transformers' CLIPTokenizerFast builds it
+    (the module docstring's steps). The vocabulary must have passed `check_vocabulary`: the library does not
+    check a merge's token is in the vocabulary, and stops the process (a Rust panic) on one that is not.
+
+    Args:
+      vocabulary: {token: id}, with the two special tokens.
+      merges: [(first, second)], highest priority first.
+
+    Returns:
+      tokenizers.Tokenizer, whose `save` writes a tokenizer.json.
+    """
+    from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer as Library
+    from tokenizers.models import BPE
+
+    tokenizer = Library(BPE(vocab=dict(vocabulary), merges=[tuple(pair) for pair in merges], dropout=None,
+                            continuing_subword_prefix="", end_of_word_suffix=END_OF_WORD, fuse_unk=False,
+                            unk_token=END_TOKEN))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                                 normalizers.Lowercase()])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PATTERN), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token in (START_TOKEN, END_TOKEN)])
+    tokenizer.post_processor = processors.RobertaProcessing((END_TOKEN, vocabulary[END_TOKEN]),
+                                                            (START_TOKEN, vocabulary[START_TOKEN]),
+                                                            trim_offsets=False, add_prefix_space=False)
+    return tokenizer
+
+
+def check_vocabulary(vocabulary, merges, source="the vocabulary"):
+    """ValueError (one line naming `source`) unless the vocabulary has the special tokens, the 512 byte tokens
+    (each byte, alone and ending a word: else a byte maps to the unknown token, silently) and every merge's token.
+    """
+    for token in (START_TOKEN, END_TOKEN):
+        if token not in vocabulary:
+            raise ValueError("%s has no %s token" % (source, token))
+    alphabet = byte_alphabet()
+    missing = [token for token in alphabet + [token + END_OF_WORD for token in alphabet] if token not in vocabulary]
+    if missing:
+        raise ValueError("%s lacks %d of the 512 byte tokens (%r, ...): not a byte-level BPE vocabulary"
+                         % (source, len(missing), missing[0]))
+    for first, second in merges:
+        if first + second not in vocabulary:
+            raise ValueError("%s: the merge %r %r makes %r, which is not in the vocabulary"
+                             % (source, first, second, first + second))
 
 
 def byte_order():
@@ -69,187 +144,6 @@ def byte_alphabet():
         alphabet.append(chr(byte) if byte in printable else chr(256 + extra))
         extra += byte not in printable
     return alphabet
-
-
-_BYTES = byte_alphabet()
-
-
-class Tokenizer:
-    """CLIP's BPE tokenizer over a vocabulary and its merges.
-
-    Attributes:
-      vocabulary: {token: id}.
-      start_id, end_id: the ids of "<|startoftext|>" and "<|endoftext|>" (49406 and 49407 in CLIP's files).
-    """
-
-    def __init__(self, vocabulary, merges, source="the vocabulary"):
-        """
-        Args:
-          vocabulary: {token str: id int}, with the two special tokens.
-          merges: sequence of (first, second) str pairs, highest priority first.
-          source: what to name in errors (the folder read).
-
-        Raises:
-          ValueError: a special token is missing, or a merge makes a token the vocabulary lacks.
-        """
-        for token in (START_TOKEN, END_TOKEN):
-            if token not in vocabulary:
-                raise ValueError("%s has no %s token" % (source, token))
-        missing = [token for token in _BYTES + [token + END_OF_WORD for token in _BYTES] if token not in vocabulary]
-        if missing:
-            raise ValueError("%s lacks %d of the 512 byte tokens (%r, ...): not a byte-level BPE vocabulary"
-                             % (source, len(missing), missing[0]))
-        for first, second in merges:
-            if first + second not in vocabulary:
-                raise ValueError("%s: the merge %r %r makes %r, which is not in the vocabulary"
-                                 % (source, first, second, first + second))
-        self.vocabulary = dict(vocabulary)
-        self.ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
-        self.start_id, self.end_id = self.vocabulary[START_TOKEN], self.vocabulary[END_TOKEN]
-        self._cache = {}
-
-    @classmethod
-    def from_folder(cls, folder):
-        """The tokenizer of a checkpoint's folder: its Hugging Face vocab.json and merges.txt.
-
-        Raises:
-          ValueError: a file is missing or malformed (one line naming the file and what is wrong).
-        """
-        folder = Path(folder)
-        return cls(read_vocabulary(folder / VOCABULARY_FILE), read_merges(folder / MERGES_FILE), str(folder))
-
-    def encode(self, sentences, context_length=CONTEXT_LENGTH):
-        """Token ids of each sentence, as CLIP's text tower takes them.
-
-        Args:
-          sentences: a str, or a sequence of N str.
-          context_length: positions per sentence (>= 2).
-
-        Returns:
-          int32 [N, context_length]: start token, BPE tokens, end token, then zeros; a sentence with more
-          than context_length - 2 tokens is cut after its first context_length - 2 (the end token last).
-
-        Raises:
-          ValueError: a sentence that is not a str, or a context_length below 2.
-        """
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 2:
-            raise ValueError("context_length=%r; expected an int >= 2 (CLIP's is %d)"
-                             % (context_length, CONTEXT_LENGTH))
-        sentences = list(sentences)
-        tokens = np.zeros((len(sentences), context_length), dtype=np.int32)
-        for row, sentence in enumerate(sentences):
-            if not isinstance(sentence, str):
-                raise ValueError("sentence %d is %r; expected a str" % (row, sentence))
-            ids = [self.start_id] + self.token_ids(sentence)[:context_length - 2] + [self.end_id]
-            tokens[row, :len(ids)] = ids
-        return tokens
-
-    def token_ids(self, sentence):
-        """The BPE token ids of one sentence (a str), without start, end or padding: list of int."""
-        ids = []
-        for piece in pieces(normalise(sentence)):
-            if piece in (START_TOKEN, END_TOKEN):
-                ids.append(self.vocabulary[piece])
-            else:
-                ids.extend(self.vocabulary[token] for token in self._bpe("".join(_BYTES[byte] for byte in
-                                                                                 piece.encode("utf-8"))))
-        return ids
-
-    def _bpe(self, word):
-        """The tokens of one piece (in the byte alphabet): its characters, the last with "</w>", merged
-        pair by pair, the pair of lowest rank first (every occurrence of it, left to right), until no
-        pair of the word is a merge."""
-        if word in self._cache:
-            return self._cache[word]
-        symbols = list(word[:-1]) + [word[-1] + END_OF_WORD]
-        while len(symbols) > 1:
-            rank, pair = min((self.ranks.get(pair, float("inf")), pair) for pair in zip(symbols, symbols[1:]))
-            if rank == float("inf"):
-                break
-            merged, position = [], 0
-            while position < len(symbols):
-                if position + 1 < len(symbols) and (symbols[position], symbols[position + 1]) == pair:
-                    merged.append(pair[0] + pair[1])
-                    position += 2
-                else:
-                    merged.append(symbols[position])
-                    position += 1
-            symbols = merged
-        self._cache[word] = symbols
-        return symbols
-
-
-def normalise(text):
-    """Step 1 of the module docstring: NFC, each run of whitespace one space, lowercase a character at a time."""
-    text = unicodedata.normalize("NFC", text)
-    out, in_space = [], False
-    for character in text:
-        if character in WHITESPACE:
-            if not in_space:
-                out.append(" ")
-            in_space = True
-        else:
-            out.append(character.lower())
-            in_space = False
-    return "".join(out)
-
-
-def _kind(character):
-    """'space', 'letter', 'digit' or 'other', as CLIP's pattern's classes see it."""
-    if character in WHITESPACE:
-        return "space"
-    category = unicodedata.category(character)[0]
-    return {"L": "letter", "N": "digit"}.get(category, "other")
-
-
-def pieces(text):
-    """Steps 2 and 3 of the module docstring: the special tokens, and CLIP's pattern's pieces, in order.
-
-    Args:
-      text: normalised text (`normalise`).
-
-    Returns:
-      list of str; spaces are in none of them.
-    """
-    found = []
-    for position, part in enumerate(_split_special(text)):
-        if position % 2:
-            found.append(part)
-            continue
-        start = 0
-        while start < len(part):
-            kind = _kind(part[start])
-            contraction = next((word for word in CONTRACTIONS if part.startswith(word, start)), None)
-            if contraction:
-                stop = start + len(contraction)
-            elif kind == "space":
-                start += 1
-                continue
-            elif kind == "digit":  # one digit a piece: "2024" is four
-                stop = start + 1
-            else:  # a run of letters, or of characters that are neither letters, digits nor spaces
-                stop = start + 1
-                while stop < len(part) and _kind(part[stop]) == kind:
-                    stop += 1
-            found.append(part[start:stop])
-            start = stop
-    return found
-
-
-def _split_special(text):
-    """[text, special, text, special, ..., text]: `text` cut at every special token (leftmost first)."""
-    parts, start = [], 0
-    while True:
-        hits = [(text.find(token, start), token) for token in (START_TOKEN, END_TOKEN)]
-        hits = [(at, token) for at, token in hits if at >= 0]
-        if not hits:
-            parts.append(text[start:])
-            return parts
-        at, token = min(hits)
-        parts += [text[start:at], token]
-        start = at + len(token)
 
 
 # ----------------------------------------------------------------------------- files
@@ -320,8 +214,9 @@ def vocabulary_of(merges):
 
 
 def write_test_vocabulary(folder, merges=None):
-    """Writes vocab.json and merges.txt into `folder` (created): a real prefix of CLIP's merges
-    (TEST_MERGES, the first 4,000 of them) and the vocabulary CLIP lays out for them (`vocabulary_of`).
+    """Writes vocab.json, merges.txt and tokenizer.json into `folder` (created): a real prefix of CLIP's merges
+    (TEST_MERGES, the first 4,000 of them), the vocabulary CLIP lays out for them (`vocabulary_of`), and the
+    tokenizer `build` makes of them, as a checkpoint's folder has the three.
 
     English words of a few letters are one token, as in CLIP's files; longer and rarer words are cut into
     more tokens than CLIP's 48,894 merges would cut them. For tests and random weights: the ids are not
@@ -344,4 +239,5 @@ def write_test_vocabulary(folder, merges=None):
     (folder / VOCABULARY_FILE).write_text(json.dumps(vocabulary_of(kept), ensure_ascii=False), encoding="utf-8")
     (folder / MERGES_FILE).write_text("\n".join([MERGES_HEADER] + ["%s %s" % pair for pair in kept]) + "\n",
                                       encoding="utf-8")
+    build(vocabulary_of(kept), kept).save(str(folder / TOKENIZER_FILE), pretty=False)
     return folder

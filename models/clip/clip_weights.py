@@ -1,6 +1,7 @@
 """CLIP's weight files: Hugging Face's `model.safetensors` (and open_clip's `open_clip_model.safetensors`),
 read into NumPy, checked against the table in `clip_layers.py`, and written with random weights; and what a
-`weights` argument means (`Checkpoint`: the published checkpoint at a pinned commit, a folder or a file).
+`weights` argument means (`Checkpoint`: the published checkpoint at a pinned commit, another of the hub's at a
+commit, a folder or a file).
 
 The two layouts hold the same arrays under other names:
 - Hugging Face (`CLIPModel`): `vision_model.embeddings.patch_embedding.weight`, `...encoder.layers.<i>.
@@ -32,12 +33,14 @@ import numpy as np
 from models.clip import clip_layers
 from models.registry import layout_of_file, what_else
 from models.files import WeightsError, fingerprint
-from models.hub_download import HubFile, hub_file
+from models.hub_checkpoint import (HubCheckpoint, check_model_type, hub_checkpoint, hub_checkpoint_folder,
+                                   is_hub_weights)
 from models.safetensors_files import read_tensors, write_tensors
 
 HF_FILE = "model.safetensors"                   # Hugging Face's name of the checkpoint in its repository
 OPEN_CLIP_FILE = "open_clip_model.safetensors"  # open_clip's
 TOKENIZER_FILES = ("vocab.json", "merges.txt")  # the BPE vocabulary and merges beside the checkpoint
+TOKENIZER_JSON = "tokenizer.json"               # the tokenizers library's file of both, read first when there
 
 
 
@@ -249,7 +252,7 @@ class RandomFiles:
       RANDOM_SUFFIXES: {"": a folder in Hugging Face's layout, ".safetensors": the checkpoint alone}.
     """
 
-    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, %s)" % (HF_FILE, ", ".join(TOKENIZER_FILES)),
+    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, %s)" % (HF_FILE, ", ".join((TOKENIZER_JSON,) + TOKENIZER_FILES)),
                        ".safetensors": "Hugging Face's %s" % HF_FILE}
 
     def __init__(self, model):
@@ -262,7 +265,7 @@ class RandomFiles:
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the model to `path`: a folder (the path has no extension) holding
-        model.safetensors and the tests' vocab.json and merges.txt (a real prefix of CLIP's merges:
+        model.safetensors and the tests' tokenizer.json, vocab.json and merges.txt (a real prefix of CLIP's merges:
         `models.clip.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M (B/32) or 150 M
         (B/16) float32 parameters, about 600 MB. The folder is made whole or not at all."""
         from models.clip.clip_tokenizer import write_test_vocabulary
@@ -289,57 +292,62 @@ VIT_B16 = RandomFiles(clip_layers.VIT_B16)
 
 # ----------------------------------------------------------------------------- the weights argument
 
-# The published checkpoints at a pinned commit. openai/clip-vit-base-patch32's model.safetensors came with the
-# commit c237dc49 (the conversion to safetensors; its main branch's pytorch_model.bin is a pickle); no public
-# source names the file's SHA-256, so the download is checked against the hub's X-Linked-Etag, and the
-# tokenizer's files (kept in git, not LFS) against their git blob SHA-1, the hub's ETag (models/hub_download.py). No pinned commit of openai/clip-vit-base-patch16 holding model.safetensors is known
-# here: ViT-B/16 takes --weights PATH only (docs/models.md).
+# The published checkpoints, each pinned to a commit of its repository ("imagenet", the default name, means it).
+# openai/clip-vit-base-patch32's model.safetensors came with the commit c237dc49 (the conversion to safetensors;
+# its main branch had only the pickled pytorch_model.bin). openai/clip-vit-base-patch16 is pinned where public
+# evaluation code pins it (MTEB's model table, among others): 57c21647, its main branch as that code cites it,
+# which public listings show with pytorch_model.bin; whether it holds model.safetensors could not be checked here
+# (no network): if it does, that is read; if it holds only the pickle, "imagenet" is refused in one line, never
+# unpickled (models/hub_checkpoint.py). No public source names the files' SHA-256: each is checked against the
+# hub's own hash (models/hub_download.py).
+PINNED_COMMITS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef",
+                  "clip_vit_b16": "57c216476eefef5ab752ec549e440a49ae4ae5f3"}
 _RANDOM_COMMAND = "python -m models.weight_files random clip-random --model %s"
-_REVISIONS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef"}
+_HUB_FILES = ("config.json", TOKENIZER_JSON) + TOKENIZER_FILES  # beside the weights, when the commit has them
 
-def hub_files(model):
-    """{file name: HubFile} that "imagenet" means for `model` (a clip_layers.Config): the checkpoint and the
-    tokenizer's files, at one pinned commit; {} for a model without a pinned commit."""
-    revision = _REVISIONS.get(model.name)
-    if revision is None:
-        return {}
-    what = {HF_FILE: "CLIP %s weights (605 MB)" % model.name, "vocab.json": "CLIP's BPE vocabulary",
-            "merges.txt": "CLIP's BPE merges"}
-    return {name: HubFile(model.hub_repo, revision, name, None, description, _RANDOM_COMMAND % model.name)
-            for name, description in what.items()}
+
+def hub_checkpoint_of(model, weights="imagenet"):
+    """The HubCheckpoint that `weights` names for `model` (a clip_layers.Config): "imagenet", its pinned commit,
+    or "hf://ORG/NAME@COMMIT".
+
+    Raises:
+      WeightsError: a model without a pinned commit, or an hf:// form that names none (models.hub_checkpoint).
+    """
+    what, command = "CLIP %s checkpoint's" % model.name, _RANDOM_COMMAND % model.name
+    if weights != "imagenet":
+        return hub_checkpoint(weights, what, command)
+    if model.name not in PINNED_COMMITS:
+        raise WeightsError("weights=imagenet: no commit of %s is pinned here; pass hf://%s@COMMIT, or a downloaded "
+                           "folder, --weights FOLDER" % (model.name, model.hub_repo))
+    return HubCheckpoint(model.hub_repo, PINNED_COMMITS[model.name], what, command)
 
 
 class Checkpoint:
-    """A CLIP model's `weights` argument: "imagenet" (the published checkpoint, from the hub's cache or
-    downloaded into it), a folder in Hugging Face's layout (model.safetensors, or open_clip_model.safetensors,
-    with vocab.json and merges.txt), or a .safetensors file (the tokenizer's files then looked for beside it).
+    """A CLIP model's `weights` argument: "imagenet" (the published checkpoint at its pinned commit) or
+    "hf://ORG/NAME@COMMIT", fetched into huggingface_hub's cache with their tokenizer files when first read; a
+    folder in Hugging Face's layout (model.safetensors, or open_clip_model.safetensors, with tokenizer.json, or
+    vocab.json and merges.txt); or a .safetensors file (the tokenizer's files then looked for beside it).
 
     Attributes:
-      identity: its part of a job's identity (the hub file's repository, commit and hash, or the file's
-        fingerprint).
-      files: the local files it reads, which a job never writes over: () for "imagenet".
+      identity: its part of a job's identity (the hub's repository, commit and file, or the file's fingerprint).
+      files: the local files it reads, which a job never writes over: () for the hub's.
     """
 
     def __init__(self, weights, model, cache_dir=None):
         """
         Args:
-          weights: "imagenet", a folder or a .safetensors file.
+          weights: "imagenet", "hf://ORG/NAME@COMMIT", a folder or a .safetensors file.
           model: the clip_layers.Config.
-          cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
+          cache_dir: the hub's cache folder for the hub's checkpoints (default: huggingface_hub's).
 
         Raises:
-          WeightsError: a path that is neither a file nor a folder holding a checkpoint; "imagenet" for a
-            model without a pinned checkpoint.
+          WeightsError: a path that is neither a file nor a folder holding a checkpoint; a hub checkpoint not
+            pinned to a commit. (The hub's files are fetched when they are first read, not here.)
         """
-        self.model, self._cache_dir = model, cache_dir
-        self.imagenet = weights == "imagenet"
-        if self.imagenet:
-            self._hub = hub_files(model)
-            if not self._hub:
-                raise WeightsError("weights=imagenet: no pinned commit of %s with model.safetensors is known; pass "
-                                   "weights=PATH (a folder holding model.safetensors, vocab.json and merges.txt), or "
-                                   "write random weights: %s" % (model.hub_repo, _RANDOM_COMMAND % model.name))
-            self.identity, self.files = self._hub[HF_FILE].identity, ()
+        self.model, self._cache_dir, self._folder = model, cache_dir, None
+        self.hub = hub_checkpoint_of(model, weights) if weights == "imagenet" or is_hub_weights(weights) else None
+        if self.hub is not None:
+            self.identity, self.files = self.hub.file(HF_FILE).identity, ()
             return
         path = Path(weights)
         if path.is_dir():
@@ -349,28 +357,38 @@ class Checkpoint:
             path = found[0]
         elif not path.is_file():
             raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
-                               "itself, or 'imagenet')" % (weights, HF_FILE))
+                               "itself, 'imagenet' or hf://ORG/NAME@COMMIT)" % (weights, HF_FILE))
         elif layout_of_file(path):  # an .npy, an .h5: said now, not as a safetensors header's length
             raise WeightsError("weights=%s is not a safetensors file: %s" % (weights, layout_of_file(path)))
         self._path = path
         self.identity, self.files = fingerprint(path), (str(path),)
 
+    def _hub_folder(self):
+        """The hub checkpoint's snapshot folder, its files fetched once, its config's model type checked."""
+        if self._folder is None:
+            folder = hub_checkpoint_folder(self.hub, (HF_FILE, OPEN_CLIP_FILE), _HUB_FILES, self._cache_dir)
+            check_model_type(folder, "clip", self.hub.weights)
+            self._folder = folder
+        return self._folder
+
     def path(self):
-        """The checkpoint to read: the hub's cache file for "imagenet" (downloaded if absent), else the file."""
-        return hub_file(self._hub[HF_FILE], self._cache_dir) if self.imagenet else self._path
+        """The checkpoint to read: the hub's (model.safetensors, else open_clip_model.safetensors; downloaded if
+        absent), else the file."""
+        if self.hub is None:
+            return self._path
+        folder = self._hub_folder()
+        return next(folder / name for name in (HF_FILE, OPEN_CLIP_FILE) if (folder / name).is_file())
 
     def tokenizer_folder(self):
-        """The folder of vocab.json and merges.txt that came with the weights (downloaded for "imagenet").
+        """The folder of the tokenizer's files that came with the weights (fetched for the hub's): tokenizer.json,
+        or vocab.json and merges.txt.
 
         Raises:
           WeightsError: they are not beside the checkpoint.
         """
-        if self.imagenet:
-            folders = {hub_file(self._hub[name], self._cache_dir).parent for name in TOKENIZER_FILES}
-            return folders.pop()  # one commit, one snapshot folder
-        folder = self._path.parent
-        missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
-        if missing:
-            raise WeightsError("weights=%s: no %s beside it (the tokenizer's files that come with the checkpoint)"
-                               % (self._path, " or ".join(missing)))
+        folder = self._hub_folder() if self.hub is not None else self._path.parent
+        if not (folder / TOKENIZER_JSON).is_file() and not all((folder / name).is_file() for name in TOKENIZER_FILES):
+            raise WeightsError("weights=%s: no tokenizer.json, nor vocab.json and merges.txt, beside it (the "
+                               "tokenizer's files that come with the checkpoint)"
+                               % (self.hub.weights if self.hub is not None else self._path))
         return folder

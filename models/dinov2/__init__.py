@@ -5,6 +5,6 @@
     dinov2_weights  Hugging Face's model.safetensors mapped onto the variables; the position embeddings' resize
                     on the host; random weights
 
-May import: models.vit, the shared modules of models (common, files, hub_download, safetensors_files, registry) and
-parallel.model; no other family, never the engine. Importing the package imports nothing.
+May import: models.vit, the shared modules of models (common, files, hub_download, hub_checkpoint, registry,
+safetensors_files) and parallel.model; no other family, never the engine. Importing the package imports nothing.
 """

@@ -97,8 +97,8 @@ def feature_model(variant, endpoint="class_token", weights="imagenet", precision
       variant: a dinov2_layers.Variant.
       endpoint: one of ENDPOINTS (default class_token: width floats).
       weights: "imagenet" or "hub" (the pinned Hugging Face checkpoint, from the hub's cache or downloaded into
-        it), or a path: a model.safetensors in Hugging Face's layout, or a folder holding one. Read when the
-        engine asks, once.
+        it), "hf://ORG/NAME@COMMIT" (another commit's, its config.json a DINOv2's), or a path: a model.safetensors in
+        Hugging Face's layout, or a folder holding one. Read when the engine asks, once.
       precision: one of PRECISION_NAMES; outputs are float32 either way.
       cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
 
@@ -113,7 +113,7 @@ def feature_model(variant, endpoint="class_token", weights="imagenet", precision
     check_endpoint(endpoint, ENDPOINTS)
     dtype = compute_dtype(precision)
     source = HubWeights(weights, hub_file(variant), "a %s model.safetensors, or a folder holding one"
-                        % variant.title, cache_dir)
+                        % variant.title, cache_dir, "dinov2")
     return ModelSpec(
         name=variant.name,
         fn=lambda images: dinov2(images, variant, endpoint, dtype),
