@@ -289,16 +289,21 @@ def _embedder(index, args):
                          image_embedder=ImageEmbedder, before_load=native_log.hide_for_the_command_line)
 
 
-def _neighbour_lists(index, args, queries):
-    """[(label, image path or None, [(path, score)] best first, whether the query is a sentence)]."""
-    from search.queries import query_vectors, ranked
+def _neighbour_lists(index, args, queries, probability=None):
+    """[(label, image path or None, [(path, score)] best first, whether the query is a sentence)]; and, into the
+    list `probability` if one is given, per query the model's probability of each neighbour (a sentence's, SigLIP's)
+    or None."""
+    from search.queries import probabilities, query_vectors, ranked
     embedder = _embedder(index, args)
     try:
         resolved = query_vectors(index, queries, args.text, embedder, say=_say)
+        first_text = len(resolved) - len(args.text)  # the sentences come last
+        lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
+        if probability is not None:
+            probability.extend(probabilities(embedder, [score for _, score in found]) if number >= first_text
+                               else None for number, found in enumerate(lists))
     finally:
         embedder.close()
-    first_text = len(resolved) - len(args.text)  # the sentences come last
-    lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
     return [(label, image, [(index.paths[row], score) for row, score in found], number >= first_text)
             for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
 
@@ -306,8 +311,9 @@ def _neighbour_lists(index, args, queries):
 def _neighbours(args, bars):
     from search.queries import Kept, neighbour_lines
     index = _load(args)
-    lists = [(label, found) for label, _, found, _ in _neighbour_lists(index, args, args.queries)]
-    lines = neighbour_lines(lists, Kept(index))
+    probability = []
+    lists = [(label, found) for label, _, found, _ in _neighbour_lists(index, args, args.queries, probability)]
+    lines = neighbour_lines(lists, Kept(index), probability)
     sys.stdout.buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
     return EXIT_OK
 

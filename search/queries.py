@@ -8,7 +8,8 @@ the indexed images, unchanged since it was computed (search/image_rows.py), is a
 is computed by `embedder`. A sentence is computed by `embedder` too. The embedder is given (the command line
 builds it from the engine and the models, models/query_embedder.py): search never imports TensorFlow.
 It has `images(list of bytes) -> (float32 [M, D], [(number, kind, message)])` and
-`text(sentences) -> float32 [N, D]`.
+`text(sentences) -> float32 [N, D]`, and may have `probability(cosines)`: the model's own probability that an image
+and a sentence of those cosines go together (SigLIP's), or None (`probabilities`).
 
 The values kept beside the rows (`run_inference.py --keep`: a tar sample's .txt or .json, a Parquet column, a
 TFRecord feature) are in the output's members index; `Kept` reads them for the rows shown, never the whole index:
@@ -115,21 +116,37 @@ def ranked(index, unit_vectors, k):
             for row_ids, row_scores in zip(ids, scores)]
 
 
-def neighbour_lines(lists, kept):
+def probabilities(embedder, scores):
+    """[float] the model's own probability of each score (a sentence's cosines: SigLIP's sigmoid(exp(logit_scale) *
+    cosine + logit_bias)), or None when the embedder gives none (CLIP, or an embedder without `probability`)."""
+    score = getattr(embedder, "probability", None)
+    found = None if score is None else score(np.asarray(scores, np.float64))
+    return None if found is None else [float(value) for value in found]
+
+
+def neighbour_lines(lists, kept, probability=None):
     """The CSV lines (str, each ending in "\\n") that `neighbours` prints: a header, then a line per neighbour:
-    query, rank, score, path, and a column "kept:<name>" per value kept (`Kept`: "" when the row has none).
+    query, rank, score, (probability,) path, and a column "kept:<name>" per value kept (`Kept`: "" when the row has
+    none).
 
     Args:
       lists: [(the query's label, [(path, score)] best first)].
       kept: the index's `Kept`; its values are read for these rows only.
+      probability: None, or per list None or [float] (`probabilities`: a sentence's, for a model that gives one):
+        then a column "probability" follows "score", "%.6f" of each, "" for a query without one (an image).
     """
     from parallel.inputs.tars import KEPT_PREFIX
     from parallel.output.csv_rows import csv_line
     values = kept.of(path for _, found in lists for path, _ in found)
-    lines = [csv_line(["query", "rank", "score", "path"] + [KEPT_PREFIX + name for name in kept.names])]
-    for label, found in lists:
-        lines += [csv_line([label, str(rank), "%.6f" % score, path] + kept.texts(values.get(path)))
-                  for rank, (path, score) in enumerate(found, 1)]
+    shown = probability is not None and any(found is not None for found in probability)
+    lines = [csv_line(["query", "rank", "score"] + ["probability"] * shown + ["path"]
+                      + [KEPT_PREFIX + name for name in kept.names])]
+    for number, (label, found) in enumerate(lists):
+        chances = (probability[number] if shown else None) or [None] * len(found)
+        lines += [csv_line([label, str(rank), "%.6f" % score]
+                           + (["" if chance is None else "%.6f" % chance] if shown else [])
+                           + [path] + kept.texts(values.get(path)))
+                  for rank, ((path, score), chance) in enumerate(zip(found, chances), 1)]
     return lines
 
 

@@ -34,7 +34,8 @@ import numpy as np
 from PIL import Image
 
 from parallel.messages import error_line
-from search.queries import Kept, check_text_queries, image_vectors, members_index, ranked, text_vectors
+from search.queries import (Kept, check_text_queries, image_vectors, members_index, probabilities, ranked,
+                            text_vectors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +169,11 @@ class Service:
             raise ApiError(400, "text %r has no words: give a sentence" % sentence)
         with self.slots:
             self._needs_embedder("a sentence")
-            return self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
+            answer = self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
+            chances = probabilities(self.embedder, [row["score"] for row in answer["neighbours"]])
+            for row, chance in zip(answer["neighbours"], chances or ()):  # SigLIP's own score, beside the cosine
+                row["probability"] = chance
+            return answer
 
     def by_vector(self, body, k):
         """The neighbours of a vector given as JSON {"vector": [D numbers]} (raw features, as the output's)."""

@@ -324,6 +324,16 @@ class Preset:
     parameters: int
 
     @property
+    def title(self):
+        """The size as people write it: "SigLIP B/16 at 224", "SigLIP 2 So400m/14 at 384"."""
+        name = self.hub_repo.split("/")[1]
+        size = name.split("-")[1]
+        size = {"base": "B", "large": "L", "so400m": "So400m", "giant": "g-opt"}[size]
+        suffix = " multilingual" if name.endswith(("multilingual", "i18n")) else ""
+        return "SigLIP%s %s/%d at %d%s" % (" 2" if self.siglip2 else "", size, self.config.patch_size,
+                                            self.config.image_size, suffix)
+
+    @property
     def siglip2(self):
         """Whether it is SigLIP 2 (Gemma's tokenizer, multilingual) rather than SigLIP."""
         return self.hub_repo.startswith("google/siglip2-")

@@ -166,6 +166,13 @@ class RandomFiles:
             raise
 
 
+def __getattr__(name):
+    """The registry's weights objects, one per name: `siglip` and each preset (PEP 562)."""
+    if name == siglip_layers.FAMILY or name in siglip_layers.PRESETS:
+        return RandomFiles(name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
 # ----------------------------------------------------------------------------- the weights argument
 
 _RANDOM_COMMAND = "python -m models.weight_files random siglip-random --model %s"

@@ -54,6 +54,13 @@ function tile(item) {
     score.textContent = item.score.toFixed(3);
     caption.append(score);
   }
+  if (item.probability !== undefined) {  // the model's own score of a sentence and an image (SigLIP's)
+    const probability = document.createElement("span");
+    probability.className = "probability";
+    probability.title = "the model's probability that the image and the sentence go together";
+    probability.textContent = "p " + item.probability.toFixed(3);
+    caption.append(probability);
+  }
   const open = document.createElement("a");
   open.href = imageUrl(item.row);
   open.target = "_blank";
