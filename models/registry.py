@@ -26,6 +26,12 @@ import importlib
 
 from models.siglip.siglip_layers import FAMILY as SIGLIP, PRESETS as SIGLIP_PRESETS  # a table: no TensorFlow
 
+# SigLIP's published sizes named on the command line (each with its pinned checkpoint): those the issue and the
+# peers name. The table holds the other published sizes too (models.siglip.siglip_layers.PRESETS); any of them,
+# and any size at all, runs as `--model siglip --weights FOLDER`.
+SIGLIP_NAMED = ("siglip_base_patch16_224", "siglip_so400m_patch14_384", "siglip2_base_patch16_224",
+                "siglip2_base_patch16_256", "siglip2_large_patch16_256", "siglip2_so400m_patch14_384")
+
 # The arithmetic on the devices, the same for every model: fp32 is IEEE float32 everywhere, tf32 float32
 # whose matmuls and convolutions may round to a 10-bit mantissa (Ampere and newer GPUs), fp16 and bf16.
 PRECISION_NAMES = ("fp32", "tf32", "fp16", "bf16")
@@ -76,7 +82,7 @@ ENTRIES = (
           "%s (%s, %s), %dx%d bicubic (the whole image), embedding: %d floats, in the text tower's space" % (
               preset.title, "2025" if preset.siglip2 else "2023", preset.hub_repo, preset.config.image_size,
               preset.config.image_size, preset.config.vision.width))
-    for name, preset in SIGLIP_PRESETS.items())
+    for name, preset in SIGLIP_PRESETS.items() if name in SIGLIP_NAMED)
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
 DEFAULT_MODEL = "vgg16"

@@ -82,7 +82,7 @@ class Config:
 
     def __post_init__(self):
         if self.resize is None:  # the model's own (frozen: object.__setattr__), recorded as any mode given
-            object.__setattr__(self, "resize", self.model.resize_mode)
+            object.__setattr__(self, "resize", getattr(self.model, "resize_mode", "crop"))
         if self.per_device_batch is None:  # by the kind of the devices that compute (frozen: object.__setattr__)
             if self.distribution is not None and self.distribution.kind == "ray":  # the actors', not this host's
                 object.__setattr__(self, "per_device_batch",
