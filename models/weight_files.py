@@ -267,6 +267,9 @@ def main(argv=None):
         print("%s: failed: cannot write %s: %s" % (parser.prog, args.output, error.strerror or error),
               file=sys.stderr)
         return 1
+    except ValueError as error:  # a model without random weights of its own (siglip: its size is a checkpoint's)
+        print("%s: error: %s" % (parser.prog, error), file=sys.stderr)
+        return 2
     finally:
         if not written:
             args.output.unlink(missing_ok=True)  # it did not exist before: a partial file is ours

@@ -36,22 +36,29 @@ BASE = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=2, num_at
 SO400M = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=2, num_attention_heads=16)
 
 
-def reference(folder, vision, text, images, ids, siglip2=False, seed=0):
-    """transformers' SiglipModel of these sizes (tests/siglip_reference.py, in a process of its own) saved into
-    `folder` with save_pretrained, and its features of `images` and `ids`: {"pooled", "text"} (and, with siglip2,
-    Siglip2Model's on the same weights: {"siglip2_pooled", "siglip2_text"})."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    np.save(folder.parent / "images.npy", images)
-    np.save(folder.parent / "ids.npy", ids)
-    request = folder.parent / "request.json"
-    request.write_text(json.dumps({"folder": str(folder), "seed": seed, "siglip2": siglip2,
-                                   "vision": vision, "text": dict(text, vocab_size=VOCABULARY),
-                                   "images": str(folder.parent / "images.npy"), "ids": str(folder.parent / "ids.npy")}))
+def references(requests, seed=0):
+    """transformers' SiglipModels (tests/siglip_reference.py, in one process of its own) saved with save_pretrained,
+    and their features: for each (folder, vision sizes, text sizes, images, ids, siglip2) {"pooled", "text"} (and,
+    with siglip2, Siglip2Model's on the same weights: {"siglip2_pooled", "siglip2_text"})."""
+    asked = []
+    for folder, vision, text, images, ids, siglip2 in requests:
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        np.save(folder.parent / (folder.name + "-images.npy"), images)
+        np.save(folder.parent / (folder.name + "-ids.npy"), ids)
+        asked.append({"folder": str(folder), "seed": seed, "siglip2": siglip2, "vision": vision,
+                      "text": dict(text, vocab_size=VOCABULARY),
+                      "images": str(folder.parent / (folder.name + "-images.npy")),
+                      "ids": str(folder.parent / (folder.name + "-ids.npy"))})
+    request = Path(requests[0][0]).parent / "requests.json"
+    request.write_text(json.dumps(asked))
     subprocess.run([sys.executable, str(TESTS / "siglip_reference.py"), str(request)], check=True)
-    names = ("pooled", "text") + (("siglip2_pooled", "siglip2_text") if siglip2 else ())
-    return {name: np.load(folder / ("%s.npy" % (name if name.startswith("siglip2") else "reference_" + name)))
-            for name in names}
+    found = []
+    for folder, *_, siglip2 in requests:
+        names = ("pooled", "text") + (("siglip2_pooled", "siglip2_text") if siglip2 else ())
+        found.append({name: np.load(Path(folder) / ("%s.npy" % (name if name.startswith("siglip2") else
+                                                                 "reference_" + name))) for name in names})
+    return found
 
 
 def token_ids(rows=4, seed=1):
@@ -113,13 +120,21 @@ def resized(photographs, side):
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory, photographs):
-    """A SigLIP of the base sizes (2 blocks) saved by transformers, and its references' features (SiglipModel's and
-    Siglip2Model's)."""
-    folder = tmp_path_factory.mktemp("siglip") / "base"
-    images, ids = resized(photographs, 224), token_ids()
-    features = reference(folder, dict(BASE, image_size=224, patch_size=16), BASE, images, ids, siglip2=True)
-    return folder, images, ids, features
+def written(tmp_path_factory, photographs):
+    """Two SigLIPs saved by transformers, and their references' features: the base sizes (2 blocks) with
+    SiglipModel's and Siglip2Model's; So400m's (2 blocks, patch 14 at 384 px) with SiglipModel's."""
+    folder = tmp_path_factory.mktemp("siglip")
+    base = (folder / "base", dict(BASE, image_size=224, patch_size=16), BASE, resized(photographs, 224), token_ids(),
+            True)
+    so400m = (folder / "so400m", dict(SO400M, image_size=384, patch_size=14), SO400M, resized(photographs[:3], 384),
+              token_ids(3), False)
+    return {name: (request[0], request[3], request[4], features) for name, request, features in zip(
+        ("base", "so400m"), (base, so400m), references([base, so400m]))}
+
+
+@pytest.fixture(scope="module")
+def base(written):
+    return written["base"]
 
 
 def test_the_towers_equal_transformers_siglip_model(base):
@@ -141,14 +156,13 @@ def test_the_towers_equal_siglip2_model_on_the_same_weights(base):
     assert_parity(ours_text, unit(features["siglip2_text"]))
 
 
-def test_so400m_s_sizes_equal_transformers_patch_14_at_384_pixels(tmp_path, photographs):
+def test_so400m_s_sizes_equal_transformers_patch_14_at_384_pixels(written):
     """So400m's widths, patch 14 at 384 px: 27 x 27 patches, the last 6 rows and columns left out as PyTorch's
     convolution leaves them."""
-    images, ids = resized(photographs[:3], 384), token_ids(3)
-    features = reference(tmp_path / "so400m", dict(SO400M, image_size=384, patch_size=14), SO400M, images, ids)
-    config = siglip_layers.read_config(tmp_path / "so400m")
+    folder, images, ids, features = written["so400m"]
+    config = siglip_layers.read_config(folder)
     assert (config.grid, config.vision.width, config.vision.mlp_width) == (27, 1152, 4304)
-    ours_pooled, ours_text = ours_on(tmp_path / "so400m", images, ids)
+    ours_pooled, ours_text = ours_on(folder, images, ids)
     assert_parity(ours_pooled, features["pooled"])
     assert_parity(ours_text, unit(features["text"]))
 

@@ -182,12 +182,14 @@ def config_from_dict(data, name="siglip", where=CONFIG_FILE):
         projection = text_tower.width
     elif isinstance(projection, bool) or not isinstance(projection, int) or projection < 1:
         raise WeightsError("%s: text_config.projection_size=%r: expected a positive whole number" % (where, projection))
-    return Config(name, vision_tower, text_tower,
-                  patch_size=_field(vision, VISION_DEFAULTS, "patch_size", where + " vision_config"),
-                  image_size=_field(vision, VISION_DEFAULTS, "image_size", where + " vision_config"),
-                  vocabulary_size=_field(text, TEXT_DEFAULTS, "vocab_size", where + " text_config"),
-                  context_length=_field(text, TEXT_DEFAULTS, "max_position_embeddings", where + " text_config"),
-                  projection=projection)
+    sizes = dict(patch_size=_field(vision, VISION_DEFAULTS, "patch_size", where + " vision_config"),
+                 image_size=_field(vision, VISION_DEFAULTS, "image_size", where + " vision_config"),
+                 vocabulary_size=_field(text, TEXT_DEFAULTS, "vocab_size", where + " text_config"),
+                 context_length=_field(text, TEXT_DEFAULTS, "max_position_embeddings", where + " text_config"))
+    try:
+        return Config(name, vision_tower, text_tower, projection=projection, **sizes)
+    except WeightsError as error:  # sizes that do not fit together
+        raise WeightsError("%s: %s" % (where, error)) from None
 
 
 def read_config(path, name="siglip"):

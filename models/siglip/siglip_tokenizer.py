@@ -280,10 +280,10 @@ def write_random_tokenizer(folder, gemma):
         proto.trainer_spec.unk_id = 2
         for text, kind in (("<pad>", CONTROL), ("</s>", CONTROL), ("<unk>", UNKNOWN)):
             proto.pieces.add(piece=text, score=0.0, type=kind)
-        words = [SPIECE_UNDERLINE] + list(_CHARACTERS) + [SPIECE_UNDERLINE + word for word in (
-            "a", "the", "of", "photo", "dog", "cat", "on", "in")]
-        for rank, text in enumerate(words):
-            proto.pieces.add(piece=text, score=-1.0 - rank / 10, type=NORMAL)
+        words = [SPIECE_UNDERLINE + word for word in ("a", "the", "of", "photo", "dog", "cat", "on", "in")]
+        for rank, text in enumerate(words + [SPIECE_UNDERLINE] + list(_CHARACTERS)):
+            # A word scores above the characters that spell it: Unigram takes the word.
+            proto.pieces.add(piece=text, score=-1.0 - rank / 10 - 4.0 * (rank >= len(words)), type=NORMAL)
         proto.normalizer_spec.name = "identity"
         replace_atomically(folder / SPIECE_FILE, proto.SerializeToString())
         config = {"tokenizer_class": "SiglipTokenizer", "eos_token": "</s>", "pad_token": "</s>",
