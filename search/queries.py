@@ -133,7 +133,8 @@ def neighbour_lines(lists, kept, probability=None):
       lists: [(the query's label, [(path, score)] best first)].
       kept: the index's `Kept`; its values are read for these rows only.
       probability: None, or per list None or [float] (`probabilities`: a sentence's, for a model that gives one):
-        then a column "probability" follows "score", "%.6f" of each, "" for a query without one (an image).
+        then a column "probability" follows "score", "%.6g" of each (six significant digits: an unrelated pair's
+        is around 1e-5), "" for a query without one (an image).
     """
     from parallel.inputs.tars import KEPT_PREFIX
     from parallel.output.csv_rows import csv_line
@@ -144,7 +145,7 @@ def neighbour_lines(lists, kept, probability=None):
     for number, (label, found) in enumerate(lists):
         chances = (probability[number] if shown else None) or [None] * len(found)
         lines += [csv_line([label, str(rank), "%.6f" % score]
-                           + (["" if chance is None else "%.6f" % chance] if shown else [])
+                           + (["" if chance is None else "%.6g" % chance] if shown else [])
                            + [path] + kept.texts(values.get(path)))
                   for rank, ((path, score), chance) in enumerate(zip(found, chances), 1)]
     return lines

@@ -24,7 +24,8 @@ from search.index import Index
 from search.service import Limits, Service
 from search_data import clustered, write_npy
 from serving import serving, stopped
-from services import HTML_CAPTION, Running, clip_job, kept_job, png, run  # noqa: F401 -- clip_job, kept_job: fixtures
+from services import (HTML_CAPTION, Running, clip_job, kept_job, png, run,  # noqa: F401 -- the jobs: fixtures
+                      siglip_job)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +70,7 @@ def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_j
         _same(_api_neighbours(by_text), _cli_neighbours(capsys, index_folder, "--text", sentence, "-k", "5",
                                                         "--weights", weights))
         assert by_text["neighbours"][0]["score"] - by_text["neighbours"][4]["score"] >= 1e-4  # the check can fail
+        assert "probability" not in by_text["neighbours"][0]  # CLIP has no probability of its own
         status, by_row, _ = service.request("/api/neighbours?row=3&k=5")
         assert status == 200 and by_row["query"] == {"row": 3, "key": "colour03.png"}
         assert by_row["neighbours"] == by_key["neighbours"]
@@ -76,6 +78,39 @@ def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_j
         assert status == 200 and image == (images / "colour03.png").read_bytes()
         assert headers["Content-Type"] == "image/png"
     embedder.close()
+
+
+def test_a_siglip_sentence_s_neighbours_carry_siglip_s_probability_in_the_api_and_the_command_line(siglip_job,
+                                                                                                     capsys):
+    """SigLIP's own score beside the cosine, sigmoid(exp(logit_scale) * cosine + logit_bias): a field
+    "probability" of each neighbour of a sentence in the service's JSON, a column "probability" in neighbours' CSV
+    (after score); none for an image's neighbours."""
+    from models.query_embedder import QueryEmbedder
+    folder, weights, index_folder, images = siglip_job
+    index = Index.load(index_folder)
+    assert index.meta["centre"]["centred"] is False and "SigLIP's cosine" in index.meta["centre"]["reason"]
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    sentence = "Ein Hund am Strand, 東京 2024"
+    with Running(Service(index, embedder)) as service:
+        status, by_text, _ = service.request("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5}))
+        status_key, by_key, _ = service.request("/api/search?key=colour03.png&k=5")
+    embedder.close()
+    assert status == status_key == 200 and "probability" not in by_key["neighbours"][0]
+    capsys.readouterr()
+    assert run("neighbours", index_folder, "--text", sentence, "-k", "5", "--weights", weights) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query,rank,score,probability,path"
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    _same(_api_neighbours(by_text), [(row["path"], float(row["score"])) for row in rows])
+    scores = np.array([found["score"] for found in by_text["neighbours"]])
+    chances = np.array([found["probability"] for found in by_text["neighbours"]])
+    # The small model's logit_scale ln(10) and logit_bias -10 (tests/siglip_files.py's random weights).
+    np.testing.assert_allclose(chances, 1 / (1 + np.exp(-(10 * scores - 10))), rtol=1e-5)
+    np.testing.assert_allclose([float(row["probability"]) for row in rows], chances, rtol=1e-5)
+    assert np.all(np.diff(chances) <= 0) and chances[0] > chances[-1]  # ranked alike, and they differ
+    capsys.readouterr()
+    assert run("neighbours", index_folder, "colour03.png", "-k", "2") == 0
+    assert capsys.readouterr().out.splitlines()[0] == "query,rank,score,path"  # an image's: no such column
 
 
 # ----------------------------------------------------------------- refusals, each one status and one line
