@@ -1,6 +1,7 @@
 """The search service's page (search/live_page/, served at / by search/api.py): its files under the CSP and the
 Host check, nothing else served; in Debian's chromium (Playwright), against a real `serve INDEX` of a small CLIP
-output: a sentence, an uploaded and a dropped image, a click on a result, the duplicates' slider."""
+output: a sentence, an uploaded and a dropped image, a click on a result, the duplicates' slider; SigLIP's
+probability beside the score."""
 
 import http.client
 import json
@@ -17,7 +18,8 @@ from search.index import Index
 from search.service import Service
 from search_data import clustered
 from serving import serving, stopped
-from services import HTML_CAPTION, Running, clip_job, kept_job, png  # noqa: F401 -- clip_job, kept_job: fixtures
+from services import (HTML_CAPTION, Running, clip_job, kept_job, png,  # noqa: F401 -- the jobs: fixtures
+                      siglip_job)
 from test_search_page import BROWSER_FLAGS, CHROMIUM, wait_for_images
 
 TESTS = Path(__file__).resolve().parent
@@ -252,6 +254,40 @@ def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_offers_no_se
                                            "(Not Found)"}
         finally:
             browser.close()
+
+
+PROBABILITIES = ("figures => figures.map(f => [f.querySelector('.key').textContent, f.querySelector('.probability') "
+                 "&& f.querySelector('.probability').textContent])")
+
+
+@needs_a_browser
+def test_a_siglip_sentence_s_results_show_siglip_s_probability_beside_the_score(siglip_job):
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+    from playwright.sync_api import sync_playwright
+    from models.query_embedder import QueryEmbedder
+    folder, weights, index_folder, images = siglip_job
+    index = Index.load(index_folder)
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    with Running(Service(index, embedder)) as service, sync_playwright() as playwright:
+        browser = Browser(playwright, "http://127.0.0.1:%d/" % service.port)
+        page = browser.page
+        try:
+            sentence = "ein Hund am Strand"
+            answer = service.request("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5}))[1]
+            page.fill("#k", "5")
+            page.fill("#text", sentence)
+            page.press("#text", "Enter")
+            browser.results_titled("\u201c%s\u201d: 5 results" % sentence)
+            shown = page.eval_on_selector_all("#results figure", PROBABILITIES)
+            assert shown == [[found["key"], "p %.3f" % found["probability"]] for found in answer["neighbours"]]
+            page.locator("#results figure").nth(0).locator("button").click()  # an image's neighbours: no probability
+            browser.results_titled("neighbours of %s: 5 results" % answer["neighbours"][0]["key"])
+            assert all(probability is None for _, probability in page.eval_on_selector_all("#results figure",
+                                                                                             PROBABILITIES))
+            assert browser.errors == []
+        finally:
+            browser.close()
+            embedder.close()
 
 
 KEPT_LINES = ("figures => figures.map(f => [f.querySelector('.key').textContent, Array.from(f.querySelectorAll("
