@@ -17,8 +17,9 @@ Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16
 presets), the graph and the weight files are named "module:object": the object in that module offers what the
 module would ("models.clip.clip:VIT_B32" has `feature_model`). `siglip` is a family whose size is read from the
 checkpoint (--weights FOLDER's config.json); its presets (`siglip_base_patch16_224`, `siglip2_base_patch16_256`,
-...: `models.siglip.siglip_layers.PRESETS`) are its published sizes, with pinned weights. A family's modules are its folder's, models/<family>/
-(`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's are flat in models/.
+...: `models.siglip.siglip_layers.PRESETS`) are its published sizes, with pinned weights. A family's modules are
+its folder's, models/<family>/ (`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's
+are flat in models/.
 """
 
 import dataclasses

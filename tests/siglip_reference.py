@@ -4,8 +4,9 @@ TensorFlow first, as the tests' do).
 
     python tests/siglip_reference.py REQUESTS.json
 
-REQUESTS: a list of requests (one process, one import of PyTorch, for all), each {"folder": where SiglipModel(config).save_pretrained writes, "vision": {...}, "text": {...} (SiglipConfig's
-sizes), "seed": int, "images": an .npy of uint8 [N, S, S, 3], "ids": an .npy of int32 [M, L], "siglip2": bool}.
+REQUESTS: a list of requests (one process, one import of PyTorch, for all), each {"folder": where
+SiglipModel(config).save_pretrained writes, "vision": {...}, "text": {...} (SiglipConfig's sizes), "seed": int,
+"images": an .npy of uint8 [N, S, S, 3], "ids": an .npy of int32 [M, L], "siglip2": bool}.
 Writes into the folder reference_pooled.npy (get_image_features' pooler_output), reference_text.npy
 (get_text_features'), and with "siglip2" the same from Siglip2Model holding the same weights
 (siglip2_pooled.npy, siglip2_text.npy).
@@ -89,8 +90,7 @@ def main(request):
 
 
 if __name__ == "__main__":
-    torch_threads = 2
     import torch
-    torch.set_num_threads(torch_threads)
+    torch.set_num_threads(2)  # the machine's cores; the test processes beside it have theirs
     for request in json.loads(Path(sys.argv[1]).read_text()):
         main(request)

@@ -215,7 +215,8 @@ def keras_hub_siglip(model, weights):
     layer_norm(vision.post_layer_norm, "vision_model.post_layernorm")
     head, width = vision.head, vision_config.width
     head.probe.assign(weights["vision_model.head.probe"])
-    packed, bias = weights["vision_model.head.attention.in_proj_weight"], weights["vision_model.head.attention.in_proj_bias"]
+    packed = weights["vision_model.head.attention.in_proj_weight"]
+    bias = weights["vision_model.head.attention.in_proj_bias"]
     attention(head.attention, *[(packed[i * width:(i + 1) * width], bias[i * width:(i + 1) * width]) for i in range(3)],
               (weights["vision_model.head.attention.out_proj.weight"],
                weights["vision_model.head.attention.out_proj.bias"]), vision_config)
@@ -297,8 +298,8 @@ def test_the_command_line_stretches_the_whole_image_and_bf16_stays_close(folder,
               for path in paths]
     model = siglip_layers.read_config(folder)
     weights = siglip_weights.load_weights(folder / "model.safetensors", model)
-    expected = run_graph(lambda inputs: siglip.image_tower(inputs, model), siglip.vision_variable_values(weights, model),
-                         np.stack(loaded))
+    expected = run_graph(lambda inputs: siglip.image_tower(inputs, model),
+                         siglip.vision_variable_values(weights, model), np.stack(loaded))
     fp32, bf16 = outputs["fp32"], outputs["bf16"]
     np.testing.assert_allclose(fp32, expected, atol=1e-5)
     assert (fp32 * bf16).sum(axis=1).min() >= 0.999

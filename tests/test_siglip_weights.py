@@ -49,7 +49,8 @@ def test_siglip_alone_has_no_random_weights_and_imagenet_is_a_preset_s(tmp_path,
     assert "model=siglip takes its size from a checkpoint's config.json" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
     checkpoint = siglip_weights.Checkpoint("imagenet", "siglip2_base_patch16_256")
-    assert checkpoint.identity.startswith("hub google/siglip2-base-patch16-256@3f9f96cb90da5dbc758b01813f2f6f1aee24c1ab")
+    assert checkpoint.identity.startswith("hub google/siglip2-base-patch16-256@"
+                                          "3f9f96cb90da5dbc758b01813f2f6f1aee24c1ab")
     files = siglip_weights.hub_files(siglip_layers.preset("siglip_base_patch16_224"))
     assert sorted(files) == ["config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"]
     assert {file.revision for file in files.values()} == {"7fd15f0689c79d79e38b1c2e2e2370a7bf2761ed"}

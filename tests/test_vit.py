@@ -133,7 +133,8 @@ def test_patches_and_positions_without_a_class_token(graph):
     values = random_values(variables, rng)
     kernel = values["patch_embedding/kernel"].reshape(27, 8)
     patches = [pixels[:, row:row + 3, column:column + 3].reshape(2, 27) for row in (0, 3) for column in (0, 3)]
-    reference = np.stack([p @ kernel + values["patch_embedding/bias"] for p in patches], 1) + values["position_embedding"]
+    reference = np.stack([p @ kernel + values["patch_embedding/bias"] for p in patches], 1)
+    reference = reference + values["position_embedding"]
     np.testing.assert_allclose(run(graph, output, values, {placeholder: pixels}), reference, rtol=1e-5, atol=1e-5)
 
 

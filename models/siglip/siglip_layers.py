@@ -16,9 +16,10 @@ are built from; no TensorFlow.
     score of an image and a sentence: cosine; SigLIP's probability sigmoid(exp(logit_scale) * cosine + logit_bias)
 
 G = S // P (27 for patch 14 at 384 px: the last 6 rows and columns are left out, as PyTorch's
-convolution leaves them). Every LayerNorm has epsilon 1e-6. The parameters are named as transformers' `SiglipModel` names them in
-`model.safetensors` (SigLIP 2's fixed-resolution checkpoints are SiglipModel's too: their config.json says
-`"model_type": "siglip"`; transformers' Siglip2Model is the NaFlex variant, which is not supported here).
+convolution leaves them). Every LayerNorm has epsilon 1e-6. The parameters are named as transformers'
+`SiglipModel` names them in `model.safetensors` (SigLIP 2's fixed-resolution checkpoints are SiglipModel's too:
+their config.json says `"model_type": "siglip"`; transformers' Siglip2Model is the NaFlex variant, which is not
+supported here).
 
 A config.json is read as transformers reads it: a field it lacks takes SiglipTextConfig's or SiglipVisionConfig's
 default (the published files are sparse: google/siglip-base-patch16-224's names only the text tower's sizes and the
@@ -254,7 +255,8 @@ def vision_parameters(model):
     head = prefix + "head."
     parameters += [(prefix + "post_layernorm.weight", (width,)), (prefix + "post_layernorm.bias", (width,)),
                    (head + "probe", (1, 1, width)),
-                   (head + "attention.in_proj_weight", (3 * width, width)), (head + "attention.in_proj_bias", (3 * width,)),
+                   (head + "attention.in_proj_weight", (3 * width, width)),
+                   (head + "attention.in_proj_bias", (3 * width,)),
                    (head + "attention.out_proj.weight", (width, width)), (head + "attention.out_proj.bias", (width,)),
                    (head + "layernorm.weight", (width,)), (head + "layernorm.bias", (width,)),
                    (head + "mlp.fc1.weight", (hidden, width)), (head + "mlp.fc1.bias", (hidden,)),
