@@ -37,8 +37,9 @@ DESCRIPTION = """\
 Search the features an output holds (run_inference.py's CSV, Parquet or npy output, or a kept
 <output>.shards/ folder): build an index, find the nearest neighbours of images, find every pair
 of near-duplicates, and write a page to look at them. Needs faiss: pip install -e '.[search]'.
-Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's embedding,
-which a sentence can query (--text), the cosine of the vectors themselves. See docs/search.md."""
+Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's and SigLIP's
+embedding, which a sentence can query (--text), the cosine of the vectors themselves (and for SigLIP its
+probability beside it). See docs/search.md."""
 
 EPILOG = """\
 examples:
@@ -49,7 +50,7 @@ examples:
   %(prog)s neighbours IDX new.jpg --weights vgg16.npy
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
-  %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's embedding)
+  %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's or SigLIP's embedding)
   %(prog)s duplicates IDX --calibrate               the histogram of nearest-neighbour scores
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
@@ -176,8 +177,8 @@ def _load(args):
 def _query_flags(parser):
     parser.add_argument("-k", type=at_least_one, default=10, help="neighbours per query (default: %(default)s)")
     parser.add_argument("--text", action="append", default=[], metavar="SENTENCE",
-                        help="a sentence, embedded by the model's text tower (an output of CLIP's embedding "
-                             "layer); repeat")
+                        help="a sentence, embedded by the model's text tower (an output of CLIP's or SigLIP's "
+                             "embedding layer; SigLIP's probability is printed beside the score); repeat")
     parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "
                                           "(default: 'imagenet' if it was)")
     parser.add_argument("--devices", default="cpu:0", help="for image queries (default: %(default)s)")
