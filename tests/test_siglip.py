@@ -317,3 +317,25 @@ def test_weights_that_are_not_the_model_s_are_one_line(folder, tmp_path):
     (empty / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
     with pytest.raises(WeightsError, match="no config.json beside the checkpoint"):
         siglip.ImageModel("siglip").feature_model(weights=str(empty))
+
+
+def test_a_parquet_dataset_gives_the_folder_s_features_bit_for_bit(folder, photographs, tmp_path):
+    """The same images as files and as an img2dataset Parquet file: the same rows (SigLIP through the readers of
+    datasets, with its whole-image resize)."""
+    from PIL import Image
+    from dataset_files import write_files
+    images = tmp_path / "images"
+    images.mkdir()
+    for index, image in enumerate(photographs):
+        Image.fromarray(image[:, : image.shape[1] // 2 + 20 * index]).save(images / ("%d.png" % index))
+    parquet = write_files("img2dataset", images, tmp_path / "parquet", per_file=3)
+    rows = {}
+    for name, source in (("folder", images), ("parquet", "%s/*.parquet" % (tmp_path / "parquet"))):
+        output = tmp_path / ("%s.npy" % name)
+        assert run_inference.main(["--images", str(source), "--output", str(output), "--model", "siglip",
+                                   "--weights", str(folder), "--devices", "cpu:0", "--batch-size", "2",
+                                   "--quiet"]) == 0
+        rows[name] = np.load(output)
+    assert len(parquet) == 2 and rows["folder"].shape == rows["parquet"].shape == (5, 32)
+    sort = [np.lexsort(features.T) for features in (rows["folder"], rows["parquet"])]
+    np.testing.assert_array_equal(rows["folder"][sort[0]], rows["parquet"][sort[1]])
