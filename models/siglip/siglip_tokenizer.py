@@ -54,12 +54,11 @@ class Tokenizer:
       siglip2: True: Gemma's rules (lowercase in the tokenizer, its post-processor's special tokens); False:
         SigLIP's canonical text and "<unk>" prefix, then the end token.
       pad: the padding token's id; end: SigLIP's end token's id (SigLIP 2's come from its post-processor).
-      special: the special tokens' texts (SigLIP: a first "▁" piece before one is dropped, as transformers does).
     """
 
-    def __init__(self, tokenizer, siglip2, pad, end=None, special=()):
+    def __init__(self, tokenizer, siglip2, pad, end=None):
         self._tokenizer, self.siglip2 = tokenizer, siglip2
-        self.pad, self.end, self._special = pad, end, frozenset(special)
+        self.pad, self.end = pad, end
         self.vocabulary_size = tokenizer.get_vocab_size()
         # The special tokens around a sentence: SigLIP 2's post-processor's; SigLIP's end token.
         self._added = tokenizer.num_special_tokens_to_add(False) if siglip2 else 1
@@ -100,10 +99,8 @@ class Tokenizer:
     def _sentencepiece(cls, path, config):
         proto = read_sentencepiece(path)
         tokenizer = sentencepiece_tokenizer(proto)
-        special = {str(_token_text(config.get(key, default))) for key, default in (
-            ("eos_token", "</s>"), ("pad_token", "</s>"), ("unk_token", "<unk>"))}
         return cls(tokenizer, False, _token_id(tokenizer, config, "pad_token", "</s>", path),
-                   _token_id(tokenizer, config, "eos_token", "</s>", path), special)
+                   _token_id(tokenizer, config, "eos_token", "</s>", path))
 
     def ids(self, sentence, length):
         """The ids of one sentence with its special tokens, at most `length` of them (list of int)."""
@@ -114,10 +111,7 @@ class Tokenizer:
             encoding.truncate(max(length - self._added, 0))
             return self._tokenizer.post_process(encoding).ids
         text = canonicalize(SPIECE_UNDERLINE + sentence.replace(SPIECE_UNDERLINE, " "))
-        encoding = self._tokenizer.encode("<unk>" + text, add_special_tokens=False)
-        tokens, ids = encoding.tokens[self._prefix:], encoding.ids[self._prefix:]
-        if len(tokens) > 1 and tokens[0] == SPIECE_UNDERLINE and tokens[1] in self._special:
-            ids = ids[1:]
+        ids = self._tokenizer.encode("<unk>" + text, add_special_tokens=False).ids[self._prefix:]
         return ids[:length - 1] + [self.end]
 
     def encode(self, sentences, length):
