@@ -37,9 +37,8 @@ DESCRIPTION = """\
 Search the features an output holds (run_inference.py's CSV, Parquet or npy output, or a kept
 <output>.shards/ folder): build an index, find the nearest neighbours of images, find every pair
 of near-duplicates, and write a page to look at them. Needs faiss: pip install -e '.[search]'.
-Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's and SigLIP's
-embedding, which a sentence can query (--text), the cosine of the vectors themselves (and for SigLIP its
-probability beside it). See docs/search.md."""
+Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's and SigLIP's embedding,
+which a sentence can query (--text), the raw cosine (and SigLIP's probability). See docs/search.md."""
 
 EPILOG = """\
 examples:
@@ -290,31 +289,25 @@ def _embedder(index, args):
                          image_embedder=ImageEmbedder, before_load=native_log.hide_for_the_command_line)
 
 
-def _neighbour_lists(index, args, queries, probability=None):
-    """[(label, image path or None, [(path, score)] best first, whether the query is a sentence)]; and, into the
-    list `probability` if one is given, per query the model's probability of each neighbour (a sentence's, SigLIP's)
-    or None."""
+def _neighbour_lists(index, args, queries):
+    """[(label, image path or None, [(path, score)] best first, whether a sentence, its probabilities or None)]."""
     from search.queries import probabilities, query_vectors, ranked
     embedder = _embedder(index, args)
     try:
-        resolved = query_vectors(index, queries, args.text, embedder, say=_say)
-        first_text = len(resolved) - len(args.text)  # the sentences come last
+        resolved = query_vectors(index, queries, args.text, embedder, say=_say)  # the sentences come last
         lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
-        if probability is not None:
-            probability.extend(probabilities(embedder, [score for _, score in found]) if number >= first_text
-                               else None for number, found in enumerate(lists))
+        chances = probabilities(embedder, lists, len(lists) - len(args.text))  # the model's own score (SigLIP's)
     finally:
         embedder.close()
-    return [(label, image, [(index.paths[row], score) for row, score in found], number >= first_text)
-            for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
+    return [(label, image, [(index.paths[row], score) for row, score in found], len(lists) - number <= len(args.text),
+             chances[number]) for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
 
 
 def _neighbours(args, bars):
     from search.queries import Kept, neighbour_lines
     index = _load(args)
-    probability = []
-    lists = [(label, found) for label, _, found, _ in _neighbour_lists(index, args, args.queries, probability)]
-    lines = neighbour_lines(lists, Kept(index), probability)
+    lines = neighbour_lines([(label, found, chances) for label, _, found, _, chances in
+                             _neighbour_lists(index, args, args.queries)], Kept(index))
     sys.stdout.buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
     return EXIT_OK
 
@@ -347,7 +340,7 @@ def _page(args, bars):
     folder = Path(args.out or index.folder / "page")
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
     queries = [{"label": label, "image": image, "neighbours": found, "text": text}
-               for label, image, found, text in _neighbour_lists(index, args, args.query)] \
+               for label, image, found, text, _ in _neighbour_lists(index, args, args.query)] \
         if args.query or args.text else []
     groups = []
     if args.threshold is not None:

@@ -170,7 +170,7 @@ class Service:
         with self.slots:
             self._needs_embedder("a sentence")
             answer = self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
-            chances = probabilities(self.embedder, [row["score"] for row in answer["neighbours"]])
+            chances = probabilities(self.embedder, [[(row["row"], row["score"]) for row in answer["neighbours"]]])[0]
             for row, chance in zip(answer["neighbours"], chances or ()):  # SigLIP's own score, beside the cosine
                 row["probability"] = chance
             return answer

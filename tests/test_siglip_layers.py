@@ -7,7 +7,8 @@ import pytest
 
 from models.files import WeightsError
 from models.siglip import siglip_layers
-from models.siglip.siglip_layers import config_dict, config_from_dict, read_config
+from models.siglip.siglip_layers import config_from_dict, read_config
+from models.siglip.siglip_weights import config_dict
 
 # google/siglip-base-patch16-224's config.json as published (the hub, at the pinned commit): transformers'
 # defaults give the rest.

@@ -212,21 +212,6 @@ def read_config(path, name="siglip"):
     return config_from_dict(data, name, str(path))
 
 
-def config_dict(model):
-    """A config.json's content for `model`, in transformers' layout (every size written out), as
-    `SiglipConfig(...).to_dict()` would hold it: what the random command writes beside its weights."""
-    def tower(config, model_type):
-        activation = {value: key for key, value in reversed(tuple(ACTIVATIONS.items()))}[config.activation]
-        return {"model_type": model_type, "hidden_size": config.width, "intermediate_size": config.mlp_width,
-                "num_hidden_layers": config.depth, "num_attention_heads": config.heads, "hidden_act": activation,
-                "layer_norm_eps": config.epsilon}
-    text = dict(tower(model.text, "siglip_text_model"), vocab_size=model.vocabulary_size,
-                max_position_embeddings=model.context_length, projection_size=model.projection)
-    vision = dict(tower(model.vision, "siglip_vision_model"), image_size=model.image_size,
-                  patch_size=model.patch_size, num_channels=3)
-    return {"architectures": ["SiglipModel"], "model_type": "siglip", "text_config": text, "vision_config": vision}
-
-
 # ----------------------------------------------------------------------------- the checkpoint's names and shapes
 
 def _block(prefix, width, mlp_width):

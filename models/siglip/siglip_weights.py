@@ -123,13 +123,28 @@ def random_weights(model, seed=0):
     return {name: array(name, shape) for name, shape in siglip_layers.parameters(model)}
 
 
+def config_dict(model):
+    """A config.json's content for `model`, in transformers' layout (every size written out), as
+    `SiglipConfig(...).to_dict()` would hold it: what the random command writes beside its weights."""
+    def tower(config, model_type):
+        activation = {value: key for key, value in reversed(tuple(siglip_layers.ACTIVATIONS.items()))}[config.activation]
+        return {"model_type": model_type, "hidden_size": config.width, "intermediate_size": config.mlp_width,
+                "num_hidden_layers": config.depth, "num_attention_heads": config.heads, "hidden_act": activation,
+                "layer_norm_eps": config.epsilon}
+    text = dict(tower(model.text, "siglip_text_model"), vocab_size=model.vocabulary_size,
+                max_position_embeddings=model.context_length, projection_size=model.projection)
+    vision = dict(tower(model.vision, "siglip_vision_model"), image_size=model.image_size,
+                  patch_size=model.patch_size, num_channels=3)
+    return {"architectures": ["SiglipModel"], "model_type": "siglip", "text_config": text, "vision_config": vision}
+
+
 def write_checkpoint(weights, folder, model):
     """Writes a folder in transformers' layout: model.safetensors (header metadata {"format": "pt"}) and config.json
-    (`siglip_layers.config_dict`), each durably; the tokenizer's files are the caller's."""
+    (`config_dict`), each durably; the tokenizer's files are the caller's."""
     from parallel.output.durable import replace_atomically  # standard library only: no engine
     folder = Path(folder)
     write_tensors(folder / HF_FILE, weights, {"format": "pt"})
-    replace_atomically(folder / CONFIG_FILE, (json.dumps(siglip_layers.config_dict(model), indent=2) + "\n").encode())
+    replace_atomically(folder / CONFIG_FILE, (json.dumps(config_dict(model), indent=2) + "\n").encode())
 
 
 class RandomFiles:
