@@ -160,11 +160,11 @@ def make_parser():
                              "vgg16 a tensorflow-vgg vgg16.npy or a Keras .h5; docs/models.md lists each model's), "
                              "such as seeded random weights, which check that a model runs offline (their features "
                              "are meaningless): python -m models.weight_files random FILE --model NAME")
-    parser.add_argument("--resize", default="crop", choices=RESIZE_MODES,
-                        help="crop (default): the centre 224x224: VGG16, ResNet50, EfficientNetB0 and ConvNeXt "
-                             "resize the centre square to 224x224; CLIP resizes the image to a short side of 224, "
-                             "DINOv2 to 256 (bicubic), then cuts its centre 224x224. stretch: the whole image "
-                             "resized to 224x224")
+    parser.add_argument("--resize", default=None, choices=RESIZE_MODES,
+                        help="crop (the default but for SigLIP): the centre 224x224: VGG16, ResNet50, EfficientNetB0 "
+                             "and ConvNeXt resize the centre square to 224x224; CLIP resizes the image to a short "
+                             "side of 224, DINOv2 to 256 (bicubic), then cuts its centre 224x224. stretch (SigLIP's, "
+                             "as its processor): the whole image resized to the model's size")
     parser.add_argument("--precision", default="fp32", choices=PRECISION_NAMES,
                         help="arithmetic on the devices; the output is float32 either way. fp32 (default): "
                              "IEEE float32 on every device, so features agree across GPU generations and with "

@@ -37,8 +37,8 @@ DESCRIPTION = """\
 Search the features an output holds (run_inference.py's CSV, Parquet or npy output, or a kept
 <output>.shards/ folder): build an index, find the nearest neighbours of images, find every pair
 of near-duplicates, and write a page to look at them. Needs faiss: pip install -e '.[search]'.
-Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's embedding,
-which a sentence can query (--text), the cosine of the vectors themselves. See docs/search.md."""
+Similarity is the cosine of the vectors centred on the indexed output's mean; for CLIP's and SigLIP's embedding,
+which a sentence can query (--text), the raw cosine (and SigLIP's probability). See docs/search.md."""
 
 EPILOG = """\
 examples:
@@ -49,7 +49,7 @@ examples:
   %(prog)s neighbours IDX new.jpg --weights vgg16.npy
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
-  %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's embedding)
+  %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's or SigLIP's embedding)
   %(prog)s duplicates IDX --calibrate               nearest-neighbour scores: histogram, a threshold
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
@@ -179,8 +179,8 @@ def _load(args):
 def _query_flags(parser):
     parser.add_argument("-k", type=at_least_one, default=10, help="neighbours per query (default: %(default)s)")
     parser.add_argument("--text", action="append", default=[], metavar="SENTENCE",
-                        help="a sentence, embedded by the model's text tower (an output of CLIP's embedding "
-                             "layer); repeat")
+                        help="a sentence, embedded by the model's text tower (an output of CLIP's or SigLIP's "
+                             "embedding layer; SigLIP's probability is printed beside the score); repeat")
     parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "
                                           "(default: the hub's commit its record names, hf://ORG/NAME@COMMIT, or "
                                           "'imagenet')")
@@ -274,24 +274,24 @@ def _embedder(index, args):
 
 
 def _neighbour_lists(index, args, queries):
-    """[(label, image path or None, [(path, score)] best first, whether the query is a sentence)]."""
-    from search.queries import query_vectors, ranked
+    """[(label, image path or None, [(path, score)] best first, whether a sentence, its probabilities or None)]."""
+    from search.queries import probabilities, query_vectors, ranked
     embedder = _embedder(index, args)
     try:
-        resolved = query_vectors(index, queries, args.text, embedder, say=_say)
+        resolved = query_vectors(index, queries, args.text, embedder, say=_say)  # the sentences come last
+        lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
+        chances = probabilities(embedder, lists, len(lists) - len(args.text))  # the model's own score (SigLIP's)
     finally:
         embedder.close()
-    first_text = len(resolved) - len(args.text)  # the sentences come last
-    lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
-    return [(label, image, [(index.paths[row], score) for row, score in found], number >= first_text)
-            for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
+    return [(label, image, [(index.paths[row], score) for row, score in found], len(lists) - number <= len(args.text),
+             chances[number]) for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
 
 
 def _neighbours(args, bars):
     from search.queries import Kept, neighbour_lines
     index = _load(args)
-    lists = [(label, found) for label, _, found, _ in _neighbour_lists(index, args, args.queries)]
-    lines = neighbour_lines(lists, Kept(index))
+    lines = neighbour_lines([(label, found, chances) for label, _, found, _, chances in
+                             _neighbour_lists(index, args, args.queries)], Kept(index))
     sys.stdout.buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
     return EXIT_OK
 
@@ -325,7 +325,7 @@ def _page(args, bars):
     folder = Path(args.out or index.folder / "page")
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
     queries = [{"label": label, "image": image, "neighbours": found, "text": text}
-               for label, image, found, text in _neighbour_lists(index, args, args.query)] \
+               for label, image, found, text, _ in _neighbour_lists(index, args, args.query)] \
         if args.query or args.text else []
     groups = []
     if args.threshold is not None:

@@ -3,7 +3,8 @@
     embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights="vgg16.npy",
                              image_embedder=parallel.queries.ImageEmbedder)
     features, failures = embedder.images([jpeg_bytes])   # float32 [M, D] by the output's layer, resize, precision
-    vectors = embedder.text(["a dog on a beach"])         # float32 [N, D]: CLIP's text tower (models.text_queries)
+    vectors = embedder.text(["a dog on a beach"])         # float32 [N, D]: the text tower (models.text_queries)
+    embedder.probability(cosines)                         # SigLIP's probability of those cosines; None for CLIP
 
 What `search/` is given to turn a new image or a sentence into a vector (search/queries.py, search/service.py):
 search never imports the engine or TensorFlow, so the command line builds this object and hands it over; a
@@ -142,6 +143,13 @@ class QueryEmbedder:
                 self._text = TextEmbedder(self.settings["model"], weights=weights,
                                           precision=self.settings.get("precision", "fp32"))
         return self._text.text(sentences)
+
+    def probability(self, cosines):
+        """The output's model's own probability that an image and a sentence of these cosines go together (float64
+        of their shape: SigLIP's sigmoid(exp(logit_scale) * cosine + logit_bias), `models.text_queries`), or None
+        for a model without one (CLIP), or before any sentence was embedded."""
+        text = self._text
+        return None if text is None else text.probability(cosines)
 
     def close(self):
         for embedder in (self._image, self._text):

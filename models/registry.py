@@ -15,14 +15,25 @@ Each model is three modules:
   `write_random(path, seed)`; for a model read from a safetensors checkpoint, `tensors()`, its tensors' names
   and shapes, that tell its checkpoints from others' (`what_weights_are`: the line refusing another model's
   weights names the model they are for, or says what the file is).
-Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes), the
-graph and the weight files are named "module:object": the object in that module offers what the module
-would ("models.clip.clip:VIT_B32" has `feature_model`). A family's modules are its folder's, models/<family>/
-(`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's are flat in models/.
+Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes, SigLIP's
+presets), the graph and the weight files are named "module:object": the object in that module offers what the
+module would ("models.clip.clip:VIT_B32" has `feature_model`). `siglip` is a family whose size is read from the
+checkpoint (--weights FOLDER's config.json); its presets (`siglip_base_patch16_224`, `siglip2_base_patch16_256`,
+...: `models.siglip.siglip_layers.PRESETS`) are its published sizes, with pinned weights. A family's modules are
+its folder's, models/<family>/ (`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's
+are flat in models/.
 """
 
 import dataclasses
 import importlib
+
+from models.siglip.siglip_layers import FAMILY as SIGLIP, PRESETS as SIGLIP_PRESETS  # a table: no TensorFlow
+
+# SigLIP's published sizes named on the command line (each with its pinned checkpoint): those the issue and the
+# peers name. The table holds the other published sizes too (models.siglip.siglip_layers.PRESETS); any of them,
+# and any size at all, runs as `--model siglip --weights FOLDER`.
+SIGLIP_NAMED = ("siglip_base_patch16_224", "siglip_so400m_patch14_384", "siglip2_base_patch16_224",
+                "siglip2_base_patch16_256", "siglip2_large_patch16_256", "siglip2_so400m_patch14_384")
 
 # The arithmetic on the devices, the same for every model: fp32 is IEEE float32 everywhere, tf32 float32
 # whose matmuls and convolutions may round to a 10-bit mantissa (Ampere and newer GPUs), fp16 and bf16.
@@ -66,7 +77,15 @@ ENTRIES = (
           "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
     Entry("clip_vit_b16", "models.clip.clip_layers", "models.clip.clip:VIT_B16", "models.clip.clip_weights:VIT_B16",
           "CLIP ViT-B/16 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
-)
+    Entry(SIGLIP, "models.siglip.siglip_layers", "models.siglip.siglip:siglip", "models.siglip.siglip_weights:siglip",
+          "SigLIP or SigLIP 2 (2023, 2025) of the size its --weights FOLDER's config.json gives, the whole image "
+          "bicubic, embedding: in the text tower's space"),
+) + tuple(
+    Entry(name, "models.siglip.siglip_layers", "models.siglip.siglip:" + name, "models.siglip.siglip_weights:" + name,
+          "%s (%s, %s), %dx%d bicubic (the whole image), embedding: %d floats, in the text tower's space" % (
+              preset.title, "2025" if preset.siglip2 else "2023", preset.hub_repo, preset.config.image_size,
+              preset.config.image_size, preset.config.vision.width))
+    for name, preset in SIGLIP_PRESETS.items() if name in SIGLIP_NAMED)
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)
 DEFAULT_MODEL = "vgg16"

@@ -6,16 +6,22 @@
                                                     # float32 [1, 512], unit length
     embedder = text_queries.TextEmbedder("clip_vit_b32", weights="clip-random")   # kept open: a service's
 
-A sentence is compared with an image through CLIP's two towers: the image tower's `embedding` layer and the
-text tower, which project into one space of 512 dimensions. The other layers (CLIP's `pooled`) and the
-other models have no text tower to compare with.
+A sentence is compared with an image through a model's two towers: the image tower's `embedding` layer and the
+text tower, which project into one space (CLIP's 512 dimensions; SigLIP's the image tower's width). The other
+layers (CLIP's and SigLIP's `pooled`) and the other models have no text tower to compare with. SigLIP gives its
+own score beside the cosine: `TextEmbedder.probability(cosines)`, sigmoid(exp(logit_scale) * cosine + logit_bias),
+the probability that the image and the sentence go together (CLIP has none: None).
 
 Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose an index's centring);
-`text_embedding` and `TextEmbedder` do, through models.clip.clip.
+`text_embedding` and `TextEmbedder` do, through models.clip.clip or models.siglip.siglip.
 """
 
+from models.siglip.siglip_layers import FAMILY as SIGLIP, PRESETS as SIGLIP_PRESETS  # a table: no TensorFlow
+
+CLIP_MODELS = ("clip_vit_b32", "clip_vit_b16")
+SIGLIP_MODELS = (SIGLIP,) + tuple(SIGLIP_PRESETS)
 # {model: the layer of its image tower in its text tower's space}.
-TEXT_LAYERS = {"clip_vit_b32": "embedding", "clip_vit_b16": "embedding"}
+TEXT_LAYERS = dict.fromkeys(CLIP_MODELS + SIGLIP_MODELS, "embedding")
 
 
 def shares_text_space(settings):
@@ -30,8 +36,8 @@ def check_text_queries(settings):
     can take a text query (`shares_text_space`)."""
     model, layer = settings.get("model"), settings.get("layer")
     if model not in TEXT_LAYERS:
-        raise ValueError("a text query needs an output of a model with a text tower (%s); this output's model "
-                         "is %r" % (", ".join(TEXT_LAYERS), model))
+        raise ValueError("a text query needs an output of a model with a text tower (%s, %s and its sizes); this "
+                         "output's model is %r" % (", ".join(CLIP_MODELS), SIGLIP, model))
     if layer != TEXT_LAYERS[model]:
         raise ValueError("a text query needs %s's layer %s (in its text tower's space); this output holds layer %r"
                          % (model, TEXT_LAYERS[model], layer))
@@ -68,20 +74,31 @@ class TextEmbedder:
             vectors = embedder.text(["a dog on a beach"])       # float32 [1, 512], unit length
 
     Args (as `text_embedding`'s): model, weights, precision, cache_dir. `text` may be called from several
-    threads at once (TensorFlow's Session.run is; the tokenizer keeps no state between calls).
+    threads at once (TensorFlow's Session.run is; the tokenizers keep no state between calls).
     """
 
     def __init__(self, model, weights="imagenet", precision="fp32", cache_dir=None):
         if model not in TEXT_LAYERS:
-            raise ValueError("model=%r has no text tower; expected one of %s" % (model, ", ".join(TEXT_LAYERS)))
-        from models.clip.clip import TextTower
-        from models.clip.clip_tokenizer import Tokenizer
+            raise ValueError("model=%r has no text tower; expected one of %s, %s" % (
+                model, ", ".join(CLIP_MODELS), ", ".join(SIGLIP_MODELS)))
+        if model in SIGLIP_MODELS:
+            from models.siglip.siglip import TextTower
+            from models.siglip.siglip_tokenizer import Tokenizer
+        else:
+            from models.clip.clip import TextTower
+            from models.clip.clip_tokenizer import Tokenizer
         self._tower = TextTower(model, weights=weights, precision=precision, cache_dir=cache_dir)
         self._tokenizer = Tokenizer.from_folder(self._tower.tokenizer_folder, self._tower.context_length)
 
     def text(self, sentences):
         """float32 [N, D] unit length: the embeddings of `sentences` (a str, or a sequence of N str)."""
         return self._tower.embed(self._tokenizer.encode(sentences))
+
+    def probability(self, cosines):
+        """The model's own probability that an image and a sentence of these cosines go together, float64 of their
+        shape (SigLIP: sigmoid(exp(logit_scale) * cosine + logit_bias)); None for a model without one (CLIP)."""
+        score = getattr(self._tower, "probability", None)
+        return None if score is None else score(cosines)
 
     def close(self):
         self._tower.close()

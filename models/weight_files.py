@@ -246,8 +246,9 @@ def main(argv=None):
     random_command.add_argument("output", type=Path,
                                 help="file to write; its extension picks the layout (vgg16: .npy, tensorflow-vgg's, "
                                      "or .h5, Keras's; the DINOv2 models: .safetensors, Hugging Face's; CLIP: no "
-                                     "extension, a folder in Hugging Face's layout, or .safetensors; the other "
-                                     "models: .h5, Keras's)")
+                                     "extension, a folder in Hugging Face's layout, or .safetensors; SigLIP's named "
+                                     "sizes: no extension, a folder in transformers' layout; the other models: .h5, "
+                                     "Keras's)")
     random_command.add_argument("--model", default=registry.DEFAULT_MODEL, choices=registry.NAMES,
                                 help="whose weights (default: %(default)s)")
     random_command.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -266,6 +267,9 @@ def main(argv=None):
         print("%s: failed: cannot write %s: %s" % (parser.prog, args.output, error.strerror or error),
               file=sys.stderr)
         return 1
+    except ValueError as error:  # a model without random weights of its own (siglip: its size is a checkpoint's)
+        print("%s: error: %s" % (parser.prog, error), file=sys.stderr)
+        return 2
     finally:
         if not written:
             args.output.unlink(missing_ok=True)  # it did not exist before: a partial file is ours

@@ -211,7 +211,7 @@ def disk_full_errors():
         raise RunError(first_line(error)) from error
 
 
-def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop", workers=None, prefetch_batches=2,
+def extract(model, images, devices="cpu:0", per_device_batch=None, resize=None, workers=None, prefetch_batches=2,
             index=None, image_column=None):
     """Features of a folder of images, or of a list of image files, in memory.
 
@@ -233,7 +233,7 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
       per_device_batch: images per device per step; None: by device kind (12 on CPU devices,
         64 on GPUs), as for `run`.
       resize: "crop" or "stretch" (see `parallel.inputs.decode`), with the filter and short side of
-        `model`'s spec.
+        `model`'s spec; None: the model's own mode (`ModelSpec.resize_mode`: "crop" but for SigLIP).
       workers: decode threads; None: one per core.
       prefetch_batches: host batches decoded ahead of the devices.
       index: for tar members in `images` (tar://<member>::<tar>, as a job's rows name them), the
@@ -257,6 +257,8 @@ def extract(model, images, devices="cpu:0", per_device_batch=None, resize="crop"
         raise ValueError("devices must be a Devices or device names such as 'cpu:0'; got %r" % (devices,))
     if per_device_batch is None:
         per_device_batch = devices.default_batch()
+    if resize is None:
+        resize = model.resize_mode
     check_batching(per_device_batch, resize, workers, prefetch_batches)
     if isinstance(images, str) and is_url(images):  # a prefix of a store: its images, listed once
         from parallel.inputs.discovery import has_image_extension

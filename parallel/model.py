@@ -10,8 +10,10 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-# The resize filters a model may ask the reader for (Pillow's of those names: parallel.inputs.resize).
+# The resize filters a model may ask the reader for (Pillow's of those names: parallel.inputs.resize), and the
+# resize modes (--resize: parallel.inputs.resize.RESIZE_MODES, the same names).
 RESIZE_FILTERS = ("bilinear", "bicubic")
+RESIZE_MODES = ("crop", "stretch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,9 @@ class ModelSpec:
         out, as Hugging Face's image processors do (CLIP: 224 for a 224 crop; DINOv2: 256). With
         `--resize stretch` it is not used. A model that sets either field says so in
         `settings["preprocessing"]`: they change its features.
+      resize_mode: the --resize of a job that names none, one of RESIZE_MODES: "crop" (the default) or
+        "stretch", for a model whose reference processor resizes the whole image to `image_size`,
+        aspect not kept (SigLIP's SiglipImageProcessor). The job records the mode it ran with.
 
     Raises:
       ValueError: a bad `resize_filter` or `resize_short_side`, named with the value received.
@@ -56,8 +61,11 @@ class ModelSpec:
     files: tuple = ()
     resize_filter: str = "bilinear"
     resize_short_side: Optional[int] = None
+    resize_mode: str = "crop"
 
     def __post_init__(self):
+        if self.resize_mode not in RESIZE_MODES:
+            raise ValueError("resize_mode must be one of %s; got %r" % (", ".join(RESIZE_MODES), self.resize_mode))
         if self.resize_filter not in RESIZE_FILTERS:
             raise ValueError("resize_filter must be one of %s; got %r"
                              % (", ".join(RESIZE_FILTERS), self.resize_filter))

@@ -26,10 +26,11 @@ def uncentred_reason(settings):
     Reads `models.text_queries.TEXT_LAYERS`, a table (no TensorFlow): which layer of which model is in a
     text tower's space.
     """
-    from models.text_queries import shares_text_space
+    from models.text_queries import SIGLIP_MODELS, shares_text_space
     if shares_text_space(settings):
-        return ("%s %s is in its text tower's space: raw cosines, so that a sentence's score is CLIP's cosine"
-                % (settings.get("model"), settings.get("layer")))
+        return ("%s %s is in its text tower's space: raw cosines, so that a sentence's score is %s's cosine"
+                % (settings.get("model"), settings.get("layer"),
+                   "SigLIP" if settings.get("model") in SIGLIP_MODELS else "CLIP"))
     return None
 
 

@@ -8,7 +8,8 @@ the indexed images, unchanged since it was computed (search/image_rows.py), is a
 is computed by `embedder`. A sentence is computed by `embedder` too. The embedder is given (the command line
 builds it from the engine and the models, models/query_embedder.py): search never imports TensorFlow.
 It has `images(list of bytes) -> (float32 [M, D], [(number, kind, message)])` and
-`text(sentences) -> float32 [N, D]`.
+`text(sentences) -> float32 [N, D]`, and may have `probability(cosines)`: the model's own probability that an image
+and a sentence of those cosines go together (SigLIP's), or None (`probabilities`).
 
 The values kept beside the rows (`run_inference.py --keep`: a tar sample's .txt or .json, a Parquet column, a
 TFRecord feature) are in the output's members index; `Kept` reads them for the rows shown, never the whole index:
@@ -115,21 +116,40 @@ def ranked(index, unit_vectors, k):
             for row_ids, row_scores in zip(ids, scores)]
 
 
+def probabilities(embedder, lists, first=0):
+    """Per list of `ranked`'s [(row, score)], from the list `first` on (the sentences'), the model's own probability
+    of each score ([float]: SigLIP's sigmoid(exp(logit_scale) * cosine + logit_bias)); None for the lists before
+    `first`, or for all when the embedder gives none (CLIP, or an embedder without `probability`)."""
+    score = getattr(embedder, "probability", None)
+    found = [None if number < first or score is None else score(np.asarray([cosine for _, cosine in pairs], float))
+             for number, pairs in enumerate(lists)]
+    return [None if values is None else [float(value) for value in values] for values in found]
+
+
 def neighbour_lines(lists, kept):
     """The CSV lines (str, each ending in "\\n") that `neighbours` prints: a header, then a line per neighbour:
-    query, rank, score, path, and a column "kept:<name>" per value kept (`Kept`: "" when the row has none).
+    query, rank, score, (probability,) path, and a column "kept:<name>" per value kept (`Kept`: "" when the row has
+    none).
 
     Args:
-      lists: [(the query's label, [(path, score)] best first)].
+      lists: [(the query's label, [(path, score)] best first)], or [(label, [(path, score)], probabilities)] where
+        probabilities is None or [float] (`probabilities`: a sentence's, for a model that gives one): then a column
+        "probability" follows "score", "%.6g" of each (six significant digits: an unrelated pair's is around
+        1e-5), "" for a query without one (an image).
       kept: the index's `Kept`; its values are read for these rows only.
     """
     from parallel.inputs.tars import KEPT_PREFIX
     from parallel.output.csv_rows import csv_line
-    values = kept.of(path for _, found in lists for path, _ in found)
-    lines = [csv_line(["query", "rank", "score", "path"] + [KEPT_PREFIX + name for name in kept.names])]
-    for label, found in lists:
-        lines += [csv_line([label, str(rank), "%.6f" % score, path] + kept.texts(values.get(path)))
-                  for rank, (path, score) in enumerate(found, 1)]
+    lists = [(label, found, chances[0] if chances else None) for label, found, *chances in lists]
+    values = kept.of(path for _, found, _ in lists for path, _ in found)
+    shown = any(chances is not None for _, _, chances in lists)
+    lines = [csv_line(["query", "rank", "score"] + ["probability"] * shown + ["path"]
+                      + [KEPT_PREFIX + name for name in kept.names])]
+    for label, found, chances in lists:
+        lines += [csv_line([label, str(rank), "%.6f" % score]
+                           + (["" if chance is None else "%.6g" % chance] if shown else [])
+                           + [path] + kept.texts(values.get(path)))
+                  for rank, ((path, score), chance) in enumerate(zip(found, chances or [None] * len(found)), 1)]
     return lines
 
 

@@ -41,7 +41,8 @@ from PIL import Image
 
 from parallel.messages import error_line
 from search.indexed_images import Changed, IndexedImages, TooLarge
-from search.queries import Kept, check_text_queries, image_vectors, members_index, ranked, text_vectors
+from search.queries import (Kept, check_text_queries, image_vectors, members_index, probabilities, ranked,
+                            text_vectors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +202,11 @@ class Service:
             raise ApiError(400, "text %r has no words: give a sentence" % sentence)
         self._answerable("text", "a sentence")
         with self.slots:
-            return self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
+            answer = self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
+            chances = probabilities(self.embedder, [[(row["row"], row["score"]) for row in answer["neighbours"]]])[0]
+            for row, chance in zip(answer["neighbours"], chances or ()):  # SigLIP's own score, beside the cosine
+                row["probability"] = chance
+            return answer
 
     def by_vector(self, body, k):
         """The neighbours of a vector given as JSON {"vector": [D numbers]} (raw features, as the output's)."""

@@ -1,8 +1,10 @@
-"""What the tests of the search service and of its page share: a service in a thread, a small CLIP job.
+"""What the tests of the search service and of its page share: a service in a thread, a small CLIP job (and
+SigLIP's).
 
     with Running(Service(index)) as service:          # make_service on a free loopback port, in a thread
         status, answer, headers = service.request("/api/index")
     clip_job                                          # a module's fixture: a small CLIP's output of 12 PNGs, indexed
+    siglip_job                                        # the same of a small SigLIP 2 (--model siglip)
     kept_job                                          # a module's fixture: an output of tars with --keep txt,json
 """
 
@@ -88,6 +90,24 @@ def clip_job(tmp_path_factory):
                                    "clip_vit_b32", "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
         assert run("--quiet", "index", folder / "f.npy") == 0
         yield folder, weights, folder / "f.npy.index", images
+
+
+@pytest.fixture(scope="module")
+def siglip_job(tmp_path_factory):
+    """An output of SigLIP 2's embedding (`--model siglip`: the size from the folder's config.json) computed by
+    run_inference.py from 12 image files, by a small SigLIP of the real layout (tests/siglip_files.py), and its
+    index. Returns (folder, weights, index folder, images folder)."""
+    from siglip_files import write_small
+    folder = tmp_path_factory.mktemp("siglip-job")
+    images = folder / "images"
+    images.mkdir()
+    for number in range(12):
+        (images / ("colour%02d.png" % number)).write_bytes(png((96, 80), number))
+    weights = write_small(folder / "siglip2", siglip2=True)
+    assert run_inference.main(["--images", str(images), "--output", str(folder / "f.npy"), "--model", "siglip",
+                               "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
+    assert run("--quiet", "index", folder / "f.npy") == 0
+    return folder, weights, folder / "f.npy.index", images
 
 
 # A caption holding HTML, shown as text wherever the value is shown.

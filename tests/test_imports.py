@@ -110,6 +110,8 @@ MAY_IMPORT = {
     "models.dinov2": MODELS_SHARED,
     "models.efficientnet": MODELS_SHARED,
     "models.resnet": MODELS_SHARED | {"models.vgg16"},
+    # SigLIP writes its config.json and tokenizer files durably (standard library only; no engine).
+    "models.siglip": MODELS_SHARED | {"parallel.output.durable"},
     "models.vit": set(),
 }
 

@@ -72,6 +72,17 @@ def test_a_spec_resizes_as_vgg16_unless_it_says_otherwise():
     clip_like = _spec(resize_filter="bicubic", resize_short_side=224)
     assert (clip_like.resize_filter, clip_like.resize_short_side) == ("bicubic", 224)
     assert _spec(resize_filter="bicubic", resize_short_side=256).resize_short_side == 256  # DINOv2's
+    assert spec.resize_mode == "crop" and _spec(resize_mode="stretch").resize_mode == "stretch"  # SigLIP's
+
+
+def test_a_job_that_names_no_resize_takes_its_model_s_mode(tmp_path):
+    from parallel.devices import resolve_devices
+    from parallel.jobs import Config
+    devices = resolve_devices(devices="cpu:0", gpu_count=0)
+    for spec, expected in ((_spec(), "crop"), (_spec(resize_mode="stretch"), "stretch")):
+        assert Config(model=spec, images=tmp_path, output=tmp_path / "o.csv", devices=devices).resize == expected
+        assert Config(model=spec, images=tmp_path, output=tmp_path / "o.csv", devices=devices,
+                      resize="crop").resize == "crop"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -83,6 +94,7 @@ def test_a_spec_resizes_as_vgg16_unless_it_says_otherwise():
     (dict(resize_short_side=256.0), "of at least max.image_size. = 224 .*; got 256.0"),
     (dict(resize_short_side=True), "of at least max.image_size. = 224 .*; got True"),
     (dict(resize_short_side="256"), "of at least max.image_size. = 224 .*; got '256'"),
+    (dict(resize_mode="squash"), "resize_mode must be one of crop, stretch; got 'squash'"),
 ])
 def test_a_bad_resize_filter_or_short_side_is_refused_naming_it(fields, message):
     with pytest.raises(ValueError, match=message):

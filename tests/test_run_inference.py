@@ -268,7 +268,7 @@ def test_help_readme_and_package_speak_of_every_model_in_the_registry_order(monk
         assert lists and all(listed == list(registry.NAMES) for listed in lists), lists
     setup = (REPOSITORY / "setup.cfg").read_text()
     title = (REPOSITORY / "README.md").read_text().splitlines()[0]
-    families = ["VGG16", "ResNet50", "EfficientNetB0", "ConvNeXt", "DINOv2", "CLIP"]
+    families = ["VGG16", "ResNet50", "EfficientNetB0", "ConvNeXt", "DINOv2", "CLIP", "SigLIP"]
     for named in (re.search(r"^description = (.*)$", setup, re.MULTILINE).group(1), title):
         assert re.findall("|".join(families), named) == families, named
 

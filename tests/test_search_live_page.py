@@ -2,7 +2,8 @@
 Host check, nothing else served; in Debian's chromium (Playwright, one browser for the module), against a real
 `serve INDEX` of a small CLIP output: a sentence, an uploaded and a dropped image (shown above its results), a
 click on a result, k changed, the duplicates' threshold; tiles that lead with the kept caption and a short key,
-links only for URLs, a group's members on demand; a service that takes no sentence or image says why."""
+links only for URLs, a group's members on demand; a service that takes no sentence or image says why; SigLIP's
+probability beside the score."""
 
 import http.client
 import json
@@ -23,8 +24,10 @@ from search.index import Index
 from search.service import NO_EMBEDDER, Service
 from search_data import clustered
 from serving import serving, stopped
-from services import HTML_CAPTION, Running, clip_job, kept_job, png  # noqa: F401 -- clip_job, kept_job: fixtures
+from services import (HTML_CAPTION, Running, clip_job, kept_job, png,  # noqa: F401 -- the jobs: fixtures
+                      siglip_job)
 from test_search_page import BROWSER_FLAGS, CHROMIUM, wait_for_images
+from test_search_service import no_text_tower
 
 TESTS = Path(__file__).resolve().parent
 PAGE = TESTS.parent / "search" / "live_page"
@@ -281,8 +284,7 @@ def test_a_key_with_html_shows_as_text_and_an_index_without_a_model_says_why_it_
             expect(page.locator("#text-form")).to_be_hidden()  # no model: no sentence, no image, and why
             expect(page.locator("#image-label")).to_be_hidden()
             expect(page.locator("#unavailable")).to_have_text(
-                "No search by sentence: a text query needs an output of a model with a text tower (clip_vit_b32, "
-                "clip_vit_b16); this output's model is 'vgg16'. No search by image: %s." % NO_EMBEDDER)
+                "No search by sentence: %s. No search by image: %s." % (no_text_tower("vgg16"), NO_EMBEDDER))
             answer = service.request("/api/duplicates?threshold=0.9")[1]
             expect(page.locator("#groups-count")).to_have_text(_groups_line(answer))
             keys = page.eval_on_selector_all("#groups .key", "keys => keys.map(key => key.textContent)")
@@ -333,6 +335,39 @@ def test_a_clip_index_served_without_its_weights_offers_no_sentence_or_image_and
             assert not any("/api/search" in request for request in browser.requests)
         finally:
             browser.close()
+
+
+PROBABILITIES = ("figures => figures.map(f => [f.querySelector('.key').title, f.querySelector('.probability') "
+                 "&& f.querySelector('.probability').textContent])")
+
+
+@needs_a_browser
+def test_a_siglip_sentence_s_results_show_siglip_s_probability_beside_the_score(chromium, siglip_job):
+    from models.query_embedder import QueryEmbedder
+    folder, weights, index_folder, images = siglip_job
+    index = Index.load(index_folder)
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    with Running(Service(index, embedder)) as service:
+        browser = Browser(chromium, "http://127.0.0.1:%d/" % service.port)
+        page = browser.page
+        try:
+            sentence = "ein Hund am Strand"
+            answer = service.request("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5}))[1]
+            page.fill("#k", "5")
+            page.fill("#text", sentence)
+            page.press("#text", "Enter")
+            browser.results_titled("\u201c%s\u201d: 5 results" % sentence)
+            shown = page.eval_on_selector_all("#results figure", PROBABILITIES)
+            assert shown == [[found["key"], "p %.3f" % found["probability"]] for found in answer["neighbours"]]
+            short = page.locator("#results figure .key").nth(0).text_content()
+            page.locator("#results figure").nth(0).locator("button").click()  # an image's neighbours: no probability
+            browser.results_titled("neighbours of %s: 5 results" % short)
+            assert all(probability is None for _, probability in page.eval_on_selector_all("#results figure",
+                                                                                             PROBABILITIES))
+            assert browser.errors == []
+        finally:
+            browser.close()
+            embedder.close()
 
 
 KEPT_LINES = ("figures => figures.map(f => [f.querySelector('.key').title, Array.from(f.querySelectorAll("

@@ -82,3 +82,25 @@ def test_an_output_without_kept_values_shows_none(index, tmp_path):
                                                                          "q,1,0.500000,img/00001.jpg\n"]
     write_index(str(tmp_path / "f.npy") + MEMBERS_SUFFIX, [Entry("img/00001.jpg", 0, 3)])  # tars without --keep
     assert Kept(index).names == () and Kept(index).of(["img/00001.jpg"]) == {}
+
+
+def test_a_model_s_probability_is_a_column_after_the_score_for_the_queries_that_have_one(index):
+    """SigLIP's sentences have a probability of each neighbour (`probabilities`), an image query none: the column
+    is there when one query has it, empty for the others; without any, the lines are as they were."""
+    from search.queries import probabilities
+
+    class Embedder:
+        def probability(self, cosines):
+            return 1 / (1 + np.exp(-(10 * cosines - 10)))
+
+    kept = Kept(index)
+    lists = [[(1, 0.5)], [(2, 0.9), (3, 0.25)]]
+    chances = probabilities(Embedder(), lists, first=1)  # the first list an image's, the second a sentence's
+    assert chances[0] is None and np.allclose(chances[1], [1 / (1 + np.exp(1.0)), 1 / (1 + np.exp(7.5))])
+    assert probabilities(object(), lists) == [None, None]  # an embedder without one (CLIP's)
+    lines = neighbour_lines([("img/00001.jpg", [("img/00001.jpg", 0.5)], chances[0]),
+                             ("a dog", [("img/00002.jpg", 0.9), ("img/00003.jpg", 0.25)], chances[1])], kept)
+    assert lines == ["query,rank,score,probability,path\n", "img/00001.jpg,1,0.500000,,img/00001.jpg\n",
+                     "a dog,1,0.900000,0.268941,img/00002.jpg\n", "a dog,2,0.250000,0.000552779,img/00003.jpg\n"]
+    assert neighbour_lines([("q", [("img/00001.jpg", 0.5)], None)], kept) == ["query,rank,score,path\n",
+                                                                               "q,1,0.500000,img/00001.jpg\n"]

@@ -27,7 +27,8 @@ from search.index import Index
 from search.service import NO_EMBEDDER, Limits, Service
 from search_data import clustered, write_npy
 from serving import serving, stop
-from services import HTML_CAPTION, Running, clip_job, kept_job, png, run  # noqa: F401 -- clip_job, kept_job: fixtures
+from services import (HTML_CAPTION, Running, clip_job, kept_job, png, run,  # noqa: F401 -- the jobs: fixtures
+                      siglip_job)
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -39,6 +40,14 @@ def _cli_neighbours(capsys, *argv):
     capsys.readouterr()
     assert run("neighbours", *argv) == 0
     return [(row["path"], float(row["score"])) for row in csv.DictReader(io.StringIO(capsys.readouterr().out))]
+
+
+def no_text_tower(model):
+    """The line refusing a text query on an output of `model` (models.text_queries names the text towers)."""
+    from models.text_queries import check_text_queries
+    with pytest.raises(ValueError) as refused:
+        check_text_queries({"model": model, "layer": "relu7"})
+    return str(refused.value)
 
 
 def _api_neighbours(answer):
@@ -73,6 +82,7 @@ def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_j
         _same(_api_neighbours(by_text), _cli_neighbours(capsys, index_folder, "--text", sentence, "-k", "5",
                                                         "--weights", weights))
         assert by_text["neighbours"][0]["score"] - by_text["neighbours"][4]["score"] >= 1e-4  # the check can fail
+        assert "probability" not in by_text["neighbours"][0]  # CLIP has no probability of its own
         status, by_row, _ = service.request("/api/neighbours?row=3&k=5")
         assert status == 200 and by_row["query"] == {"row": 3, "key": "colour03.png"}
         assert by_row["neighbours"] == by_key["neighbours"]
@@ -80,6 +90,39 @@ def test_the_api_answers_a_key_an_image_and_a_sentence_as_neighbours_does(clip_j
         assert status == 200 and image == (images / "colour03.png").read_bytes()
         assert headers["Content-Type"] == "image/png"
     embedder.close()
+
+
+def test_a_siglip_sentence_s_neighbours_carry_siglip_s_probability_in_the_api_and_the_command_line(siglip_job,
+                                                                                                     capsys):
+    """SigLIP's own score beside the cosine, sigmoid(exp(logit_scale) * cosine + logit_bias): a field
+    "probability" of each neighbour of a sentence in the service's JSON, a column "probability" in neighbours' CSV
+    (after score); none for an image's neighbours."""
+    from models.query_embedder import QueryEmbedder
+    folder, weights, index_folder, images = siglip_job
+    index = Index.load(index_folder)
+    assert index.meta["centre"]["centred"] is False and "SigLIP's cosine" in index.meta["centre"]["reason"]
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    sentence = "Ein Hund am Strand, 東京 2024"
+    with Running(Service(index, embedder)) as service:
+        status, by_text, _ = service.request("/api/search?" + urllib.parse.urlencode({"text": sentence, "k": 5}))
+        status_key, by_key, _ = service.request("/api/search?key=colour03.png&k=5")
+    embedder.close()
+    assert status == status_key == 200 and "probability" not in by_key["neighbours"][0]
+    capsys.readouterr()
+    assert run("neighbours", index_folder, "--text", sentence, "-k", "5", "--weights", weights) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query,rank,score,probability,path"
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    _same(_api_neighbours(by_text), [(row["path"], float(row["score"])) for row in rows])
+    scores = np.array([found["score"] for found in by_text["neighbours"]])
+    chances = np.array([found["probability"] for found in by_text["neighbours"]])
+    # The small model's logit_scale ln(10) and logit_bias -10 (tests/siglip_files.py's random weights).
+    np.testing.assert_allclose(chances, 1 / (1 + np.exp(-(10 * scores - 10))), rtol=1e-5)
+    np.testing.assert_allclose([float(row["probability"]) for row in rows], chances, rtol=1e-5)
+    assert np.all(np.diff(chances) <= 0) and chances[0] > chances[-1]  # ranked alike, and they differ
+    capsys.readouterr()
+    assert run("neighbours", index_folder, "colour03.png", "-k", "2") == 0
+    assert capsys.readouterr().out.splitlines()[0] == "query,rank,score,path"  # an image's: no such column
 
 
 # ----------------------------------------------------------------- refusals, each one status and one line
@@ -167,8 +210,7 @@ def test_a_service_without_an_embedder_takes_rows_and_vectors_only(vgg_index):
         status, description, _ = service.request("/api/index")
         assert status == 200 and description["rows"] == 300 and description["queries"] == {
             "key": True, "row": True, "vector": True, "text": False, "image": False}
-        no_tower = "a text query needs an output of a model with a text tower (clip_vit_b32, clip_vit_b16); this " \
-                   "output's model is 'vgg16'"
+        no_tower = no_text_tower("vgg16")
         assert description["unavailable"] == {"text": no_tower, "image": NO_EMBEDDER}  # the first reason of each
         _refused(service.request("/api/search/image", body=png((40, 30), 0)), 400,
                  "an image cannot be searched: no model given to the service: search by a row, a key or a vector")
@@ -422,9 +464,8 @@ def test_serve_an_index_on_loopback_until_sigterm_a_line_a_request(vgg_index):
         status, lines = stop(server, signal.SIGTERM)
     # Its second line: what it answers, and why not the rest (the tests' vgg16 record names no real weights).
     assert status == 0 and lines[0] == (
-        "answers: neighbours of a row or a key, a vector, duplicates; not sentences: a text query needs an output of "
-        "a model with a text tower (clip_vit_b32, clip_vit_b16); this output's model is 'vgg16'; not images: the "
-        "output was computed with weights 'imagenet': pass them with --weights")
+        "answers: neighbours of a row or a key, a vector, duplicates; not sentences: %s; not images: the output was "
+        "computed with weights 'imagenet': pass them with --weights" % no_text_tower("vgg16"))
     lines = lines[1:]  # then a line a request
     assert [line.rsplit(" ", 2)[0] for line in lines] == [
         "127.0.0.1 GET /api/index 200 %d bytes" % sizes[0][1], "127.0.0.1 GET / 200 %d bytes" % sizes[1][1],

@@ -24,7 +24,7 @@ def test_which_outputs_take_a_sentence():
         assert not shares_text_space(settings)
     check_text_queries({"model": "clip_vit_b16", "layer": "embedding"})
     with pytest.raises(ValueError, match=r"needs an output of a model with a text tower \(clip_vit_b32, "
-                                         r"clip_vit_b16\); this output's model is 'vgg16'$"):
+                                         r"clip_vit_b16, siglip and its sizes\); this output's model is 'vgg16'$"):
         check_text_queries({"model": "vgg16", "layer": "fc7"})
     with pytest.raises(ValueError, match="needs clip_vit_b32's layer embedding .*; this output holds layer 'pooled'"):
         check_text_queries({"model": "clip_vit_b32", "layer": "pooled"})
@@ -70,4 +70,35 @@ def test_weights_without_the_tokenizer_files_are_one_line(clip_folder, tmp_path)
     (alone / "model.safetensors").write_bytes((clip_folder / "model.safetensors").read_bytes())
     with pytest.raises(WeightsError, match="no tokenizer.json, nor vocab.json and merges.txt, beside it"):
         text_embedding("clip_vit_b32", ["a dog"], weights=str(alone / "model.safetensors"))
-    assert text_queries.TEXT_LAYERS == {"clip_vit_b32": "embedding", "clip_vit_b16": "embedding"}
+    assert set(text_queries.TEXT_LAYERS.values()) == {"embedding"}
+    assert {"clip_vit_b32", "clip_vit_b16", "siglip", "siglip2_base_patch16_256"} <= set(text_queries.TEXT_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def siglip_folder(tmp_path_factory):
+    from siglip_files import write_small
+    return write_small(tmp_path_factory.mktemp("text") / "siglip2", siglip2=True)
+
+
+def test_siglip_s_sentences_come_from_its_text_tower_with_its_probability(siglip_folder):
+    """A SigLIP output takes a sentence: its tokenizer and text tower, chosen by the model's name; and SigLIP's own
+    score, sigmoid(exp(logit_scale) * cosine + logit_bias), where CLIP has none."""
+    from models.siglip.siglip import TextTower
+    from models.siglip.siglip_tokenizer import Tokenizer
+    assert shares_text_space({"model": "siglip", "layer": "embedding"})
+    assert not shares_text_space({"model": "siglip", "layer": "pooled"})
+    with text_queries.TextEmbedder("siglip", weights=str(siglip_folder)) as embedder:
+        embeddings = embedder.text(SENTENCES)
+        chances = embedder.probability(np.array([-1.0, 0.0, 0.5, 1.0]))
+    with TextTower("siglip", weights=str(siglip_folder)) as tower:
+        np.testing.assert_allclose(embeddings, tower.embed(Tokenizer.from_folder(siglip_folder).encode(SENTENCES, 64)),
+                                   atol=1e-6)
+    assert embeddings.shape == (4, 32) and min(np.abs(embeddings[i] - embeddings[j]).max() for i in range(4)
+                                               for j in range(i)) > 1e-2
+    # The random weights' logit_scale ln(10) and logit_bias -10 (float32): sigmoid(10 * cosine - 10).
+    np.testing.assert_allclose(chances, 1 / (1 + np.exp(-(10 * np.array([-1.0, 0.0, 0.5, 1.0]) - 10))), rtol=1e-6)
+
+
+def test_clip_has_no_probability(clip_folder):
+    with text_queries.TextEmbedder("clip_vit_b32", weights=str(clip_folder)) as embedder:
+        assert embedder.probability(np.array([0.3])) is None

@@ -1,6 +1,6 @@
 """The transformer pieces against a NumPy transcription of the same equations on a small random config: the patch
-embedding, class token and positions, blocks with either activation, LayerScale and a causal mask; the variables'
-names (the table's), dtypes and that no weight is a constant."""
+embedding, class token and positions (or positions alone), blocks with each activation, LayerScale and a causal mask,
+the attention-pooling head; the variables' names (the table's), dtypes and that no weight is a constant."""
 
 import math
 
@@ -24,6 +24,14 @@ def numpy_layer_norm(x, gamma, beta, epsilon):
     return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + epsilon) * gamma + beta
 
 
+def numpy_activation(x, name):
+    if name == "gelu":
+        return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+    if name == "gelu_tanh":  # PyTorch's gelu(approximate="tanh")
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return x / (1 + np.exp(-1.702 * x))
+
+
 def numpy_block(x, weights, prefix, config, mask):
     """A block on float64 [N, T, width], from the equations (not from vit.py)."""
     def w(name):
@@ -42,11 +50,7 @@ def numpy_block(x, weights, prefix, config, mask):
     branch = dense(attended.transpose(0, 2, 1, 3).reshape(x.shape), "attention/output")
     h = x + (branch * w("layer_scale_1/gamma") if config.layer_scale else branch)
     hidden = dense(numpy_layer_norm(h, w("layer_norm_2/gamma"), w("layer_norm_2/beta"), config.epsilon), "mlp/fc1")
-    if config.activation == "gelu":
-        hidden = 0.5 * hidden * (1 + _erf(hidden / math.sqrt(2)))
-    else:
-        hidden = hidden / (1 + np.exp(-1.702 * hidden))
-    branch = dense(hidden, "mlp/fc2")
+    branch = dense(numpy_activation(hidden, config.activation), "mlp/fc2")
     return h + (branch * w("layer_scale_2/gamma") if config.layer_scale else branch)
 
 
@@ -72,6 +76,7 @@ def run(graph, output, values, feed):
 @pytest.mark.parametrize("config, causal", [
     (TransformerConfig(32, 2, 4, 64, "gelu", layer_scale=True, epsilon=1e-6), False),
     (TransformerConfig(32, 2, 2, 48, "quick_gelu", layer_scale=False, epsilon=1e-5), True),
+    (TransformerConfig(32, 2, 4, 48, "gelu_tanh", layer_scale=False, epsilon=1e-6), False),
 ])
 def test_a_transformer_is_the_equations(graph, config, causal):
     rng = np.random.default_rng(0)
@@ -115,6 +120,58 @@ def test_patches_class_token_and_positions(graph):
                                1) + values["position_embedding"]
     assert ours.shape == (2, 7, 8)
     np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_patches_and_positions_without_a_class_token(graph):
+    """SigLIP's embedding: the patches with their position embeddings, no class token before them."""
+    rng = np.random.default_rng(2)
+    pixels = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
+    placeholder = tf1.placeholder(tf.float32, [None, 6, 6, 3])
+    output = vit.positions(vit.patch_embedding(placeholder, 3, 8))
+    variables = vit_layers.embedding_variables(8, 3, 4, class_token=False)
+    assert [(v.op.name, tuple(v.shape.as_list())) for v in tf1.global_variables()] == list(variables)
+    values = random_values(variables, rng)
+    kernel = values["patch_embedding/kernel"].reshape(27, 8)
+    patches = [pixels[:, row:row + 3, column:column + 3].reshape(2, 27) for row in (0, 3) for column in (0, 3)]
+    reference = np.stack([p @ kernel + values["patch_embedding/bias"] for p in patches], 1)
+    reference = reference + values["position_embedding"]
+    np.testing.assert_allclose(run(graph, output, values, {placeholder: pixels}), reference, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_pooling_is_the_equations(graph):
+    """The MAP head (SigLIP's): one learnt query attends over the tokens, then LayerNorm and MLP with a residual."""
+    config = TransformerConfig(32, 1, 4, 48, "gelu_tanh", epsilon=1e-6)
+    rng = np.random.default_rng(3)
+    tokens = rng.standard_normal((3, 9, 32)).astype(np.float32)
+    placeholder = tf1.placeholder(tf.float32, [None, 9, 32])
+    with tf1.variable_scope("head"):
+        output = vit.attention_pooling(placeholder, config)
+    variables = [("head/" + name, shape) for name, shape in vit_layers.attention_pooling_variables(config)]
+    assert [(v.op.name, tuple(v.shape.as_list())) for v in tf1.global_variables()] == variables
+    values = random_values(variables, rng)
+    values["head/probe"] = rng.standard_normal(32).astype(np.float32)
+    ours = run(graph, output, values, {placeholder: tokens})
+
+    def w(name):
+        return values["head/" + name].astype(np.float64)
+
+    def dense(rows, name):
+        return rows @ w(name + "/kernel") + w(name + "/bias")
+
+    x = tokens.astype(np.float64)
+    query = dense(w("probe")[None], "attention/query").reshape(4, 8)                      # [heads, depth]
+    keys, mixed = (dense(x, "attention/" + name).reshape(3, 9, 4, 8) for name in ("key", "value"))
+    scores = np.einsum("hd,nthd->nht", query, keys) / math.sqrt(8)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    attended = np.einsum("nht,nthd->nhd", scores / scores.sum(-1, keepdims=True), mixed).reshape(3, 32)
+    pooled = dense(attended, "attention/output")
+    hidden = numpy_activation(dense(numpy_layer_norm(pooled, w("layer_norm/gamma"), w("layer_norm/beta"), 1e-6),
+                                    "mlp/fc1"), "gelu_tanh")
+    reference = pooled + dense(hidden, "mlp/fc2")
+    assert ours.shape == (3, 32)
+    scale = np.abs(reference).max()
+    assert np.abs(ours - reference).max() <= TOLERANCE * scale
+    assert np.abs(reference[0] - reference[1]).max() >= 100 * TOLERANCE * scale
 
 
 def test_bf16_keeps_layer_norms_in_float32_and_the_graph_small(graph):

@@ -1,5 +1,6 @@
-"""The Vision Transformer's pieces from raw TensorFlow ops, shared by the image towers (DINOv2, CLIP) and CLIP's text
-tower: patch embedding, class token and position embeddings, pre-LayerNorm blocks, LayerNorm.
+"""The Vision Transformer's pieces from raw TensorFlow ops, shared by the image towers (DINOv2, CLIP, SigLIP) and the
+text towers (CLIP's, SigLIP's): patch embedding, class token and position embeddings, pre-LayerNorm blocks,
+LayerNorm, a multi-head attention-pooling head (SigLIP's image tower), a dense layer.
 
     tokens = patch_embedding(pixels, patch=14, width=384)           # [N, 256, 384]
     tokens = class_token_and_positions(tokens)                       # [N, 257, 384]
@@ -12,8 +13,13 @@ A block (as in DINOv2, CLIP and keras-hub's versions of them):
     out = h + layer_scale_2 * fc2(activation(fc1(layer_norm_2(h))))
 
 attention: multi-head self-attention, query/key/value/output projections with biases, softmax(q k^T / sqrt(d)
-+ mask) v, with an optional additive mask (CLIP's causal text tower); activation: the exact GELU (erf) or
-QuickGELU x * sigmoid(1.702 x) (OpenAI's CLIP).
++ mask) v, with an optional additive mask (CLIP's causal text tower; SigLIP's text tower has none); activation:
+the exact GELU (erf), QuickGELU x * sigmoid(1.702 x) (OpenAI's CLIP) or GELU's tanh approximation (SigLIP).
+
+The attention-pooling head (big_vision's MAPHead, transformers' SiglipMultiheadAttentionPoolingHead):
+
+    h   = attention(query = probe, keys and values = the tokens)      one learnt query, every image alike
+    out = h + fc2(activation(fc1(layer_norm(h))))                     [N, width]
 
 Variables are created with `tf.compat.v1.get_variable` (zeros; the engine loads their values from host arrays,
 never graph constants) under the caller's variable scope, named as `vit_layers` lists them
@@ -105,6 +111,20 @@ def class_token_and_positions(tokens):
     return tf.concat([class_tokens, tokens], axis=1) + positions
 
 
+def positions(tokens):
+    """Adds the position embeddings (variable position_embedding [T, width]) to tokens without a class token
+    (SigLIP's patches, or a text tower's tokens).
+
+    Args:
+      tokens: [N, T, width].
+
+    Returns:
+      [N, T, width] of the tokens' dtype.
+    """
+    count, width = tokens.shape[1], tokens.shape[2]
+    return tokens + _variable("position_embedding", [count, width], tokens.dtype)
+
+
 def _dense(rows, name, inputs, outputs):
     """rows [M, inputs] @ <name>/kernel [inputs, outputs] + <name>/bias [outputs]."""
     with tf1.variable_scope(name):
@@ -113,10 +133,19 @@ def _dense(rows, name, inputs, outputs):
     return tf.nn.bias_add(tf.matmul(rows, kernel), bias)
 
 
+def dense(rows, name, inputs, outputs):
+    """A dense layer with a bias under variable scope `name`: rows [M, inputs] @ <name>/kernel [inputs, outputs] +
+    <name>/bias [outputs], of the rows' dtype (SigLIP's text `head`)."""
+    return _dense(rows, name, inputs, outputs)
+
+
 def activation(inputs, name):
-    """The MLP's activation: "gelu" (exact, erf) or "quick_gelu" (x * sigmoid(1.702 x))."""
+    """The MLP's activation: "gelu" (exact, erf), "quick_gelu" (x * sigmoid(1.702 x)) or "gelu_tanh" (GELU's tanh
+    approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): PyTorch's gelu(approximate="tanh"))."""
     if name == "gelu":
         return tf.nn.gelu(inputs, approximate=False)
+    if name == "gelu_tanh":
+        return tf.nn.gelu(inputs, approximate=True)
     if name == "quick_gelu":
         return inputs * tf.sigmoid(tf.constant(1.702, inputs.dtype) * inputs)
     raise ValueError("activation=%r; expected one of %s" % (name, ", ".join(ACTIVATIONS)))
@@ -203,3 +232,44 @@ def transformer(tokens, config, mask=None, depth=None):
         with tf1.variable_scope("block_%d" % index):
             tokens = block(tokens, config, mask)
     return tokens
+
+
+def _mlp(rows, config):
+    """fc2(activation(fc1(rows))) under variable scope "mlp": rows [M, width] -> [M, width]."""
+    with tf1.variable_scope("mlp"):
+        return _dense(activation(_dense(rows, "fc1", config.width, config.mlp_width), config.activation), "fc2",
+                      config.mlp_width, config.width)
+
+
+def attention_pooling(tokens, config):
+    """A multi-head attention-pooling head (MAP) under the current variable scope (the caller's "head"): one learnt
+    query (variable probe [width]) attends over the tokens with `config.heads` heads, then a LayerNorm and an
+    MLP with a residual: transformers' SiglipMultiheadAttentionPoolingHead (PyTorch's nn.MultiheadAttention, whose
+    in_proj packs the query, key and value projections), big_vision's MAPHead.
+
+    Args:
+      tokens: [N, T, width] of the compute dtype (SigLIP: the patches after the post-LayerNorm).
+      config: a vit_layers.TransformerConfig: width, heads, MLP width, activation, LayerNorm epsilon.
+
+    Returns:
+      [N, width] of the tokens' dtype.
+    """
+    count, width, heads = tokens.shape[1], config.width, config.heads
+    depth = width // heads
+    probe = _variable("probe", [width], tokens.dtype)
+    rows = tf.reshape(tokens, [-1, width])
+    with tf1.variable_scope("attention"):
+        # The query is the same for every image: projected once, [1, heads, 1, depth], broadcast over the batch.
+        query = tf.reshape(_dense(probe[None], "query", width, width), [1, heads, 1, depth])
+
+        def split(name):  # [N * T, width] -> [N, heads, T, depth]
+            return tf.transpose(tf.reshape(_dense(rows, name, width, width), [-1, count, heads, depth]), [0, 2, 1, 3])
+
+        key, value = split("key"), split("value")
+        scores = tf.matmul(query, key, transpose_b=True) * tf.constant(1 / math.sqrt(depth), tokens.dtype)
+        weights = tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1)  # [N, heads, 1, T]
+        if weights.dtype != tokens.dtype:
+            weights = tf.cast(weights, tokens.dtype)
+        pooled = _dense(tf.reshape(tf.matmul(weights, value), [-1, width]), "output", width, width)
+    normalized = layer_norm(pooled, *layer_norm_variables("layer_norm", width), config.epsilon)
+    return pooled + _mlp(normalized, config)

@@ -21,12 +21,22 @@ and an image tower's embeddings:
     patch_embedding/kernel                          [patch, patch, 3, width]  (a conv of stride patch)
     patch_embedding/bias                            [width]          (only with patch_bias: DINOv2, not CLIP)
     class_token                                     [width]
-    position_embedding                              [1 + patches, width]
+    position_embedding                              [1 + patches, width]  ([patches, width] without a class
+                                                                           token: SigLIP)
+
+and a multi-head attention-pooling head (MAP: SigLIP's image tower), under its scope ("head/"):
+
+    probe                                           [width]          (the learnt query)
+    attention/query, key, value, output/kernel, bias  [width, width], [width]
+    layer_norm/gamma, beta                          [width]          (float32)
+    mlp/fc1/kernel, bias; mlp/fc2/kernel, bias      as a block's MLP
 """
 
 import dataclasses
 
-ACTIVATIONS = ("gelu", "quick_gelu")  # exact GELU (erf); x * sigmoid(1.702 x), OpenAI's CLIP
+# exact GELU (erf); x * sigmoid(1.702 x), OpenAI's CLIP; GELU's tanh approximation (PyTorch's
+# gelu(approximate="tanh"), transformers' "gelu_pytorch_tanh"), SigLIP's
+ACTIVATIONS = ("gelu", "quick_gelu", "gelu_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,12 +90,27 @@ def transformer_variables(config):
     return tuple(variable for index in range(config.depth) for variable in block_variables(config, index))
 
 
-def embedding_variables(width, patch, patches, patch_bias=True):
-    """((name, shape), ...) of an image tower's embeddings: `patches` patches of patch x patch pixels."""
+def embedding_variables(width, patch, patches, patch_bias=True, class_token=True):
+    """((name, shape), ...) of an image tower's embeddings: `patches` patches of patch x patch pixels, a class
+    token before them or not (SigLIP has none)."""
     names = [("patch_embedding/kernel", (patch, patch, 3, width))]
     if patch_bias:
         names.append(("patch_embedding/bias", (width,)))
+    if not class_token:
+        return tuple(names + [("position_embedding", (patches, width))])
     return tuple(names + [("class_token", (width,)), ("position_embedding", (1 + patches, width))])
+
+
+def attention_pooling_variables(config):
+    """((name, shape), ...) of a multi-head attention-pooling head (`vit.attention_pooling`) of a
+    TransformerConfig's width and MLP, under its scope ("probe", "attention/query/kernel", ...)."""
+    width, hidden = config.width, config.mlp_width
+    names = [("probe", (width,))]
+    for projection in ("query", "key", "value", "output"):
+        names += [("attention/%s/kernel" % projection, (width, width)), ("attention/%s/bias" % projection, (width,))]
+    return tuple(names + [("layer_norm/gamma", (width,)), ("layer_norm/beta", (width,)),
+                          ("mlp/fc1/kernel", (width, hidden)), ("mlp/fc1/bias", (hidden,)),
+                          ("mlp/fc2/kernel", (hidden, width)), ("mlp/fc2/bias", (width,))])
 
 
 def size(variables):

@@ -37,7 +37,7 @@ class Config:
       devices: checked `Devices` (see `parallel.devices.resolve_devices`).
       per_device_batch: images per device per step; a host batch is this times the devices.
         None: by device kind (`Devices.default_batch`: 12 on CPU devices, 64 on GPUs).
-      resize: "crop" (centre square, then resize) or "stretch".
+      resize: "crop" (centre square, then resize) or "stretch"; None: the model's (`ModelSpec.resize_mode`).
       output_format: "csv", "parquet" or "npy".
       workers: decode threads; None: one per core.
       prefetch_batches: host batches decoded ahead of the devices.
@@ -66,7 +66,7 @@ class Config:
     output: Path
     devices: Devices
     per_device_batch: Optional[int] = None
-    resize: str = "crop"
+    resize: Optional[str] = None
     output_format: str = "csv"
     workers: Optional[int] = None
     prefetch_batches: int = 2
@@ -81,6 +81,8 @@ class Config:
     keep: tuple = ()
 
     def __post_init__(self):
+        if self.resize is None:  # the model's own (frozen: object.__setattr__), recorded as any mode given
+            object.__setattr__(self, "resize", getattr(self.model, "resize_mode", "crop"))
         if self.per_device_batch is None:  # by the kind of the devices that compute (frozen: object.__setattr__)
             if self.distribution is not None and self.distribution.kind == "ray":  # the actors', not this host's
                 object.__setattr__(self, "per_device_batch",

@@ -138,6 +138,13 @@ function tile(item, short) {
     score.textContent = item.score.toFixed(3);
     text.append(score);
   }
+  if (item.probability !== undefined) {  // the model's own score of a sentence and an image (SigLIP's)
+    const probability = document.createElement("span");
+    probability.className = "probability";
+    probability.title = "the model's probability that the image and the sentence go together";
+    probability.textContent = "p " + item.probability.toFixed(3);
+    text.append(probability);
+  }
   const keyLine = document.createElement("div");
   keyLine.className = "key-line";
   const open = document.createElement("a");
