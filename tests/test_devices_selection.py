@@ -49,6 +49,18 @@ def test_several_cpu_devices_become_logical_devices(text):
     assert devices.session_config().device_count["CPU"] == 2
 
 
+@pytest.mark.parametrize("precision, devices, gpus, fused", [
+    ("fp16", "cpu:0", 0, False), ("fp16", "cpu:0,cpu:1", 0, False), ("fp32", "cpu:0", 0, True),
+    ("bf16", "cpu:0", 0, True), (None, "cpu:0", 0, True), ("fp16", "gpu:0", 1, True), ("fp16", "gpu:0,cpu:0", 1, False)])
+def test_fp16_on_a_cpu_leaves_matmuls_unfused_and_nothing_else_changes(precision, devices, gpus, fused):
+    # oneDNN's fused float16 MatMul (Grappler's remapper makes it) ran ConvNeXt-Tiny 200 times slower than unfused.
+    from tensorflow.core.protobuf import rewriter_config_pb2
+    config = resolve_devices(devices=devices, gpu_count=gpus, nvidia_gpus=lambda: list(range(gpus))).session_config(
+        precision)
+    off = config.graph_options.rewrite_options.remapping == rewriter_config_pb2.RewriterConfig.OFF
+    assert off is not fused
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(gpus="0,", gpu_count=1), "empty entry"),
     (dict(gpus="a", gpu_count=1), "'a' is not a device index"),

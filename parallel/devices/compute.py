@@ -99,7 +99,8 @@ class DeviceRunner:
         self.graph, placement, self.placeholders, self.outputs = build_graph(model, devices.names,
                                                                              self._replica_input)
         self.feature_size = self.outputs[0].shape[1]
-        self.session = tf1.Session(graph=self.graph, config=devices.session_config())
+        self.session = tf1.Session(graph=self.graph,
+                                   config=devices.session_config(model.settings.get("precision")))
         try:
             placement.load(self.session, model.load_weights() if weights is None else weights)
         except BaseException:
