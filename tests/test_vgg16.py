@@ -34,7 +34,7 @@ def run_model(weights, images, endpoint="fc7", precision="fp32", num_devices=1):
     model = ModelSpec(
         name="vgg16", fn=lambda batch: vgg16.vgg16(batch, endpoint, compute_dtype(precision)),
         image_size=vgg16.IMAGE_SIZE, load_weights=lambda: vgg16.variable_values(weights, endpoint),
-        output_name=endpoint)
+        output_name=endpoint, settings={"precision": precision})
     devices = resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0)
     runner = engine.DeviceRunner(model, devices, per_device_batch=2)
     try:
