@@ -3,6 +3,7 @@ to text and text to text, and the filter on the caption score, through search_fe
 
 import csv
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,3 +75,16 @@ def test_text_to_text_image_to_text_and_the_caption_score_bound(indexed, capsys)
         search_features.main(["neighbours", str(index.folder), "--caption", " "])
     assert refused.value.code == 2
     assert capsys.readouterr().err.endswith("neighbours: --caption ' ' has no words: give a sentence (see --help)\n")
+
+
+def test_the_python_example_of_docs_search_captions_runs(indexed, monkeypatch, capsys):
+    index, rows, _ = indexed
+    page = (Path(__file__).resolve().parent.parent / "docs" / "search.md").read_text()
+    example = page.split("## Captions")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(Path(index.folder).parent)
+    namespace = {}
+    exec(compile(example, "docs/search.md", "exec"), namespace)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "%d of 6 rows pass LAION's bound" % (rows.scores >= 0.28).sum()
+    nearest = Captions(index).ranked(index.stored([0]), 3)[0]
+    assert lines[1:] == ["%s %s" % (key, round(cosine, 3)) for key, cosine in nearest]

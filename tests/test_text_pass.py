@@ -182,3 +182,19 @@ def test_a_missing_or_blank_caption_fails_alone_and_a_bad_image_keeps_its_captio
     np.testing.assert_allclose(rows.embeddings[4], text_embedding("clip_vit_b32", "a red sofa", weights=weights)[0],
                                atol=1e-6)  # its image failed, its caption did not
     assert "2 of the shard's 6 captions are missing or blank" in caplog.text
+
+
+def test_the_text_file_is_read_as_the_outputs_page_shows(one_process, weights, tmp_path, monkeypatch, capsys):
+    """A job with captions and labels, read in pandas as docs/outputs.md shows."""
+    files, column, _ = one_process["parquet"]
+    monkeypatch.chdir(tmp_path)
+    jobs.run(config(weights, files, "feats.parquet", text_column=column, labels=LABELS, shard_size=3))
+    page = (Path(__file__).resolve().parent.parent / "docs" / "outputs.md").read_text()
+    example = page.split("## What a text tower gave each row")[1].split("```python\n")[1].split("```")[0]
+    namespace = {}
+    exec(compile(example, "docs/outputs.md", "exec"), namespace)
+    rows = read_rows("feats.parquet" + TEXT_SUFFIX)
+    assert list(namespace["kept"]["path"]) == [key for key, score in zip(rows.keys, rows.scores) if score >= 0.28]
+    assert list(namespace["table"]["label_1"]) == [labels[0] for labels in rows.labels]
+    assert namespace["vectors"].dtype == np.float32 and np.array_equal(namespace["vectors"], rows.embeddings)
+    assert "label_score_1" in capsys.readouterr().out  # what it prints: pandas' table
