@@ -198,3 +198,27 @@ def test_the_text_file_is_read_as_the_outputs_page_shows(one_process, weights, t
     assert list(namespace["table"]["label_1"]) == [labels[0] for labels in rows.labels]
     assert namespace["vectors"].dtype == np.float32 and np.array_equal(namespace["vectors"], rows.embeddings)
     assert "label_score_1" in capsys.readouterr().out  # what it prints: pandas' table
+
+
+def test_a_text_file_that_is_not_the_one_closed_is_merged_again_or_the_output_written_afresh(one_process, weights,
+                                                                                            tmp_path):
+    files, column, output = one_process["tfrecord"]
+    copy = tmp_path / "kept.parquet"
+    jobs.run(config(weights, files, copy, text_column=column, keep_shards=True))
+    text = Path(str(copy) + TEXT_SUFFIX)
+    text.write_bytes(text.read_bytes()[:-9] + b"damaged\n\n")  # its footer's length and magic number
+    again = jobs.run(config(weights, files, copy, text_column=column, keep_shards=True))
+    assert (again.written, again.already_done) == (0, 6) and files_of(copy) == files_of(output)  # from its shards
+    shutil.rmtree(str(copy) + ".shards")
+    text.write_bytes(text.read_bytes().replace(b"caption", b"Caption", 1))  # the same size, another SHA-256
+    afresh = jobs.run(config(weights, files, copy, text_column=column))
+    assert afresh.written == 6 and files_of(copy) == files_of(output)  # its shards gone: every one computed again
+
+
+def test_a_store_output_s_text_file_is_the_local_one(one_process, weights, s3):
+    files, column, output = one_process["tars"]
+    summary = jobs.run(config(weights, files, "s3://%s/runs/feats.parquet" % s3.bucket, text_column=column))
+    assert (summary.written, summary.exit_status) == (6, 0)
+    stored = {suffix: s3.filesystem.cat_file("%s/runs/feats.parquet%s" % (s3.bucket, suffix))
+              for suffix in ("", MEMBERS_SUFFIX, TEXT_SUFFIX)}
+    assert stored == files_of(output)

@@ -67,5 +67,6 @@ def config(weights, images, output, **options):
     model = clip.VIT_B32.feature_model("embedding", weights=weights)
     images = images if isinstance(images, Path) else tuple(map(str, images))
     options = dict({"shard_size": 1}, **options)
-    return jobs.Config(model=model, images=images, output=Path(output), output_format="parquet",
+    output = output if "://" in str(output) else Path(output)  # a store's URL, or a path
+    return jobs.Config(model=model, images=images, output=output, output_format="parquet",
                        devices=resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=1, workers=1, **options)
