@@ -22,8 +22,6 @@ engine's placement strategy gives every device its own copy; their values are lo
 (`vision_variable_values`, `text_variable_values`), never embedded in the graph.
 """
 
-import functools
-
 import numpy as np
 import tensorflow as tf
 
@@ -298,14 +296,16 @@ class ImageModel:
     def _text_model(self, source, dtype):
         """The text tower as the engine's TextSpec, in the `embedding` layer's space: the weights and tokenizer files
         of `source` (a Checkpoint), read when first asked."""
-        model = self.model
-        tokenizer = functools.lru_cache(lambda: Tokenizer.from_folder(source.tokenizer_folder(), model.context_length))
+        model, tokenizer = self.model, []  # read on first use, where it is used (a Ray actor's: pickled empty)
+
+        def tokenize(sentences):
+            tokenizer[:] = tokenizer or [Tokenizer.from_folder(source.tokenizer_folder(), model.context_length)]
+            return tokenizer[0].encode(sentences)
+
+        lengths = tuple(length for length in TEXT_LENGTHS if length < model.context_length) + (model.context_length,)
         return TextSpec(model.name, lambda token_ids: text_tower(token_ids, model, dtype), model.context_length,
-                        lambda sentences: tokenizer().encode(sentences),
-                        lambda: text_variable_values(load_weights(source.path(), model, ("text",)), model),
-                        lengths=tuple(length for length in TEXT_LENGTHS if length < model.context_length) + (
-                            model.context_length,),
-                        used_positions=lambda token_ids: np.asarray(token_ids).argmax(axis=1) + 1)  # its end token
+                        tokenize, lambda: text_variable_values(load_weights(source.path(), model, ("text",)), model),
+                        lengths, used_positions=lambda ids: np.asarray(ids).argmax(axis=1) + 1)  # up to its end token
 
 
 VIT_B32 = ImageModel(clip_layers.VIT_B32)
