@@ -130,7 +130,8 @@ def test_three_ranks_one_killed_one_signalled_in_their_captions_give_the_one_pro
 def test_labels_are_the_zero_shot_ranking_by_hand_and_a_repaired_image_gets_its_own(weights, images, alone,
                                                                                       tmp_path):
     """A folder's images (labels need no caption); a bad image has none until it is repaired, then the rerun's
-    retry gives it the labels, and the file the bytes, of a job that never saw it fail."""
+    retry gives it the labels, and the file the bytes, of a job that never saw it fail: retried into the output
+    (its shards gone), or in its shard (kept), the output then written afresh."""
     folder = tmp_path / "images"
     shutil.copytree(images, folder)
     (folder / "a" / "bad.png").write_bytes(b"not an image")
@@ -139,11 +140,11 @@ def test_labels_are_the_zero_shot_ranking_by_hand_and_a_repaired_image_gets_its_
     names, template = jobs.read_labels(labels)
     assert (names, template) == (LABELS, "a photo of a {}.")
 
-    def run(output):
+    def run(output, keep_shards=False):
         return jobs.run(config(weights, folder, output, labels=names, label_template=template, labels_top=3,
-                               shard_size=4))
-    output = tmp_path / "labels.parquet"
-    assert run(output).failed == 1
+                               shard_size=4, keep_shards=keep_shards))
+    output, kept = tmp_path / "labels.parquet", tmp_path / "kept.parquet"
+    assert run(output).failed == 1 and run(kept, keep_shards=True).failed == 1
     rows = read_rows(Path(str(output) + TEXT_SUFFIX))
     assert rows.keys == ["a/%02d.png" % number for number in range(6)] + ["a/bad.png"]
     vectors, _, prompts = alone
@@ -154,11 +155,12 @@ def test_labels_are_the_zero_shot_ranking_by_hand_and_a_repaired_image_gets_its_
     assert np.isnan(rows.label_scores[6]).all() and rows.embeddings is None  # no caption column
 
     Image.fromarray(np.full((20, 20, 3), 200, np.uint8)).save(folder / "a" / "bad.png", format="PNG")
-    retried = run(output)
-    assert (retried.written, retried.failed) == (1, 0)
+    retried, in_shard = run(output), run(kept, keep_shards=True)
+    assert (retried.written, retried.failed, in_shard.written, in_shard.failed) == (1, 0, 1, 0)
     assert [entry for entry in Ledger(ledger_path(output)).entries if "text" in entry]  # retried in the output
+    assert not [entry for entry in Ledger(ledger_path(kept)).entries if "text" in entry]  # in its shard
     run(tmp_path / "fresh.parquet")
-    assert files_of(output) == files_of(tmp_path / "fresh.parquet")
+    assert files_of(output) == files_of(tmp_path / "fresh.parquet") == files_of(kept)
     assert read_rows(Path(str(output) + TEXT_SUFFIX)).labels[6] is not None
 
 

@@ -10,11 +10,11 @@ resident copy of its weights (`ReplicatedVariables`, loaded once), a host batch 
 (`TextSpec.lengths`): each row runs on the shortest that holds the positions it needs, rows of one length
 together, so that a caption of ten words costs CLIP a third of its 77 positions.
 
-Why on the devices, beside the image tower, and not on the host as a search's sentence is: on this
-machine's CPU a batch of 64 captions (17 tokens at most) takes CLIP ViT-B/32's text tower 0.35 s, a fifth
-of the image tower's 1.73 s for 64 images, and 1.70 s at 77 tokens (benchmarks/README.md); on GPUs, where
-a batch of images takes milliseconds, the host's cores would set the pace. The host only tokenizes (some
-30 microseconds a caption).
+Why on the devices, beside the image tower, and not on the host as a search's sentence is: on a CPU device
+a batch of 64 captions (17 tokens at most) costs CLIP ViT-B/32's text tower a fifth of what 64 images cost
+its image tower, and 0.84 of it at 77 tokens (benchmarks/bench_text.py; docs/benchmarks.md#models); on GPUs,
+where a batch of images takes milliseconds, the host's cores would set the pace. The host only tokenizes
+(about 40 microseconds a caption).
 """
 
 import logging
