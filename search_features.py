@@ -50,8 +50,7 @@ examples:
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
   %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's embedding)
-  %(prog)s neighbours IDX --caption "a dog" --min-caption-score 0.28
-                                                    the rows whose caption is nearest (--text-column's)
+  %(prog)s neighbours IDX --caption "a dog"          the rows whose caption is nearest (--text-column's)
   %(prog)s duplicates IDX --calibrate               nearest-neighbour scores: histogram, a threshold
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
@@ -187,7 +186,8 @@ def _query_flags(parser):
     parser.add_argument("--caption", action="append", default=[], metavar="SENTENCE",
                         help="a sentence, compared with each row's caption (an output of run_inference.py "
                              "--text-column: text to text); repeat")
-    parser.add_argument("--captions", action="store_true", help="the other queries too (image to text)")
+    parser.add_argument("--captions", action="store_true",
+                        help="the other queries (images, keys, vectors, --text) compared with the captions too")
     parser.add_argument("--min-caption-score", type=_cosine, metavar="COSINE",
                         help="only rows whose caption score (caption to image) is at least this (LAION's: 0.28)")
     parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "

@@ -93,8 +93,7 @@ class TextPass:
         except BaseException:
             writer.abort()
             raise
-        found = image_rows(part, keys, "caption")  # the same reader as a shard's rows: by key, NaN where none
-        return found
+        return image_rows(part, keys, "caption")  # the reader of a shard's rows: by key, NaN where none
 
     def _open(self, part):
         """The writer of an attempt's captions' embeddings: resumed, or started afresh when it cannot be."""

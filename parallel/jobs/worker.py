@@ -276,9 +276,11 @@ def committed_summary(job, index, images=None, folder=None):
       folder: a tar shard's attempt whose images are all computed and indexed, not committed yet (`_indexed`).
     """
     keys = shard_keys(job, index, folder) if job.streamed else (images or job.shard_images(index)).paths
-    errors = None if folder is None else ErrorLog.path_for(folder / SHARD_FEATURES)
-    failed = job.failed_in(index, keys) if folder is None else \
-        len(error_rows(errors)) if errors.exists() else 0
+    if folder is None:
+        failed = job.failed_in(index, keys)
+    else:  # the attempt's errors file, absent when none failed
+        errors = ErrorLog.path_for(folder / SHARD_FEATURES)
+        failed = len(error_rows(errors)) if errors.exists() else 0
     return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
 
 
