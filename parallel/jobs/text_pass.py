@@ -2,7 +2,7 @@
 
     text = TextPass(config, devices)     # the tower on a worker's devices (TextRunner), the labels embedded once
     text.shard(attempt, keys, captions, features, stop)   the shard's TEXT_FILE in its attempt; False if stopped
-    text.rescored(rows, features)        a retry's rows (their captions' embeddings) scored with their images now
+    text.rescored(rows, images)          rows (their captions' embeddings) scored with their images: a retry's
 
 A shard's captions are embedded once its images are (its rows and index written), in chunks of a step's size at
 fixed places of its rows (0 .. B - 1, B .., whatever the number of processes), each committed in the attempt
@@ -41,8 +41,11 @@ class TextPass:
     def __init__(self, config, devices):
         self.config = config
         self.runner = TextRunner(config.model.text, devices, config.per_device_batch)
-        try:
-            self.labels = self.runner.embed(config.label_prompts).astype(np.float64) if config.labels else None
+        try:  # the labels' unit vectors, float64 [L, D], embedded once (the same bits in every process of the job)
+            self.labels = None
+            if config.labels:
+                self.labels = self.runner.embed(config.label_prompts).astype(np.float64)
+                self.labels /= np.linalg.norm(self.labels, axis=1, keepdims=True)
         except BaseException:
             self.runner.close()
             raise
@@ -123,7 +126,7 @@ class TextPass:
                 if not known[row]:
                     rows.labels.append(None)
                     continue
-                similar = self.labels @ unit[row] / np.linalg.norm(self.labels, axis=1)  # one row's, alone
+                similar = self.labels @ unit[row]  # this row's cosines, from this row alone
                 order = np.argsort(-similar, kind="stable")[:top]
                 rows.labels.append(tuple(self.config.labels[place] for place in order))
                 rows.label_scores[row] = similar[order]
