@@ -224,3 +224,18 @@ def test_a_store_output_s_text_file_is_the_local_one(one_process, weights, s3):
     stored = {suffix: s3.filesystem.cat_file("%s/runs/feats.parquet%s" % (s3.bucket, suffix))
               for suffix in ("", MEMBERS_SUFFIX, TEXT_SUFFIX)}
     assert stored == files_of(output)
+
+
+def test_an_attempt_killed_in_its_captions_whose_rows_were_damaged_is_computed_again(one_process, weights, tmp_path,
+                                                                                      monkeypatch, caplog):
+    files, column, output = one_process["parquet"]
+    again = tmp_path / "again.parquet"
+    monkeypatch.setattr(TextRunner, "embed", lambda runner, sentences: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        jobs.run(config(weights, files, again, text_column=column))
+    attempt, = Path(str(again) + ".attempts").glob("shard-*")
+    (attempt / "features.parquet").write_bytes(b"PAR1 cut")  # its rows: not what its index says
+    monkeypatch.undo()
+    summary = jobs.run(config(weights, files, again, text_column=column))
+    assert (summary.written, summary.already_done) == (6, 0) and files_of(again) == files_of(output)
+    assert "cannot be resumed after its images (it cannot be read" in caplog.text

@@ -18,16 +18,17 @@ from parallel.engine import RunError, extract_into, extract_rows, extract_stream
 from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.streamed import stream_images
 from parallel.inputs.tar_stream import LaterCopies
-from parallel.inputs.tars import MEMBERS_FILE, is_member, read_index, write_index
+from parallel.inputs.tars import MEMBERS_FILE, index_keys, is_member, read_index, write_index
 from parallel.jobs.commits import PartChanged
 from parallel.jobs.identity import geometry_change
-from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
+from parallel.jobs.shard_record import (SHARD_ERRORS, content_problem, error_rows, insert_rows, keep_last_copies,
+                                        shard_keys)
 from parallel.jobs.shards import SHARD_FEATURES
 from parallel.jobs.text_pass import TextPass, image_rows
 from parallel.locations import is_url
 from parallel.loop import Summary
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
-from parallel.output.durable import temporary_then_rename
+from parallel.output.durable import fsync, temporary_then_rename
 from parallel.output.text_rows import TEXT_FILE, read_rows, write_rows
 
 log = logging.getLogger("parallel")
@@ -172,17 +173,30 @@ class ShardWorker:
                          "counts", len(copies.entries) - len(entries))
                 summary = dataclasses.replace(summary, written=len(entries) - failed - summary.already_done,
                                               failed=failed)
+                for done in (attempt / SHARD_FEATURES, errors):  # durable before the index says they are done
+                    if done.exists():
+                        fsync(done)
             with temporary_then_rename(attempt / MEMBERS_FILE) as temporary:  # there: the shard's images are done
                 write_index(temporary, entries, self.config.keep)
+            fsync(attempt)
         return entries, summary
 
     def _indexed(self, attempt):
-        """Whether a tar shard's `attempt` holds its rows closed and its index of members: its images are done."""
+        """Whether a tar shard's `attempt` holds its rows closed and its index of members, written last, and its rows
+        and failures are exactly the index's images: its images are done. One that does not check out is computed
+        again."""
         try:
-            return (attempt / MEMBERS_FILE).is_file() and (read_record(attempt / SHARD_FEATURES) or {}).get(
-                "state") == "complete"
-        except OutputError:
-            return False
+            if not (attempt / MEMBERS_FILE).is_file() or (read_record(attempt / SHARD_FEATURES) or {}).get(
+                    "state") != "complete":
+                return False
+            problem = content_problem(attempt / SHARD_FEATURES, ErrorLog.path_for(attempt / SHARD_FEATURES),
+                                      index_keys(attempt / MEMBERS_FILE))
+        except (OSError, ValueError) as error:  # OutputError among them: a record that does not read
+            problem = str(error)
+        if problem:
+            log.warning("the attempt %s cannot be resumed after its images (%s): they are computed again", attempt.name,
+                        problem)
+        return not problem
 
     def _text(self, attempt, entries, paths, stop):
         """The shard's text file (its captions and labels: `TextPass.shard`) in `attempt`, of its `entries` (a tar
