@@ -122,6 +122,17 @@ def make_parser():
                         help="values kept beside each row, in <output>.members.parquet: columns of Parquet files, "
                              "features of TFRecord files, a tar sample's members by extension (txt,json,cls; "
                              "given twice: both)")
+    parser.add_argument("--text-column", metavar="NAME",
+                        help="a model with a text tower (CLIP's embedding): each row's caption, a value as --keep "
+                             "names it (a Parquet column, a TFRecord feature, a tar sample's txt; kept too), "
+                             "embedded by that tower beside the image, and their cosine (the caption score), in "
+                             "<output>.text.parquet (see docs/outputs.md)")
+    parser.add_argument("--labels", metavar="FILE",
+                        help="a model with a text tower: labels, one a line (a first line 'template: a photo of a "
+                             "{}.' gives the sentence each is embedded as): each image's nearest (zero-shot) and "
+                             "their cosines, in <output>.text.parquet")
+    parser.add_argument("--labels-top", metavar="K", type=at_least_one, default=5,
+                        help="the labels kept per image, best first (default: %(default)s)")
     parser.add_argument("--output", metavar="PATH",
                         help="the output file (default: results/features.<format>). A path ending in / or an "
                              "existing folder means a folder: features.<format> is written in it. An existing "
@@ -333,6 +344,7 @@ def _run(args, output, output_format):
     from parallel import jobs
     from parallel.devices import resolve_devices
 
+    labels, template = jobs.read_labels(args.labels) if args.labels is not None else ((), "{}")
     config = jobs.Config(
         model=registry.feature_model(args.model, layer=args.layer, weights=args.weights, precision=args.precision),
         images=_images(args.images), output=output, devices=resolve_devices(args.gpus, args.devices),
@@ -340,7 +352,8 @@ def _run(args, output, output_format):
         distribution=_distribution(args, jobs), per_device_batch=args.batch_size, resize=args.resize,
         output_format=output_format, workers=args.workers, prefetch_batches=args.prefetch, overwrite=args.overwrite,
         strict=args.strict, progress=not args.quiet and sys.stderr.isatty(), image_column=args.image_column,
-        keep=args.keep)
+        keep=args.keep, text_column=args.text_column, labels=labels, label_template=template,
+        labels_top=args.labels_top)
     return jobs.run(config)
 
 
@@ -367,7 +380,8 @@ def _distribution(args, jobs):
 # line names the flag ("--weights vgg.npy", "pass --overwrite", "needs --world-size").
 _FLAGS = {"images_from": "--images-from", "images": "--images", "weights": "--weights", "output": "--output",
           "shard_size": "--shard-size", "overwrite": "--overwrite", "rank": "--rank", "world_size": "--world-size",
-          "image_column": "--image-column", "keep": "--keep"}
+          "image_column": "--image-column", "keep": "--keep", "text_column": "--text-column", "labels": "--labels",
+          "labels_top": "--labels-top"}
 _PARAMETER = re.compile(r"(^|[\s(])(%s)=(True\b|(?=[\s,;:)]|$))?" % "|".join(_FLAGS))
 
 

@@ -50,6 +50,7 @@ examples:
                                                     a new image, computed with the output's settings
   %(prog)s neighbours IDX query.npy                  a vector [D] or vectors [Q, D]
   %(prog)s neighbours IDX --text "a dog on a beach"  a sentence (an output of CLIP's or SigLIP's embedding)
+  %(prog)s neighbours IDX --caption "a dog"          the rows whose caption is nearest (--text-column's)
   %(prog)s duplicates IDX --calibrate               nearest-neighbour scores: histogram, a threshold
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
@@ -145,11 +146,12 @@ def parse_args(argv=None):
     serve.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
                        help="no line a request on stderr (as --quiet before the command)")
     args = parser.parse_args(argv)
-    if args.command == "neighbours" and not args.queries and not args.text:
-        parser.error("neighbours: give a QUERY or --text SENTENCE")
-    if any(not sentence.strip() for sentence in getattr(args, "text", ())):
-        parser.error("%s: --text %r has no words: give a sentence" % (args.command, next(
-            sentence for sentence in args.text if not sentence.strip())))
+    if args.command == "neighbours" and not args.queries and not args.text and not args.caption:
+        parser.error("neighbours: give a QUERY, --text SENTENCE or --caption SENTENCE")
+    for flag in ("text", "caption"):
+        if any(not sentence.strip() for sentence in getattr(args, flag, ())):
+            parser.error("%s: --%s %r has no words: give a sentence" % (args.command, flag, next(
+                sentence for sentence in getattr(args, flag) if not sentence.strip())))
     return args
 
 
@@ -181,6 +183,13 @@ def _query_flags(parser):
     parser.add_argument("--text", action="append", default=[], metavar="SENTENCE",
                         help="a sentence, embedded by the model's text tower (an output of CLIP's or SigLIP's "
                              "embedding layer; SigLIP's probability is printed beside the score); repeat")
+    parser.add_argument("--caption", action="append", default=[], metavar="SENTENCE",
+                        help="a sentence, compared with each row's caption (an output of run_inference.py "
+                             "--text-column: text to text); repeat")
+    parser.add_argument("--captions", action="store_true",
+                        help="the other queries (images, keys, vectors, --text) compared with the captions too")
+    parser.add_argument("--min-caption-score", type=_cosine, metavar="COSINE",
+                        help="only rows whose caption score (caption to image) is at least this (LAION's: 0.28)")
     parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "
                                           "(default: the hub's commit its record names, hf://ORG/NAME@COMMIT, or "
                                           "'imagenet')")
@@ -275,16 +284,22 @@ def _embedder(index, args):
 
 def _neighbour_lists(index, args, queries):
     """[(label, image path or None, [(path, score)] best first, whether a sentence, its probabilities or None)]."""
-    from search.queries import probabilities, query_vectors, ranked
+    from search.captions import neighbours
+    from search.queries import probabilities, query_vectors
     embedder = _embedder(index, args)
-    try:
-        resolved = query_vectors(index, queries, args.text, embedder, say=_say)  # the sentences come last
-        lists = ranked(index, np.stack([vector for _, _, vector in resolved]), args.k)
-        chances = probabilities(embedder, lists, len(lists) - len(args.text))  # the model's own score (SigLIP's)
+    try:  # the sentences come last: --text's, then --caption's
+        resolved = query_vectors(index, queries, args.text + args.caption, embedder, say=_say)
+        first_text = len(resolved) - len(args.text) - len(args.caption)
+        to_captions = [args.captions or number >= first_text + len(args.text) for number in range(len(resolved))]
+        lists = neighbours(index, np.stack([vector for _, _, vector in resolved]), args.k, to_captions,
+                           args.min_caption_score)
+        # the model's own score (SigLIP's) of a sentence and the images it found; none against captions
+        chances = probabilities(embedder, [[] if captions else found for found, captions in zip(lists, to_captions)],
+                                first_text)
     finally:
         embedder.close()
-    return [(label, image, [(index.paths[row], score) for row, score in found], len(lists) - number <= len(args.text),
-             chances[number]) for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
+    return [(label, image, found, number >= first_text, None if to_captions[number] else chances[number])
+            for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
 
 
 def _neighbours(args, bars):
@@ -326,7 +341,7 @@ def _page(args, bars):
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
     queries = [{"label": label, "image": image, "neighbours": found, "text": text}
                for label, image, found, text, _ in _neighbour_lists(index, args, args.query)] \
-        if args.query or args.text else []
+        if args.query or args.text or args.caption else []
     groups = []
     if args.threshold is not None:
         pairs, _ = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=bars)

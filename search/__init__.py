@@ -34,6 +34,8 @@ The modules, one job each:
                     waited longest for its client closed to make room
     image_rows.py   an image file given as a query that is an indexed image, unchanged (the output's
                     manifest says): its row answers, instead of the model
+    captions.py     what a job's text tower gave the rows (<output>.text.parquet): each row's caption score,
+                    queries compared with the rows' captions (image to text, text to text)
 
 It reads outputs; it never imports the engine, the job layer or TensorFlow (tested in test_search_index.py):
 only `parallel.output`'s readers, `parallel.messages`, the manifest (`parallel.inputs.manifest`), the tars'

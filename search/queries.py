@@ -105,15 +105,22 @@ def query_vectors(index, queries, sentences, embedder, say=None):
     return resolved
 
 
-def ranked(index, unit_vectors, k):
+def ranked(index, unit_vectors, k, allowed=None):
     """[[(row, score)] best first] of each query: its k nearest rows (fewer when the index has fewer).
 
     Args:
       unit_vectors: float32 [Q, D], normalised (`Index.prepare`, `Index.stored`).
+      allowed: None, or bool [N]: only these rows (`search.captions.caption_filter`): the index is asked for four
+        times as many until k of them come back, or it has no more.
     """
-    ids, scores = index.search_ids(np.asarray(unit_vectors, np.float32), min(k, len(index)))
-    return [[(int(row), float(score)) for row, score in zip(row_ids, row_scores) if row >= 0]
-            for row_ids, row_scores in zip(ids, scores)]
+    unit_vectors, asked = np.asarray(unit_vectors, np.float32), k
+    while True:
+        ids, scores = index.search_ids(unit_vectors, min(asked, len(index)))
+        lists = [[(int(row), float(score)) for row, score in zip(row_ids, row_scores)
+                  if row >= 0 and (allowed is None or allowed[row])][:k] for row_ids, row_scores in zip(ids, scores)]
+        if allowed is None or asked >= len(index) or all(len(found) == k for found in lists):
+            return lists
+        asked *= 4
 
 
 def probabilities(embedder, lists, first=0):

@@ -8,6 +8,7 @@ from PIL import Image
 
 import run_inference
 from models.clip import clip, clip_layers, clip_weights
+from models.clip.clip_tokenizer import Tokenizer
 from models.files import WeightsError
 from models.vit.vit_layers import TransformerConfig
 from outputs import job_outputs
@@ -263,6 +264,23 @@ def test_settings_name_the_model_its_weights_and_preprocessing(folder):
     assert clip.VIT_B16.feature_model().settings["weights"] == (
         "hub openai/clip-vit-base-patch16@57c216476eefef5ab752ec549e440a49ae4ae5f3 model.safetensors, sha256 from "
         "the hub's X-Linked-Etag")  # the commit MTEB's table pins
+
+
+def test_the_embedding_s_text_tower_is_the_host_tower_s_and_travels_to_a_ray_actor(folder):
+    """ModelSpec.text: what the engine runs for captions and labels; a Ray actor receives it pickled (cloudpickle),
+    its tokenizer read already or not. CLIP's pooled layer is not in the text tower's space: none."""
+    import pickle
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    spec = clip.VIT_B32.feature_model("embedding", str(folder)).text
+    assert clip.VIT_B32.feature_model("pooled", str(folder)).text is None
+    assert (spec.context_length, spec.lengths, spec.probability) == (77, clip.TEXT_LENGTHS + (77,), None)
+    sentences = ["a dog", "two cats on a red sofa in the sun, " * 3]
+    with clip.TextTower("clip_vit_b32", weights=str(folder)) as tower:
+        ids = Tokenizer.from_folder(tower.tokenizer_folder).encode(sentences)
+    assert np.array_equal(spec.tokenize(sentences), ids) and spec.used_positions(ids).tolist() == [
+        list(row).index(ids.max()) + 1 for row in ids]  # up to the end token, the largest id
+    for sent in (clip.VIT_B32.feature_model("embedding", str(folder)).text, spec):  # a tokenizer unread, and read
+        assert np.array_equal(pickle.loads(cloudpickle.dumps(sent)).tokenize(sentences), ids)
 
 
 def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, graph):

@@ -57,6 +57,10 @@ RUNS = {
     ("docs/search.md", "import numpy as np"):
         "tests/test_search_features.py::test_the_python_example_of_docs_search_runs",
     ("docs/search.md", "import json"): "tests/test_search_service.py::test_the_service_example_of_docs_search_runs",
+    ("docs/search.md", "from search import Index"):
+        "tests/test_search_captions.py::test_the_python_example_of_docs_search_captions_runs",
+    ("docs/outputs.md", "import numpy as np"):
+        "tests/test_text_pass.py::test_the_text_file_is_read_as_the_outputs_page_shows",
 }
 
 

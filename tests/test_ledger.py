@@ -100,3 +100,21 @@ def test_a_missing_ledger_records_nothing(ledger):
     assert (ledger.entries, ledger.damaged, ledger.shards(), ledger.complete()) == ([], 0, {}, None)
     ledger.forget(everything=True)
     assert not ledger.path.exists()
+
+
+def test_a_retry_s_text_file_is_proven_until_the_output_is_closed_then_the_close_s_and_forgotten_with_it(ledger):
+    from types import SimpleNamespace
+    from parallel.jobs.proof import text_proven
+    read = _written(ledger)
+    read.add_complete(9, {"files": {".text.parquet": [100, "c" * 64]}, "record": None})
+    read.add_text(100, "d" * 64)  # a retry's, written before its rows are
+    again = Ledger(ledger.path)
+    assert again.texts_since_closed() == [[100, "d" * 64]] and again.complete() is None
+    proven = [text_proven(SimpleNamespace(committed_digest=lambda suffix: digest), again)
+              for digest in ((100, "c" * 64), (100, "d" * 64), (100, "e" * 64), None)]
+    assert proven == [True, True, False, False]  # the file it was closed with, or the retry's: no other
+    again.add_complete(9, {"files": {".text.parquet": [100, "d" * 64]}, "record": None})
+    assert again.texts_since_closed() == []
+    again.add_text(100, "f" * 64)
+    again.forget([1])
+    assert Ledger(ledger.path).texts_since_closed() == [] and not [entry for entry in again.entries if "text" in entry]

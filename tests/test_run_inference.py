@@ -227,7 +227,7 @@ def test_help_gives_each_default_once_the_examples_and_every_exit_status(monkeyp
     text = help_text(monkeypatch, capsys)
     options = text.split("\noptions:\n")[1].split("\n\n")[0]
     blocks = re.split(r"\n(?=  -)", options)
-    assert len(blocks) == 21, blocks  # --help and the 20 flags of one process
+    assert len(blocks) == 24, blocks  # --help and the 23 flags of one process
     jobs = re.split(r"\n(?=  -)", text.split("\none job over many processes")[1].split("\n\n")[1])
     assert len(jobs) == 8, jobs  # --distributed and its 7 flags
     shard_size, = [block for block in jobs if block.lstrip().startswith("--shard-size")]
@@ -387,6 +387,30 @@ def fake_run(monkeypatch, tmp_path):
     run.configs, run.outcome = [], None
     monkeypatch.setattr(jobs, "run", run)
     return run
+
+
+def test_captions_and_labels_reach_the_job_and_their_mistakes_are_one_line(fake_run, tmp_path, capsys):
+    from models.clip import clip, clip_weights
+    from small_clip import SMALL, write_small_clip
+    labels = tmp_path / "labels.txt"
+    labels.write_text("Template:  a photo of a {}.\ndog\n\n cat \n", encoding="utf-8")
+    (tmp_path / "data.parquet").write_bytes(b"PAR1")  # a Parquet file, by its name: nothing reads it here
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clip.VIT_B32, "model", SMALL)
+        patch.setattr(clip_weights.VIT_B32, "model", SMALL)
+        weights = write_small_clip(tmp_path / "clip")
+        assert main("--images", tmp_path / "data.parquet", "--model", "clip_vit_b32", "--weights", weights,
+                    "--text-column", "caption", "--labels", labels, "--labels-top", "3", "--quiet") == 0
+    config, = fake_run.configs
+    assert (config.text_column, config.keep, config.labels, config.label_template, config.labels_top) == (
+        "caption", ("caption",), ("dog", "cat"), "a photo of a {}.", 2)  # two labels: the top two
+    assert config.settings["labels"].startswith("2, sha256 ") and config.settings["text_column"] == "caption"
+    for flags, said in ((["--labels", tmp_path / "none.txt"], "--labels %s cannot be read: No such file or directory"
+                         % (tmp_path / "none.txt")),
+                        (["--text-column", "caption"], "--text-column caption needs a model with a text tower, its "
+                         "layer in that tower's space (CLIP's embedding); model vgg16's layer fc7 has none")):
+        assert main("--images", tmp_path / "data.parquet", "--quiet", *flags) == 2
+        assert capsys.readouterr().err == "run_inference: error: %s\n" % said
 
 
 @pytest.mark.parametrize("flags, output, output_format", [
@@ -825,7 +849,7 @@ def test_every_flag_of_one_value_given_twice_is_one_line_naming_it(capsys):
     skipped = (argparse._StoreTrueAction, argparse._HelpAction, argparse._AppendAction)  # no value, or repeated
     flags = [action for action in run_inference.make_parser()._actions if action.option_strings and action.nargs
              is None and not isinstance(action, skipped)]
-    assert len(flags) == 21 and "--output" in sum((action.option_strings for action in flags), []), flags
+    assert len(flags) == 24 and "--output" in sum((action.option_strings for action in flags), []), flags
     for action in flags:
         flag, value = action.option_strings[0], action.choices[0] if action.choices else "1"
         with pytest.raises(SystemExit) as stopped:

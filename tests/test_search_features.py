@@ -554,7 +554,7 @@ def test_text_queries_on_an_output_without_a_text_tower_are_one_line_and_status_
     _one_line_error(capsys, "a text query needs an output of a model with a text tower",
                     "this output's model is 'vgg16'")
     assert run("neighbours", tmp_path / "f.npy.index") == 2
-    assert "give a QUERY or --text SENTENCE" in capsys.readouterr().err
+    assert "give a QUERY, --text SENTENCE or --caption SENTENCE" in capsys.readouterr().err
     # CLIP's layer pooled is not in the text tower's space.
     settings = json.loads((folder / "f.npy.run.json").read_text())["settings"]
     write_npy(tmp_path / "pooled.npy", clustered(20), settings=dict(settings, layer="pooled", feature_size="64"))

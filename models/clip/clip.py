@@ -27,10 +27,11 @@ import tensorflow as tf
 
 from models.clip import clip_layers
 from models.clip.clip_layers import ENDPOINTS, LAYER_NORM_EPSILON
+from models.clip.clip_tokenizer import Tokenizer
 from models.clip.clip_weights import Checkpoint, load_weights
 from models.common import check_endpoint, compute_dtype
 from models.vit import vit
-from parallel.model import ModelSpec
+from parallel.model import ModelSpec, TextSpec
 
 tf1 = tf.compat.v1
 
@@ -289,7 +290,22 @@ class ImageModel:
                       "preprocessing": PREPROCESSING},
             files=source.files,
             resize_filter=RESIZE_FILTER,
-            resize_short_side=RESIZE_SHORT_SIDE)
+            resize_short_side=RESIZE_SHORT_SIDE,
+            text=self._text_model(source, dtype) if endpoint == "embedding" else None)
+
+    def _text_model(self, source, dtype):
+        """The text tower as the engine's TextSpec, in the `embedding` layer's space: the weights and tokenizer files
+        of `source` (a Checkpoint), read when first asked."""
+        model, tokenizer = self.model, []  # read on first use, where it is used (a Ray actor's: pickled empty)
+
+        def tokenize(sentences):
+            tokenizer[:] = tokenizer or [Tokenizer.from_folder(source.tokenizer_folder(), model.context_length)]
+            return tokenizer[0].encode(sentences)
+
+        lengths = tuple(length for length in TEXT_LENGTHS if length < model.context_length) + (model.context_length,)
+        return TextSpec(model.name, lambda token_ids: text_tower(token_ids, model, dtype), model.context_length,
+                        tokenize, lambda: text_variable_values(load_weights(source.path(), model, ("text",)), model),
+                        lengths, used_positions=lambda ids: np.asarray(ids).argmax(axis=1) + 1)  # up to its end token
 
 
 VIT_B32 = ImageModel(clip_layers.VIT_B32)
@@ -323,21 +339,18 @@ class TextTower:
           ValueError: an unknown model or precision; WeightsError: weights that cannot be read, or no tokenizer
             files beside them.
         """
-        model = clip_layers.config(model_name)
-        dtype = compute_dtype(precision)
-        source = Checkpoint(weights, model, cache_dir)
-        self.model, self.context_length, self.identity = model, model.context_length, source.identity
+        source = Checkpoint(weights, clip_layers.config(model_name), cache_dir)
+        self.model, self.context_length, self.identity = source.model, source.model.context_length, source.identity
         self.tokenizer_folder = source.tokenizer_folder()
-        values = text_variable_values(load_weights(source.path(), model, ("text",)), model)
+        self._spec = ImageModel(source.model)._text_model(source, compute_dtype(precision))  # the engine runs it too
+        values = self._spec.load_weights()
         self._graph = tf.Graph()
         with self._graph.as_default():
             # One tower per length, the same variables: a row runs on the shortest that holds its end token.
-            self._lengths = tuple(length for length in TEXT_LENGTHS if length < model.context_length) + (
-                model.context_length,)
             self._token_ids, self._embedding = {}, {}
-            for length in self._lengths:
+            for length in self._spec.lengths:
                 self._token_ids[length] = tf1.placeholder(tf.int32, (None, length), "token_ids_%d" % length)
-                self._embedding[length] = text_tower(self._token_ids[length], model, dtype)
+                self._embedding[length] = self._spec.fn(self._token_ids[length])
             variables = {variable.op.name: variable for variable in tf1.global_variables()}
             feeds = {name: tf1.placeholder(variable.dtype.base_dtype, variable.shape) for name, variable
                      in variables.items()}
@@ -367,8 +380,8 @@ class TextTower:
         if token_ids.min() < 0 or token_ids.max() >= self.model.vocabulary_size:
             raise ValueError("token_ids must be in 0 .. %d; got %d .. %d" % (
                 self.model.vocabulary_size - 1, token_ids.min(), token_ids.max()))
-        # Each row on the shortest length that holds its end token (its position + 1): rows of one length together.
-        lengths = np.asarray(self._lengths)[np.searchsorted(self._lengths, token_ids.argmax(axis=1) + 1)]
+        spec = self._spec  # each row on the shortest length that holds its end token: rows of one length together
+        lengths = np.asarray(spec.lengths)[np.searchsorted(spec.lengths, spec.used_positions(token_ids))]
         embeddings = np.empty((len(token_ids), self.model.projection), np.float32)
         for length in np.unique(lengths):
             rows = lengths == length

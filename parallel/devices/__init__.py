@@ -6,6 +6,7 @@
     placement     where weights live: SharedVariables, or ReplicatedVariables (a resident copy per device)
     compute       the compute stage: the replicated graph and its Session; a batch in, its features out
     staging       on GPUs: each device's next input staged during the current step
+    text_runner   a model's text tower on the devices: sentences as vectors of the image tower's space
 
 It knows arrays, devices and model functions, not files, images, outputs or jobs. May import:
 parallel.model, parallel.messages, TensorFlow. Nothing here imports the input, output or job layers.
@@ -30,6 +31,7 @@ _EXPORTS = {
     "SharedVariables": "parallel.devices.placement",
     "DeviceRunner": "parallel.devices.compute", "build_graph": "parallel.devices.compute",
     "StagedRunner": "parallel.devices.staging", "open_runner": "parallel.devices.staging",
+    "TextRunner": "parallel.devices.text_runner",
 }
 
 __all__ = sorted(_EXPORTS)

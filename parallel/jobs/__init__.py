@@ -60,6 +60,7 @@ parallel.inputs.streamed) freezes the files, a shard being a fixed group of cons
     ledger                O.ledger.jsonl: what is committed into O, append-only, each line checksummed
     proof                 what a rerun proves of O against its ledger, and what it rebuilds instead
     worker                the shard runner (ShardWorker): the graph built once, each shard computed, committed
+    text_pass             a text job's: each shard's captions embedded (resumable) and scored, its labels ranked
     distributed, ranks    this process alone or a static rank (Slurm, torchrun, Kubernetes, TF_CONFIG)
     retry                 a finished output's failed images computed again into it
     ray_job, ray_nodes    a Ray cluster's actors pull shards; what a node offers them (devices, room)
@@ -76,7 +77,7 @@ from parallel.lazy import lazy_exports
 
 # Exported name -> the submodule that defines it.
 _EXPORTS = {
-    "Config": "parallel.jobs.config", "Distribution": "parallel.jobs.config",
+    "Config": "parallel.jobs.config", "Distribution": "parallel.jobs.config", "read_labels": "parallel.jobs.config",
     "run": "parallel.jobs.runner",
 }
 

@@ -162,9 +162,10 @@ class Assembly:
             log.warning("%s: its %s was lost or damaged: written again from its ledger", self.job.location, name)
         if self._feature_size(record) is None:  # no writer wrote it: nothing of O holds
             return "its %s records no feature size" % name
-        if self.job.streamed and not self.job.members_proven(ledger) and \
-                any(self.job.chosen(index) is None for index in claims):
-            return "its index of members is not the one it was closed with, and the shards it was merged from are gone"
+        for merged, proven, what in ((self.job.streamed, self.job.members_proven, "index of members"),
+                                     (self.job.has_text, self.job.text_proven, "text file")):
+            if merged and not proven(ledger) and any(self.job.chosen(index) is None for index in claims):
+                return "its %s is not the one it was closed with, and the shards it was merged from are gone" % what
         return None
 
     def _model_feature_size(self, features=None):

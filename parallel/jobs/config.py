@@ -6,6 +6,8 @@ over several (`config.distribution`).
 
 import dataclasses
 import functools
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -59,6 +61,11 @@ class Config:
       keep: names of values kept beside each image's row in the output's index of members
         (`<output>.members.parquet`): a Parquet column, a TFRecord feature, or a tar sample's sibling
         member by extension ("txt", "json", "cls"); () keeps none.
+      text_column: the kept value (a name as `keep` takes it, kept with the others) holding each image's
+        caption, embedded by the model's text tower (`ModelSpec.text`) and scored against the image in
+        `<output>.text.parquet` (parallel.output.text_rows); None: no caption.
+      labels: label names: the `labels_top` nearest each image (zero-shot), and their cosines, in
+        `<output>.text.parquet`; each embedded once, as `label_template` with "{}" replaced by it.
     """
 
     model: ModelSpec
@@ -79,6 +86,10 @@ class Config:
     distribution: Optional["Distribution"] = None
     image_column: Optional[str] = None
     keep: tuple = ()
+    text_column: Optional[str] = None
+    labels: tuple = ()
+    label_template: str = "{}"
+    labels_top: int = 5
 
     def __post_init__(self):
         if self.resize is None:  # the model's own (frozen: object.__setattr__), recorded as any mode given
@@ -99,6 +110,7 @@ class Config:
         if self.distribution is not None:
             self._share_sharding()
         self._check_kept()
+        self._check_text()
         if self.distribution is not None and self.overwrite:
             raise ValueError("overwrite with a distributed job would let each process erase the others' shards: "
                              "remove %s and its files yourself, or choose another output" % self.output)
@@ -120,6 +132,42 @@ class Config:
         if self.image_column is not None and self.source.kind not in (PARQUET, TFRECORD):
             raise ValueError("image_column=%s names a column of Parquet or TFRecord files; images=%s is not such "
                              "files" % (self.image_column, self.images))
+
+    def _check_text(self):
+        """ValueError (one line, naming the value received) for a text_column or labels the job cannot have; the
+        text column kept with the others (frozen: object.__setattr__)."""
+        column, labels = self.text_column, tuple(self.labels)
+        if column is None and not labels:
+            return
+        if self.model.text is None:
+            asked = "text_column=%s" % column if column is not None else "labels= (%d labels)" % len(labels)
+            raise ValueError("%s needs a model with a text tower, its layer in that tower's space (CLIP's embedding); "
+                             "model %s's layer %s has none" % (asked, self.model.name, self.model.output_name))
+        if column is not None:
+            if not isinstance(column, str) or not column or "," in column:
+                raise ValueError("text_column takes the name of a column, feature or member; got %r" % (column,))
+            if not self.source.streamed:
+                raise ValueError("text_column=%s names a value that comes with images in tars, Parquet or TFRecord "
+                                 "files; images=%s is a %s" % (column, self.images, self.source.kind))
+            if column not in self.keep:  # the readers bring only what is kept (the members index holds it too)
+                object.__setattr__(self, "keep", self.keep + (column,))
+        for label in labels:
+            if not isinstance(label, str) or not label.strip() or "\n" in label:
+                raise ValueError("labels must be names of one line; got %r" % (label,))
+        if len(set(labels)) < len(labels):
+            raise ValueError("labels name %r twice" % next(label for label in labels if labels.count(label) > 1))
+        if not isinstance(self.label_template, str) or self.label_template.count("{}") != 1:
+            raise ValueError("label_template must hold {} once, where each label goes; got %r" % (self.label_template,))
+        top = self.labels_top
+        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+            raise ValueError("labels_top must be at least 1; got %r" % (top,))
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "labels_top", min(top, len(labels)) if labels else top)
+
+    @property
+    def label_prompts(self):
+        """What the text tower embeds of each label: `label_template` with "{}" replaced by it."""
+        return [self.label_template.replace("{}", label) for label in self.labels]
 
     def _share_sharding(self):
         """The shard size and keep_shards of the Config and of its Distribution made one (frozen: object.__setattr__).
@@ -173,6 +221,12 @@ class Config:
             source["keep"] = ",".join(self.keep)
         if self.images_from is not None:
             source["images_from"] = str(Path(self.images_from).resolve())
+        if self.text_column is not None:  # what the text tower gives each row (parallel.output.text_rows)
+            source["text_column"] = self.text_column
+        if self.labels:
+            prompts = json.dumps(self.label_prompts, ensure_ascii=False).encode("utf-8", "surrogateescape")
+            source["labels"] = "%d, sha256 %s" % (len(self.labels), hashlib.sha256(prompts).hexdigest())
+            source["labels_top"] = str(self.labels_top)
         resizing = dict(resize=self.resize, image_size="%dx%d" % tuple(self.model.image_size))
         # A model's own filter and short side change its features: recorded when they are not the defaults
         # (ModelSpec's class attributes), so that the sidecars of the models that keep them stay as they were.
@@ -268,3 +322,34 @@ class Distribution:
             raise ValueError("shard_size must be at least 1; got %r" % (self.shard_size,))
         if not isinstance(self.gpus_per_worker, int) or self.gpus_per_worker < 0:
             raise ValueError("gpus_per_worker must be 0 or more; got %r" % (self.gpus_per_worker,))
+
+
+TEMPLATE_PREFIX = "template:"  # a labels file's first line may give the prompt each label is embedded in
+
+
+def read_labels(path):
+    """The labels of a labels file (--labels): one label a line, blank lines skipped; a first line
+    `template: a photo of a {}.` gives the sentence each is embedded as ("{}" alone when there is none).
+
+    Returns:
+      (labels: tuple of str, template: str), for Config's `labels` and `label_template`.
+
+    Raises:
+      ValueError: one line naming the file: it cannot be read, is not UTF-8, holds no label, or its template has no {}.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError("--labels %s is not UTF-8 text (byte %d)" % (path, error.start)) from None
+    except OSError as error:
+        raise ValueError("--labels %s cannot be read: %s" % (path, error.strerror or error)) from None
+    labels = [line.strip() for line in lines if line.strip()]
+    template = "{}"
+    if labels and labels[0].lower().startswith(TEMPLATE_PREFIX):
+        template, labels = labels[0][len(TEMPLATE_PREFIX):].strip(), labels[1:]
+        if template.count("{}") != 1:
+            raise ValueError("--labels %s: its template must hold {} once, where each label goes; got %r"
+                             % (path, template))
+    if not labels:
+        raise ValueError("--labels %s holds no label (one a line)" % path)
+    return tuple(labels), template

@@ -37,6 +37,7 @@ class FrozenJob:
       manifest: Path of the job's manifest (local, or this process's copy of a store's).
       shard_size, shard_count, images: per shard, shards, of the job (once the manifest is frozen or read).
       identity, digests: the job's identity and its shards' digests; tars: whether its images are tars' members.
+      has_text: whether a text tower gives each row its caption's embedding and score, or labels (O.text.parquet).
       manifest_checksum: the checksum of what the manifest records (None for one of an earlier version).
     """
 
@@ -50,6 +51,7 @@ class FrozenJob:
         self.identity = self.digests = None  # the job's identity and its shards' digests, once frozen
         self.manifest_checksum = None
         self.streamed = False  # shards of files read as streams (tars...), whose images are known once they are read
+        self.has_text = False  # what a text tower gave each row beside it (captions, labels: O.text.parquet)
         self._lock_depth = 0  # how deep this process holds the output's lock (`output_lock`)
         self._held = None  # the lock held until `close` (`hold_lock`), or True: to be taken once the folder is made
         self.commits.pull(MANIFEST_SUFFIX)  # a store's: this process's copy
@@ -205,6 +207,7 @@ class FrozenJob:
         self.identity, self.digests = job_identity(recorded), recorded.get("shards")
         self.manifest_checksum = recorded.get("checksum")
         self.streamed = recorded["job"].get("input") in STREAMED
+        self.has_text = "text_column" in recorded["job"] or "labels" in recorded["job"]
         return recorded
 
     def _known(self):

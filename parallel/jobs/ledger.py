@@ -14,11 +14,14 @@ so a line changed, cut or removed fails its check (a removed one makes the next 
     {"seq": n, "retried": [path, ...], "failed": [[path, kind, message], ...]}
         failed images computed again into O: those of `retried` have a row now; those of `failed`
         still fail, with this message
+    {"seq": n, "text": [size, SHA-256]}
+        a retry's O.text.parquet, its rows that read now scored, is written (O.text.parquet.next) before their
+        rows are: the file O.text.parquet may be until O is closed again (parallel.jobs.retry)
     {"seq": n, "complete": {"rows": R, "files": {suffix: [size, SHA-256 or null]}, "record": SHA-256,
                             "manifest": checksum}}
         O was closed (merged) with R rows; its files of these sizes, and the side files a rerun
-        trusts (its errors file, a tar job's index of members) of these SHA-256; its commit record
-        (O.run.json) of these bytes; the manifest's images as its checksum says
+        trusts (its errors file, a tar job's index of members, its text file) of these SHA-256; its commit
+        record (O.run.json) of these bytes; the manifest's images as its checksum says
 
 Nothing in it is trusted because it says so: a rerun checks O against it before acting on it
 (`parallel.jobs.assembly.Assembly.prove`, `parallel.jobs.proof`): a shard whose rows are not all in O
@@ -144,6 +147,16 @@ class Ledger:
                 return entry["complete"]
         return None
 
+    def texts_since_closed(self):
+        """The [size, SHA-256] of each O.text.parquet a retry recorded since O was last closed (`add_text`)."""
+        found = []
+        for entry in reversed(self.entries):
+            if "complete" in entry:
+                break
+            if "text" in entry:
+                found.append(entry["text"])
+        return found
+
     def claims(self):
         """The shard entries, in order: [{"shard", "failed", "output_rows", and "images" where recorded}]."""
         return [entry for entry in self.entries if "shard" in entry]
@@ -160,17 +173,21 @@ class Ledger:
         """Records failed images computed again into O: `retried` have a row now, `failed` still fail."""
         self._append({"retried": list(retried), "failed": [list(row) for row in failed]})
 
+    def add_text(self, size, digest):
+        """Records O.text.parquet of `size` bytes and SHA-256 `digest` (a retry's, durable) as one O may have."""
+        self._append({"text": [int(size), digest]})
+
     def add_complete(self, rows, state):
         """Records O closed with `rows` rows, and `state` (`parallel.jobs.proof.closed_state`: {"files", "record",
         "manifest"})."""
         self._append({"complete": dict(state, rows=int(rows))})
 
     def forget(self, shards=(), everything=False):
-        """Rewrites the ledger without the entries of `shards` (or without any), and without its closing entry:
-        what they recorded cannot be proven, and is computed again."""
+        """Rewrites the ledger without the entries of `shards` (or without any), and without its closing entry
+        (nor a retry's text file): what they recorded cannot be proven, and is computed again."""
         shards = set(shards)
-        kept = [] if everything else [entry for entry in self.entries
-                                      if "complete" not in entry and entry.get("shard") not in shards]
+        kept = [] if everything else [entry for entry in self.entries if "complete" not in entry
+                                      and "text" not in entry and entry.get("shard") not in shards]
         self.rewrite(kept)
 
     def rewrite(self, entries):

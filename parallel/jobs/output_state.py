@@ -24,9 +24,11 @@ from parallel.jobs.shard_record import SHARD_FEATURES
 from parallel.messages import one_cause
 from parallel.output import ErrorLog, OutputError, read_record
 from parallel.output.record import ERRORS_SUFFIX, PATHS_SUFFIX, SIDECAR_SUFFIX, save_record
+from parallel.output.text_rows import NEXT_SUFFIX, TEXT_SUFFIX
 
 # What a job writes beside its output O (files, and folders: its shards, attempts, and the writer's parts).
-JOB_FILES = ("", SIDECAR_SUFFIX, ERRORS_SUFFIX, PATHS_SUFFIX, ".manifest.parquet", MEMBERS_SUFFIX, LEDGER_SUFFIX)
+JOB_FILES = ("", SIDECAR_SUFFIX, ERRORS_SUFFIX, PATHS_SUFFIX, ".manifest.parquet", MEMBERS_SUFFIX, TEXT_SUFFIX,
+             TEXT_SUFFIX + NEXT_SUFFIX, LEDGER_SUFFIX)
 JOB_FOLDERS = (SHARDS_SUFFIX, ATTEMPTS_SUFFIX, ".parts")
 
 
@@ -42,6 +44,11 @@ class CommittedOutput(FrozenJob):
     def members(self):
         """The local path of O.members.parquet (a tar job's index of members, written with O)."""
         return self.commits.local(MEMBERS_SUFFIX)
+
+    @property
+    def text(self):
+        """The local path of O.text.parquet (what a text tower gave each row, written with O)."""
+        return self.commits.local(TEXT_SUFFIX)
 
     def _released(self):
         self._ledger = None  # another process may append to it now
@@ -90,6 +97,11 @@ class CommittedOutput(FrozenJob):
         """Whether O.members.parquet is the index the ledger closed O with (`proof.members_proven`)."""
         return proof.members_proven(self, ledger)
 
+    def text_proven(self, ledger):
+        """Whether O.text.parquet is the one the ledger closed O with, or a retry recorded since
+        (`proof.text_proven`)."""
+        return proof.text_proven(self, ledger)
+
     def retries_in_output(self):
         """Whether the failed images of the finished output are retried into it (`retry.retry_in_output`), so that
         its shards go once it is written: every job's but a tar job's of which a tar could not be read at all (its
@@ -104,7 +116,7 @@ class CommittedOutput(FrozenJob):
     def publish_output(self):
         """The output written here committed (a store's uploaded), its commit record last."""
         for suffix in OUTPUT_FILES + (LEDGER_SUFFIX,):
-            if suffix != MEMBERS_SUFFIX or self.streamed:
+            if (suffix != MEMBERS_SUFFIX or self.streamed) and (suffix != TEXT_SUFFIX or self.has_text):
                 self.commits.publish(suffix)
         self.commits.publish(SIDECAR_SUFFIX)
 

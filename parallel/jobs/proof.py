@@ -15,6 +15,9 @@ and disks change. Every file a rerun reads is proven against the ledger, or rebu
                            again from the shards' indexes, or, the shards gone, O written afresh (its rows
                            are in the members' order, and a retry reads each member back by it; an index
                            rebuilt alone would read every file of the job again all the same)
+    O.text.parquet         what a text tower gave each row: its SHA-256, the closing entry's or a retry's since
+                           (`text_proven`); otherwise merged again from the shards', or, the shards gone, O
+                           written afresh (its captions' embeddings are computed with the shards)
     the manifest           each shard's rows were computed from the job and images of a digest
                            (`rows_digest`, of those with a row): a manifest made anew (a damaged one
                            removed) proves them, or O is written afresh (`stale_shards`)
@@ -26,6 +29,7 @@ what is not proven is rebuilt or computed again, never a failed run.
     is_proven_finished(job, ledger, record) whether the ledger proves O finished, as it is committed
     stale_shards(job, ledger)               the shards in O whose images are not those of their rows
     members_proven(job, ledger)             whether O.members.parquet is the one the ledger closed O with
+    text_proven(job, ledger)                whether O.text.parquet is the one it closed O with, or a retry's since
     rebuilt_record(job, ledger, ...)        O.run.json as O was closed with it, rebuilt from the ledger
     owns_output(job)                        whether the file at O is the job's (a rerun may prove, rebuild
                                             or replace it), though its record is lost or damaged
@@ -39,11 +43,12 @@ from parallel.inputs.tars import MEMBERS_SUFFIX, index_keys
 from parallel.output.durable import DamagedOutput, beside, file_digest
 from parallel.output.record import (ERRORS_SUFFIX, PATHS_SUFFIX, closed_record, read_record, record_bytes,
                                     sidecar_path)
+from parallel.output.text_rows import TEXT_SUFFIX
 
 # The files written with O, whose sizes the ledger records when O is closed (those that exist).
-OUTPUT_FILES = ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX)
-# Those a rerun trusts beside the output's own data: small beside it, proven by their SHA-256.
-DIGESTED = (ERRORS_SUFFIX, MEMBERS_SUFFIX)
+OUTPUT_FILES = ("", PATHS_SUFFIX, ERRORS_SUFFIX, MEMBERS_SUFFIX, TEXT_SUFFIX)
+# Those a rerun trusts beside the output's own data: smaller than it, proven by their SHA-256.
+DIGESTED = (ERRORS_SUFFIX, MEMBERS_SUFFIX, TEXT_SUFFIX)
 # What reading a file that a person or a disk changed may raise: each means "not proven".
 UNPROVEN = (OSError, ValueError, KeyError, TypeError, AttributeError)
 
@@ -151,6 +156,19 @@ def members_proven(job, ledger):
             return now == (size, digest)
         index_keys(job.members_index())  # an earlier version's: every key reads
         return now[0] == size
+    except UNPROVEN:
+        return False
+
+
+def text_proven(job, ledger):
+    """Whether O.text.parquet is the one the ledger last closed O with, or one a retry recorded since (written
+    before its rows were: while their rows are not in O, the file O was closed with holds too): its SHA-256."""
+    try:
+        now = job.committed_digest(TEXT_SUFFIX)
+        closed = ledger.closed()
+        known = [recorded_files(closed).get(TEXT_SUFFIX)] if closed else []
+        known += [tuple(value) for value in ledger.texts_since_closed()]
+        return now is not None and tuple(now) in {(int(size), digest) for size, digest in filter(None, known)}
     except UNPROVEN:
         return False
 

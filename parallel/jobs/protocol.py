@@ -82,7 +82,7 @@ def refuse_what_it_cannot_replace(config):
     """OutputError (one line) when a name the job writes, replaces or removes is held by what it must not touch.
 
     Those names are the output O and the files beside it (O.run.json, O.errors.csv, O.paths.csv,
-    O.manifest.parquet, O.members.parquet), each a regular file or nothing, and its folders (O.parts,
+    O.manifest.parquet, O.members.parquet, O.text.parquet), each a regular file or nothing, and its folders (O.parts,
     O.shards, O.attempts), each a real folder or nothing. A FIFO, a device, a socket or a symbolic link
     (never followed: what it points to may be an input) there is refused with or without --overwrite,
     which would not replace it either; found only once the job had been computed, it would stop the

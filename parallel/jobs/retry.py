@@ -4,7 +4,8 @@
                                                     images, each at its place in its step, appended and
                                                     merged into their places (path order; a tar job's:
                                                     stream order, the members' order in O.members.parquet);
-                                                    the ledger then the errors file say which still fail
+                                                    the ledger then the errors file say which still fail; a
+                                                    text job's O.text.parquet scores them first
 
 An output in a store is read back first (`job.pull_output`), and written whole again, its record last
 (`job.publish_output`).
@@ -12,7 +13,10 @@ An output in a store is read back first (`job.pull_output`), and written whole a
 
 import dataclasses
 import logging
+import os
 import time
+
+import numpy as np
 
 from parallel.engine import extract_rows, member_decoder, run_errors
 from parallel.inputs.tars import index_keys
@@ -21,6 +25,8 @@ from parallel.jobs.proof import closed_state
 from parallel.jobs.shard_record import shard_keys
 from parallel.loop import Summary
 from parallel.output import ErrorLog, open_writer
+from parallel.output.durable import beside, file_digest, fsync
+from parallel.output.text_rows import NEXT_SUFFIX, read_rows, replace_rows
 
 log = logging.getLogger("parallel")
 
@@ -78,17 +84,22 @@ def retry_failed(config, job, worker, only=None):
         writer = open_writer(job.output, format=config.output_format, column_prefix=config.model.output_name,
                              feature_size=worker.runner.feature_size, settings=config.settings, sort_paths=order)
     with writer:
-        todo, paths, still = [], [], []
+        todo, computed, still = [], [], []
         for keys, first, total, decode, versions in _groups(job, failed, config.image_column):
             positions = [place for place, key in enumerate(keys) if key in failed and not writer.has_row(key)]
             todo.extend((first + place, keys[place]) for place in positions)  # with a row: of a run killed before
             done, features, failing = extract_rows(config, worker.runner, [keys[place] for place in positions],
                                                    [first + place for place in positions], total, decode=decode,
                                                    versions=versions and [versions[place] for place in positions])
+            computed.append((done, features))
+            still.extend(failing)
+        if job.has_text and (computed or still):  # their text file's rows first: it may hold them before O does
+            _rescore_text(job, worker.text, computed, still)
+        paths = []
+        for done, features in computed:
             for start in range(0, len(done), _BATCH_ROWS):
                 writer.write(done[start:start + _BATCH_ROWS], features[start:start + _BATCH_ROWS])
             paths.extend(done)
-            still.extend(failing)
         # Its rows are committed: recorded before the close merges them into place (a kill at any point after
         # leaves an output the next run closes, nothing computed again). Those of a killed run are recorded too.
         ledger.add_retry(sorted(path for path in failed if writer.has_row(path)), still)
@@ -98,6 +109,31 @@ def retry_failed(config, job, worker, only=None):
     ledger.add_complete(writer.rows_committed, closed_state(job))
     job.publish_output()
     return todo, paths, still
+
+
+def _rescore_text(job, text, computed, still):
+    """O.text.parquet with the rows of the images computed now scored against them, those of the images that still
+    fail without a score, before their rows are in O: written beside it (O.text.parquet.next), recorded in the
+    ledger (its SHA-256), then renamed over it. A kill at any point leaves a text file the ledger proves that
+    holds for O's rows: the one O was closed with (their rows are not in O yet), or this one.
+
+    Args:
+      job: the frozen ShardedJob (its output's lock held).
+      text: the worker's TextPass.
+      computed: [(paths, float32 [len(paths), D])] of the images that read now.
+      still: [(path, kind, message)] of those that still fail.
+    """
+    keys = [path for paths, _ in computed for path in paths] + [path for path, _, _ in still]
+    failing = np.full((len(still), text.runner.embedding_size), np.nan)  # the image tower's size too: one space
+    images = np.concatenate([values for _, values in computed] + [failing])
+    places = {key: place for place, key in enumerate(keys)}
+    rows = read_rows(job.text, keys)
+    rows = text.rescored(rows, images[[places[key] for key in rows.keys]])
+    target = beside(job.text, NEXT_SUFFIX)
+    replace_rows(job.text, target, rows)
+    job.ledger().add_text(*file_digest(target))
+    os.replace(target, job.text)
+    fsync(job.text.parent)
 
 
 def _groups(job, failed, image_column=None):

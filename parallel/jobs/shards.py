@@ -10,9 +10,11 @@ Files, for an output O (local, or in a store: the same names, as objects; parall
     O.shards/shard-000007/    a committed shard: features.parquet (path, path_bytes, <layer>, rows in
                               path order), _errors.csv (its images that could not be read), _shard.json
                               (its job, its images' digest, its counts, the size and SHA-256 of each file:
-                              shard_record) and, a tar's (parallel.inputs.tars), _members.parquet: its images
+                              shard_record) and, a tar's (parallel.inputs.tars), _members.parquet: its images;
+                              a text job's _text.parquet (parallel.output.text_rows)
                               (in a store: O.shards/shard-000007/<attempt>/..., its record written last)
     O.members.parquet         a tar job's members, written with O (parallel.inputs.tars.read_member)
+    O.text.parquet            a text job's captions and labels, merged from the shards' with O
     O                         written from the shards, in order (parallel.jobs.assembly)
     O.ledger.jsonl            what is in O: each shard appended, its failed images, O closed (ledger)
 
@@ -39,6 +41,7 @@ import logging
 import shutil
 
 from parallel.inputs.tars import MEMBERS_FILE, merge_indexes
+from parallel.output.text_rows import TEXT_FILE, merge_files
 from parallel.jobs import locks
 from parallel.jobs.assembly import Assembly
 from parallel.jobs.attempts import COMMITTING, Attempts
@@ -76,8 +79,10 @@ class ShardedJob(CommittedOutput):
         return self.commits.shard_folder(index)
 
     def _parts(self):
-        """The files of a shard beside its record: a tar shard's also its index of members (its images)."""
-        return (SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.streamed else ())
+        """The files of a shard beside its record: a tar shard's also its index of members (its images), a text job's
+        its text file."""
+        return (SHARD_FEATURES, SHARD_ERRORS) + ((MEMBERS_FILE,) if self.streamed else ()) + (
+            (TEXT_FILE,) if self.has_text else ())
 
     def _choose(self, index, images=None):
         """(the handle and record of shard `index`'s committed group that checks out, first in the readers' order,
@@ -253,8 +258,8 @@ class ShardedJob(CommittedOutput):
             errors.rename(ready / SHARD_ERRORS)
         else:
             (ready / SHARD_ERRORS).write_text(_ERRORS_HEADER, encoding="utf-8")
-        if self.streamed:  # its images: the members of its tar
-            (attempt / MEMBERS_FILE).rename(ready / MEMBERS_FILE)
+        for part in (MEMBERS_FILE,) * self.streamed + (TEXT_FILE,) * self.has_text:  # a tar's members, its text
+            (attempt / part).rename(ready / part)
         write_record(ready, self.identity, index, self.shard_digest(index), len(keys) - failed, failed,
                      parts=self._parts())
         if _changed_since_completed(attempt / SHARD_FEATURES, ready):
@@ -278,9 +283,9 @@ class ShardedJob(CommittedOutput):
     def assembles_as_it_goes(self, keep_shards=False):
         """Whether each shard goes once its rows are in the output (see `parallel.jobs.assembly`): where the
         output is committed as it is written (a local one), its failures are retried in it whatever they are
-        (not a tar job's: a tar that cannot be read keeps every shard, `retries_in_output`), and the shards are
-        not kept."""
-        return self.commits.in_place and not self.streamed and not keep_shards
+        (not a tar job's: a tar that cannot be read keeps every shard, `retries_in_output`), the shards are
+        not kept, and no text file is merged from them at the end."""
+        return self.commits.in_place and not self.streamed and not self.has_text and not keep_shards
 
     def assembly(self, output_format, column_prefix, settings, keep_shards=False, feature_size=None):
         """The output's Assembly from this job's shards (the caller holds the output's lock; `feature_size`: the
@@ -326,6 +331,8 @@ class ShardedJob(CommittedOutput):
                     if self.streamed and not self.members_proven(self.ledger()):
                         merge_indexes([self.committed_folder(i) / MEMBERS_FILE for i in range(self.shard_count)],
                                       self.members)
+                    if self.has_text and not self.text_proven(self.ledger()):
+                        merge_files([self.committed_folder(i) / TEXT_FILE for i in range(self.shard_count)], self.text)
                     assembly.finish()
                     self.publish_output()
                 if not keep_shards and self.commits.holds_shards() and (

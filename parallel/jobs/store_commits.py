@@ -4,7 +4,7 @@ Objects, for an output O = s3://bucket/runs/feats.parquet (all beside it, under 
 
     O.manifest.parquet                   created once with a conditional PUT (If-None-Match: *): the
                                          first process's wins, the others read it
-    O.shards/shard-000007/<group>/features.parquet, _errors.csv (and a tar's _members.parquet)
+    O.shards/shard-000007/<group>/features.parquet, _errors.csv (a tar's _members.parquet, a text job's _text.parquet)
                                          one committed group of shard 7 (an attempt's files): each one PUT
     O.shards/shard-000007/<group>/_shard.json
                                          its record, PUT LAST: the shard record (job, shard, digest of the
@@ -12,7 +12,7 @@ Objects, for an output O = s3://bucket/runs/feats.parquet (all beside it, under 
     O.shards/shard-000007/<group>/_rejected
                                          written when a group did not check out (the store's "set aside":
                                          nothing is renamed)
-    O, O.paths.csv (npy), O.errors.csv, O.members.parquet (tars), O.ledger.jsonl
+    O, O.paths.csv (npy), O.errors.csv, O.members.parquet (tars), O.text.parquet (text), O.ledger.jsonl
                                          the output, each one PUT once it is written (`publish`)
     O.run.json                           the output's commit record, PUT LAST
 

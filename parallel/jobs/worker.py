@@ -18,14 +18,18 @@ from parallel.engine import RunError, extract_into, extract_rows, extract_stream
 from parallel.inputs.remote import ObjectChanged
 from parallel.inputs.streamed import stream_images
 from parallel.inputs.tar_stream import LaterCopies
-from parallel.inputs.tars import MEMBERS_FILE, is_member, write_index
+from parallel.inputs.tars import MEMBERS_FILE, index_keys, is_member, read_index, write_index
 from parallel.jobs.commits import PartChanged
 from parallel.jobs.identity import geometry_change
-from parallel.jobs.shard_record import SHARD_ERRORS, error_rows, insert_rows, keep_last_copies, shard_keys
+from parallel.jobs.shard_record import (SHARD_ERRORS, content_problem, error_rows, insert_rows, keep_last_copies,
+                                        shard_keys)
 from parallel.jobs.shards import SHARD_FEATURES
+from parallel.jobs.text_pass import TextPass, image_rows
 from parallel.locations import is_url
 from parallel.loop import Summary
 from parallel.output import ErrorLog, OutputError, open_writer, read_record
+from parallel.output.durable import fsync, temporary_then_rename
+from parallel.output.text_rows import TEXT_FILE, read_rows, write_rows
 
 log = logging.getLogger("parallel")
 
@@ -52,6 +56,11 @@ class ShardWorker:
             raise ValueError("%s is computed with another step geometry than this worker's (%s): its rows would "
                              "differ in float rounding" % (config.output, change))
         self.settings = config.settings
+        try:  # the captions' and labels' tower, on the same devices (parallel.jobs.text_pass)
+            self.text = TextPass(config, self.devices) if config.text_column is not None or config.labels else None
+        except BaseException:
+            self.runner.close()
+            raise
 
     def process(self, index, stop=None, progress=None):
         """Computes shard `index` and commits it, unless it is committed already.
@@ -73,41 +82,52 @@ class ShardWorker:
                 if self.job.is_committed(index):  # its rows are in the output already
                     return committed_summary(self.job, index, images)
         with self.job.attempt(index, resume=self.job.resumes_attempts()) as attempt:
-            with run_errors():
-                writer = self._open_attempt(index, attempt)
-            with writer:
-                if self.job.streamed:  # its files, each read once; the index (where each image is) beside the rows
-                    entries = []
-                    copies = LaterCopies(entries)
-                    versions = images.etags or [""] * len(images)
-                    kind, column, keep = self.config.source.kind, self.config.image_column, self.config.keep
-                    members = copies.wrap(itertools.chain.from_iterable(
-                        stream_images(kind, path, entries, version, column, keep)
-                        for path, version in zip(images.paths, versions)))
-                    try:
-                        summary = extract_stream(self.config, self.runner, writer, members, stop=stop,
-                                                 progress=progress, remote=any(map(is_url, images.paths)))
-                    except ObjectChanged as error:  # no row of either version: the attempt goes
-                        writer.abort()
-                        shutil.rmtree(attempt, ignore_errors=True)
-                        raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
-                                       "it as it is now" % (index, error)) from None
-                    if summary.interrupted:  # the rows its writer committed stay: the next run skips their members
-                        writer.abort()
-                        return summary
-                else:
-                    summary = self._compute(index, images, writer, stop, progress)
-                    if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
-                        writer.abort()
-                        return summary
-            if self.job.streamed:
-                images, summary = self._index_members(attempt, copies, summary)
+            if self.job.streamed and self._indexed(attempt):  # done by a process killed after (in its captions, say)
+                entries, summary = read_index(attempt / MEMBERS_FILE), committed_summary(self.job, index,
+                                                                                        folder=attempt)
+            else:
+                entries, summary = self._images(index, images, attempt, stop, progress)
+                if summary.interrupted:  # the rows its writer committed stay, for the next run to resume
+                    return summary
+            if self.text is not None and not self._text(attempt, entries, images.paths, stop):
+                return dataclasses.replace(summary, interrupted=True)  # its embeddings committed stay, to resume
             if self.job.is_finished():  # a process given the same shard wrote the output meanwhile
                 return self.process(index)
             with run_errors():
                 if not self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES)):
                     log.info("shard %d was committed by another process first; this copy is dropped", index)
-        return dataclasses.replace(summary, discovered=len(images))
+        return dataclasses.replace(summary, discovered=len(entries if self.job.streamed else images))
+
+    def _images(self, index, images, attempt, stop, progress):
+        """The images of shard `index` (its Manifest) computed in `attempt`, resumed after its last committed batch:
+        (a tar shard's entries, written as its index of members beside its rows, or None; the Summary)."""
+        with run_errors():
+            writer = self._open_attempt(index, attempt)
+        with writer:
+            if not self.job.streamed:
+                summary = self._compute(index, images, writer, stop, progress)
+                if summary.interrupted:
+                    writer.abort()
+                return None, summary
+            entries = []  # its files, each read once; the index (where each image is) beside the rows
+            copies = LaterCopies(entries)
+            versions = images.etags or [""] * len(images)
+            kind, column, keep = self.config.source.kind, self.config.image_column, self.config.keep
+            members = copies.wrap(itertools.chain.from_iterable(
+                stream_images(kind, path, entries, version, column, keep)
+                for path, version in zip(images.paths, versions)))
+            try:
+                summary = extract_stream(self.config, self.runner, writer, members, stop=stop,
+                                         progress=progress, remote=any(map(is_url, images.paths)))
+            except ObjectChanged as error:  # no row of either version: the attempt goes
+                writer.abort()
+                shutil.rmtree(attempt, ignore_errors=True)
+                raise RunError("shard %d: %s; nothing of the shard was kept: rerun the same command to read "
+                               "it as it is now" % (index, error)) from None
+            if summary.interrupted:  # the rows its writer committed stay: the next run skips their members
+                writer.abort()
+                return None, summary
+        return self._index_members(attempt, copies, summary)
 
     def _open_attempt(self, index, attempt):
         """The writer of shard `index`'s rows in `attempt` (a folder): the rows a process that died committed there
@@ -153,8 +173,42 @@ class ShardWorker:
                          "counts", len(copies.entries) - len(entries))
                 summary = dataclasses.replace(summary, written=len(entries) - failed - summary.already_done,
                                               failed=failed)
-            write_index(attempt / MEMBERS_FILE, entries, self.config.keep)
+                for done in (attempt / SHARD_FEATURES, errors):  # durable before the index says they are done
+                    if done.exists():
+                        fsync(done)
+            with temporary_then_rename(attempt / MEMBERS_FILE) as temporary:  # there: the shard's images are done
+                write_index(temporary, entries, self.config.keep)
+            fsync(attempt)
         return entries, summary
+
+    def _indexed(self, attempt):
+        """Whether a tar shard's `attempt` holds its rows closed and its index of members, written last, and its rows
+        and failures are exactly the index's images: its images are done. One that does not check out is computed
+        again."""
+        try:
+            if not (attempt / MEMBERS_FILE).is_file() or (read_record(attempt / SHARD_FEATURES) or {}).get(
+                    "state") != "complete":
+                return False
+            problem = content_problem(attempt / SHARD_FEATURES, ErrorLog.path_for(attempt / SHARD_FEATURES),
+                                      index_keys(attempt / MEMBERS_FILE))
+        except (OSError, ValueError) as error:  # OutputError among them: a record that does not read
+            problem = str(error)
+        if problem:
+            log.warning("the attempt %s cannot be resumed after its images (%s): they are computed again", attempt.name,
+                        problem)
+        return not problem
+
+    def _text(self, attempt, entries, paths, stop):
+        """The shard's text file (its captions and labels: `TextPass.shard`) in `attempt`, of its `entries` (a tar
+        shard's) or images `paths`; False when stopped."""
+        if entries is None:  # a folder's images: labels only
+            keys, captions = paths, None
+        else:
+            keys = [entry.key for entry in entries]
+            column = self.config.keep.index(self.config.text_column) if self.config.text_column else None
+            captions = None if column is None else [entry.kept[column] if entry.kept else None for entry in entries]
+        with run_errors():
+            return self.text.shard(attempt, keys, captions, attempt / SHARD_FEATURES, stop)
 
     def retry(self, index, images, stop=None, progress=None):
         """Computes again the failed images of committed shard `index`; commits the shard anew if any now reads.
@@ -206,12 +260,18 @@ class ShardWorker:
                 errors.close()
                 if self.job.streamed:
                     shutil.copyfile(folder / MEMBERS_FILE, attempt / MEMBERS_FILE)
+                if self.text is not None:  # its rows that read now scored, the others' as they were
+                    rows = read_rows(folder / TEXT_FILE)
+                    write_rows(attempt / TEXT_FILE, self.text.rescored(rows, image_rows(
+                        attempt / SHARD_FEATURES, rows.keys, self.config.model.output_name)))
                 self.job.commit(index, attempt, ErrorLog.path_for(attempt / SHARD_FEATURES), replacing=True)
         log.info("shard %d: %d of its %d failed images computed now", index, len(paths), len(failures))
         return summary
 
     def close(self):
         self.runner.close()
+        if self.text is not None:
+            self.text.close()
 
     def __enter__(self):
         return self
@@ -220,16 +280,21 @@ class ShardWorker:
         self.close()
 
 
-def committed_summary(job, index, images=None):
+def committed_summary(job, index, images=None, folder=None):
     """Summary of shard `index`, committed already: its images are done or failed.
 
     Args:
       job: a frozen ShardedJob.
       index: a committed shard.
       images: its Manifest, if read already.
+      folder: a tar shard's attempt whose images are all computed and indexed, not committed yet (`_indexed`).
     """
-    keys = shard_keys(job, index) if job.streamed else (images or job.shard_images(index)).paths
-    failed = job.failed_in(index, keys)
+    keys = shard_keys(job, index, folder) if job.streamed else (images or job.shard_images(index)).paths
+    if folder is None:
+        failed = job.failed_in(index, keys)
+    else:  # the attempt's errors file, absent when none failed
+        errors = ErrorLog.path_for(folder / SHARD_FEATURES)
+        failed = len(error_rows(errors)) if errors.exists() else 0
     return Summary(discovered=len(keys), already_done=len(keys) - failed, failed=failed)
 
 
