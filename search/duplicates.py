@@ -49,15 +49,17 @@ def _stored_blocks(index, rows):
         yield start, index._index.reconstruct_n(start, stop - start)
 
 
-def _row_blocks(index, source):
-    """(first row, normalised float32 [B, D]) over every row, in the index's order: the stored vectors
-    (exact, hnsw; ivfpq's full vectors), or the output read again (an ivfpq index without them)."""
+def row_blocks(index, source=None):
+    """(rows int64 [B], normalised float32 [B, D]) over every row: the stored vectors in the index's order
+    (exact, hnsw; ivfpq's full vectors), or the output read again, in its order (an ivfpq index without them)."""
     if index.kind != "ivfpq":
-        yield from _stored_blocks(index, range(len(index)))
+        for start, block in _stored_blocks(index, range(len(index))):
+            yield np.arange(start, start + len(block)), block
         return
     if index.keeps_full_vectors:
         for start in range(0, len(index), BLOCK):
-            yield start, index.stored(range(start, min(len(index), start + BLOCK)))
+            stop = min(len(index), start + BLOCK)
+            yield np.arange(start, stop), index.stored(range(start, stop))
         return
     source = source or read_output(index.meta["source"]["output"])
     position = {path: row for row, path in enumerate(index.paths)}
@@ -99,9 +101,7 @@ def find_pairs(index, threshold, neighbours=NEIGHBOURS, source=None, progress=No
     else:
         done = 0
         k = min(count, int(neighbours) + 1)
-        for rows, block in _row_blocks(index, source):
-            if isinstance(rows, (int, np.integer)):
-                rows = np.arange(rows, rows + len(block))
+        for rows, block in row_blocks(index, source):
             ids, scores = index.search_ids(block, k)
             mask = (scores >= threshold) & (ids >= 0) & (ids != rows[:, None])
             query_rows = np.broadcast_to(rows[:, None], ids.shape)[mask]
@@ -162,7 +162,7 @@ def nearest_scores(index, sample=HISTOGRAM_SAMPLE, seed=0, source=None):
     if index.kind == "ivfpq":
         chosen = set(rows.tolist())
         parts = [(block_rows[np.isin(block_rows, rows)], block[np.isin(block_rows, rows)])
-                 for block_rows, block in _row_blocks(index, source) if chosen.intersection(block_rows.tolist())]
+                 for block_rows, block in row_blocks(index, source) if chosen.intersection(block_rows.tolist())]
         rows = np.concatenate([part[0] for part in parts])
         vectors = np.concatenate([part[1] for part in parts])
     else:
