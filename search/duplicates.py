@@ -10,9 +10,11 @@ Memory is bounded by the index and one block of scores, never N x N:
     exact   every pair is compared, a block of BLOCK x BLOCK scores at a time, and only j > i
             (half the products of a full matrix): the pair list is exactly that of brute force.
     hnsw    each row's `neighbours` nearest rows (k-NN on the graph), kept when >= threshold.
-    ivfpq   the same, queried with the full vectors the index keeps (search.rerank), and scored by
-            them; an index built without them reads the output again for the queries, and its scores
-            are those of the 256-dimension PCA vectors.
+    ivfpq   each row's `neighbours` nearest rows by the compressed index (PCA, IVF-PQ, 8-bit refine),
+            queried with the full vectors the index keeps (search.rerank); those scoring at least
+            threshold - RESCORE_MARGIN there are scored again with the full vectors (read for them only)
+            and kept when >= threshold. An index built without them reads the output again for the
+            queries, and its scores are those of the 256-dimension PCA vectors.
 For the approximate kinds a row with more than `neighbours` near-copies keeps its nearest
 `neighbours`; its group still joins them all through their own lists.
 """
@@ -25,6 +27,7 @@ from search.vectors import read_output
 
 BLOCK = 4096
 NEIGHBOURS = 20
+RESCORE_MARGIN = 0.05  # ivfpq: a candidate is scored with the full vectors when its compressed score is this close
 HISTOGRAM_SAMPLE = 20_000
 HISTOGRAM_BINS = np.linspace(-1.0, 1.0, 101)  # bins of 0.02
 SUGGEST_WINDOW = 20    # the spacings of the scores just below a gap that it is measured against
@@ -102,7 +105,10 @@ def find_pairs(index, threshold, neighbours=NEIGHBOURS, source=None, progress=No
         done = 0
         k = min(count, int(neighbours) + 1)
         for rows, block in row_blocks(index, source):
-            ids, scores = index.search_ids(block, k)
+            if index.kind == "ivfpq" and index.keeps_full_vectors:
+                ids, scores = _candidates_rescored(index, block, k, threshold)
+            else:
+                ids, scores = index.search_ids(block, k)
             mask = (scores >= threshold) & (ids >= 0) & (ids != rows[:, None])
             query_rows = np.broadcast_to(rows[:, None], ids.shape)[mask]
             other_rows = ids[mask]
@@ -119,6 +125,26 @@ def find_pairs(index, threshold, neighbours=NEIGHBOURS, source=None, progress=No
     keys = pairs[:, 0] * count + pairs[:, 1]
     keys, first = np.unique(keys, return_index=True)
     return pairs[first], scores[first]
+
+
+def _candidates_rescored(index, unit_vectors, k, threshold):
+    """(int64 [Q, k], float32 [Q, k]): the k nearest rows of each query by the compressed index alone, those
+    scoring at least `threshold` - RESCORE_MARGIN there scored again with the full vectors, the others -1 and
+    -inf. What a search re-ranks with the full vectors (RERANK x k rows read a query) is read here only for the
+    few candidates near the threshold: a near-copy's compressed score was at most 0.001 below its full one, in
+    benchmarks/bench_dedup.py's collection, where the margin found every exact pair of the sample."""
+    ids, compressed = index.compressed_search(unit_vectors, k)
+    queries, places = np.nonzero((compressed >= threshold - RESCORE_MARGIN) & (ids >= 0))
+    scores = np.full(ids.shape, -np.inf, np.float32)
+    found = np.full(ids.shape, -1, np.int64)
+    if len(queries):
+        others = ids[queries, places]
+        order = np.argsort(others, kind="stable")  # rows read in file order
+        full = np.empty((len(others), unit_vectors.shape[1]), np.float32)
+        full[order] = index.stored(others[order])
+        scores[queries, places] = np.einsum("ij,ij->i", unit_vectors[queries], full)
+        found[queries, places] = others
+    return found, scores
 
 
 def group_pairs(pairs, count):

@@ -288,6 +288,12 @@ class Index:
         _, candidates = self._index.search(unit_vectors, min(len(self.paths), k * per_neighbour))
         return rerank(self._full, unit_vectors, candidates, k)
 
+    def compressed_search(self, unit_vectors, k):
+        """The k nearest rows of normalised float32 [Q, D] vectors by the faiss index alone (ivfpq: no re-ranking
+        with the full vectors): (int64 [Q, k], float32 [Q, k]), -1 and -inf where it holds fewer than k rows."""
+        scores, ids = self._index.search(np.ascontiguousarray(unit_vectors, dtype=np.float32), int(k))
+        return ids, scores
+
     def prepare(self, vectors):
         """Raw vectors (as the output holds them: float32 [Q, D] or [D]) -> centred, normalised [Q, D].
 
