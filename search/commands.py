@@ -59,9 +59,11 @@ def page_command(args, index, neighbour_lists, progress, writing):
     from search import duplicates
     from search.page import check_page_folder, write_page
     from search.queries import Kept, members_index
-    from search.removals import kept_rows
+    from search.removals import check_rule_usable, kept_rows
     folder = Path(args.out or index.folder / "page")
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
+    if args.threshold is not None:
+        check_rule_usable(index, args.keep_rule)
     queries = [{"label": label, "image": image, "neighbours": found, "text": text}
                for label, image, found, text in neighbour_lists(index)] if args.query or args.text else []
     groups = []

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from search import duplicates
-from search.removals import kept_rows, removals_table, write_removals
+from search.removals import check_rule_usable, kept_rows, removals_table, write_removals
 
 LEAKAGE_FILE = "leakage.parquet"  # duplicates --against's file in the index folder, when --removals is not given
 
@@ -47,9 +47,8 @@ def duplicates_command(args, index, load, progress, say, writing):
         return
     pairs_file = Path(args.pairs or index.folder / "pairs.csv")
     groups_file = Path(args.groups or index.folder / "groups.csv")
-    if args.removals and args.keep_rule == "highest-caption-score":
-        from search.captions import caption_scores
-        caption_scores(index)  # an output without them: said before the pass over every row
+    if args.removals:
+        check_rule_usable(index, args.keep_rule)  # an output without caption scores: said before any work
     pairs, scores = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=progress)
     progress.close()
     groups = duplicates.group_pairs(pairs, len(index))

@@ -8,7 +8,7 @@ Each row of the first output is read again from that output (its raw vectors, a 
 the other's index, prepared as the other prepares its own rows: so the score is the cosine of the two rows centred
 on the OTHER output's mean (raw, when the other index is not centred), the score a row of the other output would
 have with it. The two outputs must hold the same features (model, layer, weights, precision, feature size).
-Memory: the other index, one batch of rows, and the rows found.
+Memory: the other index, the paths of both, one batch of rows, and the rows found.
 """
 
 import numpy as np

@@ -46,6 +46,15 @@ def check_keep_rule(rule):
     return rule
 
 
+def check_rule_usable(index, rule):
+    """Raises before any work when `index`'s output cannot serve `rule`: ValueError for an unknown rule,
+    SearchError for highest-caption-score on an output without caption scores."""
+    check_keep_rule(rule)
+    if rule == "highest-caption-score":
+        from search.captions import caption_scores
+        caption_scores(index)
+
+
 def kept_rows(index, groups, rule):
     """The row each group keeps by `rule`.
 

@@ -57,6 +57,8 @@ RUNS = {
     ("docs/search.md", "import numpy as np"):
         "tests/test_search_features.py::test_the_python_example_of_docs_search_runs",
     ("docs/search.md", "import json"): "tests/test_search_service.py::test_the_service_example_of_docs_search_runs",
+    ("docs/search.md", "python search_features.py index train.npy"):
+        "tests/test_search_curation.py::test_the_curation_walk_through_of_docs_search_runs",
 }
 
 
