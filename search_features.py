@@ -145,7 +145,6 @@ def parse_args(argv=None):
     export.add_argument("--images-out", metavar="FOLDER", help="the images as WebDataset tars (resumed if killed)")
     export.add_argument("--shard-size", type=at_least_one, default=10_000, metavar="N",
                         help="samples a tar (default: %(default)s)")
-    _search_flags(export)
     _query_flags(export, k=False)
 
     page = commands.add_parser("page", help="a static HTML report with thumbnails")
@@ -196,8 +195,8 @@ def _load(args, folder=None):
     """The index of args.index (or `folder`), with the search parameters given on the command line."""
     from search.index import Index
     index = Index.load(folder or args.index)
-    given = {name: value for name, value in (("efSearch", args.ef_search), ("nprobe", args.nprobe),
-                                             ("rerank", args.rerank)) if value is not None}
+    given = {name: value for name, value in (("efSearch", getattr(args, "ef_search", None)), ("nprobe", getattr(
+        args, "nprobe", None)), ("rerank", getattr(args, "rerank", None))) if value is not None}
     if given:
         index.set_search(**given)
     return index

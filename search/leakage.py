@@ -74,8 +74,7 @@ def leakage_table(other, keys, other_rows, scores):
     if not len(keys):
         return table_columns([], [], [], [], [])
     order = np.lexsort((np.arange(len(keys)), other_rows))
-    distinct, groups = np.unique(other_rows[order], return_inverse=True)
-    del distinct
+    _, groups = np.unique(other_rows[order], return_inverse=True)
     return table_columns(groups + 1, [keys[at] for at in order], [other.paths[row] for row in other_rows[order]],
                          np.ones(len(keys), bool), scores[order])
 
