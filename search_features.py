@@ -29,6 +29,7 @@ from parallel.signals import EXIT_INTERRUPTED  # noqa: E402
 from parallel import native_log  # noqa: E402
 from parallel.flag_types import FlagParser, at_least_one  # noqa: E402
 from search.kinds import EF_SEARCH, RERANK  # noqa: E402
+from search.removals import KEEP_RULES  # noqa: E402
 
 PROGRAM = "search_features"
 INDEX_SUFFIX = ".index"
@@ -53,6 +54,10 @@ examples:
   %(prog)s neighbours IDX --caption "a dog"          the rows whose caption is nearest (--text-column's)
   %(prog)s duplicates IDX --calibrate               nearest-neighbour scores: histogram, a threshold
   %(prog)s duplicates IDX --threshold 0.9           -> IDX/pairs.csv and IDX/groups.csv
+  %(prog)s duplicates IDX --threshold 0.9 --removals remove.parquet --keep-rule largest-image
+  %(prog)s duplicates TEST_IDX --against TRAIN_IDX  -> TEST_IDX/leakage.parquet
+  %(prog)s export IDX --removals remove.parquet --images-out subset/
+                                                    -> IDX/export.parquet, subset/00000.tar ...
   %(prog)s page IDX --threshold 0.9 --query cats/01.jpg --text "a cat"
                                                     -> IDX/page/index.html (open it, or:)
   %(prog)s serve IDX --port 8000                    the search service: http://127.0.0.1:8000/api/index
@@ -122,7 +127,26 @@ def parse_args(argv=None):
     duplicates.add_argument("--groups", metavar="CSV", help="default: INDEX/groups.csv")
     duplicates.add_argument("--neighbours", type=at_least_one, default=20, metavar="N",
                             help="hnsw, ivfpq: nearest rows looked at per row (default: %(default)s)")
+    duplicates.add_argument("--removals", metavar="PARQUET", help="write each group's row kept and the rows to "
+                            "remove, each with its kept one and their cosine (with --against: default "
+                            "INDEX/leakage.parquet)")
+    duplicates.add_argument("--keep-rule", choices=KEEP_RULES, default=KEEP_RULES[0],
+                            help="the row a group keeps (default: %(default)s; ties: the first key)")
+    duplicates.add_argument("--against", metavar="OTHER_INDEX", help="instead: the rows of INDEX with a near-copy "
+                            "in the output of OTHER_INDEX (a test split against its training split)")
     _search_flags(duplicates)
+
+    export = commands.add_parser("export", help="the rows selected as Parquet, and their images as tars")
+    export.add_argument("index", metavar="INDEX")
+    export.add_argument("queries", nargs="*", metavar="QUERY", help="as for neighbours: rows near one are selected")
+    export.add_argument("--threshold", type=_cosine, help="with a QUERY or --text: the cosine a row must reach")
+    export.add_argument("--min-caption-score", type=_cosine, metavar="S", help="the caption score a row must reach")
+    export.add_argument("--removals", metavar="PARQUET", help="leave out the rows this removals file removes")
+    export.add_argument("--out", metavar="PARQUET", help="default: INDEX/export.parquet")
+    export.add_argument("--images-out", metavar="FOLDER", help="the images as WebDataset tars (resumed if killed)")
+    export.add_argument("--shard-size", type=at_least_one, default=10_000, metavar="N",
+                        help="samples a tar (default: %(default)s)")
+    _query_flags(export, neighbours=False)
 
     page = commands.add_parser("page", help="a static HTML report with thumbnails")
     page.add_argument("index", metavar="INDEX")
@@ -130,6 +154,8 @@ def parse_args(argv=None):
     page.add_argument("--query", action="append", default=[], metavar="QUERY", help="as for neighbours; repeat")
     page.add_argument("--threshold", type=_cosine, help="show the duplicate groups at this cosine")
     page.add_argument("--neighbours", type=at_least_one, default=20, metavar="N", help="as for duplicates")
+    page.add_argument("--keep-rule", choices=KEEP_RULES, default=KEEP_RULES[0],
+                      help="as for duplicates: each group's row kept is marked, the others 'would go'")
     page.add_argument("--overwrite", action="store_true",
                       help="replace an index.html in --out that is not a page this program wrote")
     _search_flags(page)
@@ -167,29 +193,31 @@ def _search_flags(parser):
                              "the index's, chosen at build, %d or more); more finds more" % RERANK)
 
 
-def _load(args):
-    """The index of args.index, with the search parameters given on the command line."""
+def _load(args, folder=None):
+    """The index of args.index (or `folder`), with the search parameters given on the command line."""
     from search.index import Index
-    index = Index.load(args.index)
-    given = {name: value for name, value in (("efSearch", args.ef_search), ("nprobe", args.nprobe),
-                                             ("rerank", args.rerank)) if value is not None}
+    index = Index.load(folder or args.index)
+    given = {name: value for name, value in (("efSearch", getattr(args, "ef_search", None)), ("nprobe", getattr(
+        args, "nprobe", None)), ("rerank", getattr(args, "rerank", None))) if value is not None}
     if given:
         index.set_search(**given)
     return index
 
 
-def _query_flags(parser):
-    parser.add_argument("-k", type=at_least_one, default=10, help="neighbours per query (default: %(default)s)")
+def _query_flags(parser, neighbours=True):
+    """The flags of a query; `neighbours`: and of its neighbours (-k, and those that compare it with captions)."""
     parser.add_argument("--text", action="append", default=[], metavar="SENTENCE",
                         help="a sentence, embedded by the model's text tower (an output of CLIP's or SigLIP's "
                              "embedding layer; SigLIP's probability is printed beside the score); repeat")
-    parser.add_argument("--caption", action="append", default=[], metavar="SENTENCE",
-                        help="a sentence, compared with each row's caption (an output of run_inference.py "
-                             "--text-column: text to text); repeat")
-    parser.add_argument("--captions", action="store_true",
-                        help="the other queries (images, keys, vectors, --text) compared with the captions too")
-    parser.add_argument("--min-caption-score", type=_cosine, metavar="COSINE",
-                        help="only rows whose caption score (caption to image) is at least this (LAION's: 0.28)")
+    if neighbours:
+        parser.add_argument("-k", type=at_least_one, default=10, help="neighbours per query (default: %(default)s)")
+        parser.add_argument("--caption", action="append", default=[], metavar="SENTENCE",
+                            help="a sentence, compared with each row's caption (an output of run_inference.py "
+                                 "--text-column: text to text); repeat")
+        parser.add_argument("--captions", action="store_true",
+                            help="the other queries (images, keys, vectors, --text) compared with the captions too")
+        parser.add_argument("--min-caption-score", type=_cosine, metavar="COSINE",
+                            help="only rows whose caption score (caption to image) is at least this (LAION's: 0.28)")
     parser.add_argument("--weights", help="for image and text queries: the weights the output was computed with "
                                           "(default: the hub's commit its record names, hf://ORG/NAME@COMMIT, or "
                                           "'imagenet')")
@@ -228,49 +256,24 @@ class _Failed(Exception):
 
 def _writing(function, *args, **kwargs):
     """Runs `function`, which writes: any error from it is a failure (status 1), not a usage error."""
+    from search.kinds import SearchError
     try:
         return function(*args, **kwargs)
+    except SearchError:  # the inputs are wrong, found before anything is written: a usage error
+        raise
     except (OSError, ValueError, RuntimeError) as error:
         raise _Failed(first_line(error) or type(error).__name__) from error
 
 
 def _index(args, bars):
-    from search.index import Index, SearchError, import_faiss
-    from search.vectors import read_output
-    import_faiss()
-    source = read_output(args.output)
-    folder = Path(args.index or str(Path(args.output)) + INDEX_SUFFIX)
-    if folder.exists() and not args.overwrite:
-        raise SearchError("%s exists: pass --overwrite to replace it, or `add` to add rows to it" % folder)
-    index = Index.build(args.output, folder, kind=args.kind, progress=bars, source=source,
-                        full_vectors=args.full_vectors)
-    bars.close()
-    recall = index.meta["recall_at_build"]
-    _say_left_out(index.meta["left_out"])
-    centre = index.meta["centre"]
-    print("indexed %d rows of %s (%s%s) into %s; recall@%d at build %s" % (
-        len(index), args.output, index.kind, "" if centre["centred"] else ", raw cosines: %s" % centre.get(
-            "reason", "too few rows or rows all alike to centre on their mean"), folder, recall["k"],
-        recall["recall"]), file=sys.stderr)
+    from search.commands import index_command
+    index_command(args, bars, _say, INDEX_SUFFIX)
     return EXIT_OK
 
 
-def _say_left_out(left_out):
-    """One line naming the rows left out of the index (values that are not finite), if any."""
-    if left_out["rows"]:
-        more = left_out["rows"] - len(left_out["paths"])
-        _say("left out %d row%s with values that are not finite (inf or nan): %s%s" % (
-            left_out["rows"], "s" if left_out["rows"] > 1 else "", ", ".join(left_out["paths"]),
-            " and %d more" % more if more else ""))
-
-
 def _add(args, bars):
-    from search.index import Index
-    index = Index.load(args.index)
-    added = index.add(args.output, progress=bars)
-    bars.close()
-    _say_left_out(index.left_out)
-    print("added %d rows; %d in all" % (added, len(index)), file=sys.stderr)
+    from search.commands import add_command
+    add_command(args, bars, _say)
     return EXIT_OK
 
 
@@ -286,8 +289,7 @@ def _neighbour_lists(index, args, queries):
     """[(label, image path or None, [(path, score)] best first, whether a sentence, its probabilities or None)]."""
     from search.captions import neighbours
     from search.queries import probabilities, query_vectors
-    embedder = _embedder(index, args)
-    try:  # the sentences come last: --text's, then --caption's
+    with _embedder(index, args) as embedder:  # the sentences come last: --text's, then --caption's
         resolved = query_vectors(index, queries, args.text + args.caption, embedder, say=_say)
         first_text = len(resolved) - len(args.text) - len(args.caption)
         to_captions = [args.captions or number >= first_text + len(args.text) for number in range(len(resolved))]
@@ -296,8 +298,6 @@ def _neighbour_lists(index, args, queries):
         # the model's own score (SigLIP's) of a sentence and the images it found; none against captions
         chances = probabilities(embedder, [[] if captions else found for found, captions in zip(lists, to_captions)],
                                 first_text)
-    finally:
-        embedder.close()
     return [(label, image, found, number >= first_text, None if to_captions[number] else chances[number])
             for number, ((label, image, _), found) in enumerate(zip(resolved, lists))]
 
@@ -312,51 +312,27 @@ def _neighbours(args, bars):
 
 
 def _duplicates(args, bars):
-    from search import duplicates
+    from search.curation import duplicates_command
+    duplicates_command(args, _load(args), lambda folder: _load(args, folder), bars, _say, _writing)
+    return EXIT_OK
+
+
+def _export(args, bars):
+    from search.curation import export_command
+    from search.queries import query_vectors
     index = _load(args)
-    if args.calibrate:
-        scores = duplicates.nearest_scores(index)
-        counts, edges = duplicates.histogram(scores)
-        print("nearest-neighbour cosine of %d images (sample):\n%s\n%s" % (counts.sum(), duplicates.histogram_text(
-            counts, edges), duplicates.suggest_threshold(scores, len(index))[1]))
-        return EXIT_OK
-    pairs_file = Path(args.pairs or index.folder / "pairs.csv")
-    groups_file = Path(args.groups or index.folder / "groups.csv")
-    pairs, scores = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=bars)
-    bars.close()
-    groups = duplicates.group_pairs(pairs, len(index))
-    _writing(duplicates.write_pairs, pairs_file, index.paths, pairs, scores)
-    _writing(duplicates.write_groups, groups_file, index.paths, groups)
-    print("%d pairs with cosine >= %g in %d groups: %s, %s" % (len(pairs), args.threshold, len(groups),
-          pairs_file, groups_file), file=sys.stderr)
+
+    def unit_queries():
+        with _embedder(index, args) as embedder:
+            return np.stack([vector for _, _, vector in query_vectors(index, args.queries, args.text, embedder,
+                                                                      say=_say)])
+    export_command(args, index, unit_queries, bars, _say, _writing)
     return EXIT_OK
 
 
 def _page(args, bars):
-    from search import duplicates
-    from search.page import check_page_folder, write_page
-    from search.queries import Kept, members_index
-    index = _load(args)
-    folder = Path(args.out or index.folder / "page")
-    check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
-    queries = [{"label": label, "image": image, "neighbours": found, "text": text}
-               for label, image, found, text, _ in _neighbour_lists(index, args, args.query)] \
-        if args.query or args.text or args.caption else []
-    groups = []
-    if args.threshold is not None:
-        pairs, _ = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=bars)
-        groups = [[index.paths[row] for row in group] for group in duplicates.group_pairs(pairs, len(index))]
-    histogram = duplicates.histogram(duplicates.nearest_scores(index))
-    bars.close()
-    details = "%d images of %s, %s index, layer %s" % (len(index), index.meta["source"]["output"], index.kind,
-                                                       index.settings.get("layer", "?"))
-    page = _writing(write_page, folder, queries=queries, groups=groups, histogram=histogram,
-                    threshold=args.threshold, images_root=index.settings.get("images"), title="Search: %s"
-                    % Path(index.meta["source"]["output"]).name, details=details, progress=bars,
-                    members=members_index(index), kept=Kept(index).of, overwrite=args.overwrite,
-                    image_column=index.settings.get("image_column"))
-    bars.close()
-    print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)
+    from search.commands import page_command
+    page_command(args, _load(args), lambda index: _neighbour_lists(index, args, args.query), bars, _writing)
     return EXIT_OK
 
 
@@ -385,8 +361,8 @@ def _serve(args, bars):
     return EXIT_OK
 
 
-_COMMANDS = {"index": _index, "add": _add, "neighbours": _neighbours, "duplicates": _duplicates, "page": _page,
-             "serve": _serve}
+_COMMANDS = {"index": _index, "add": _add, "neighbours": _neighbours, "duplicates": _duplicates, "export": _export,
+             "page": _page, "serve": _serve}
 
 
 def console():

@@ -156,3 +156,9 @@ class QueryEmbedder:
             if embedder is not None:
                 embedder.close()
         self._image = self._text = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()

@@ -18,6 +18,13 @@ The modules, one job each:
     recall.py       the recall measured at build against exact search
     duplicates.py   every pair above a cosine threshold in bounded memory, groups, the calibration histogram
                     and the threshold it suggests
+    removals.py     what to remove: the row each group of near-duplicates keeps by a rule, the others, as
+                    Parquet (`duplicates --removals`); captions.py: each row's caption score, where an
+                    output has them
+    leakage.py      the rows of one output with a near-copy in another (`duplicates --against`)
+    export.py       the rows a query, a score or a removals file selects, as Parquet; export_tars.py:
+                    their images as WebDataset tars, resumable
+    commands.py     the command line's index, add and page; curation.py: its duplicates and export
     page.py         the static HTML report and its thumbnails
     server.py       the loopback server that shows it: its files only, stopped by SIGINT or SIGTERM; the Host
                     check, the signal policy, the security headers and a file opened only inside a folder,

@@ -57,8 +57,9 @@ ROUTES = {
     ("GET", "/api/search"): (lambda service, query: _search(service, query), ("text", "key", "k"), False),
     ("GET", "/api/neighbours"): (lambda service, query: service.by_row(_one(query, "row"), _k(service, query)),
                                  ("row", "k"), False),
-    ("GET", "/api/duplicates"): (lambda service, query: service.duplicates(_one(query, "threshold")),
-                                 ("threshold",), False),
+    ("GET", "/api/duplicates"): (lambda service, query: service.duplicates(
+        _one(query, "threshold"), keep_rule=_one(query, "keep") if "keep" in query else "first-key"),
+                                 ("threshold", "keep"), False),
     ("GET", "/api/image"): (lambda service, query: service.image(_one(query, "row")), ("row",), False),
     ("POST", "/api/search/image"): (lambda service, query, body: service.by_image(body, _k(service, query)),
                                     ("k",), True),

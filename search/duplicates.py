@@ -10,9 +10,11 @@ Memory is bounded by the index and one block of scores, never N x N:
     exact   every pair is compared, a block of BLOCK x BLOCK scores at a time, and only j > i
             (half the products of a full matrix): the pair list is exactly that of brute force.
     hnsw    each row's `neighbours` nearest rows (k-NN on the graph), kept when >= threshold.
-    ivfpq   the same, queried with the full vectors the index keeps (search.rerank), and scored by
-            them; an index built without them reads the output again for the queries, and its scores
-            are those of the 256-dimension PCA vectors.
+    ivfpq   each row's `neighbours` nearest rows by the compressed index (PCA, IVF-PQ, 8-bit refine),
+            queried with the full vectors the index keeps (search.rerank); those scoring at least
+            threshold - RESCORE_MARGIN there are scored again with the full vectors (read for them only)
+            and kept when >= threshold. An index built without them reads the output again for the
+            queries, and its scores are those of the 256-dimension PCA vectors.
 For the approximate kinds a row with more than `neighbours` near-copies keeps its nearest
 `neighbours`; its group still joins them all through their own lists.
 """
@@ -25,6 +27,7 @@ from search.vectors import read_output
 
 BLOCK = 4096
 NEIGHBOURS = 20
+RESCORE_MARGIN = 0.05  # ivfpq: a candidate is scored with the full vectors when its compressed score is this close
 HISTOGRAM_SAMPLE = 20_000
 HISTOGRAM_BINS = np.linspace(-1.0, 1.0, 101)  # bins of 0.02
 SUGGEST_WINDOW = 20    # the spacings of the scores just below a gap that it is measured against
@@ -49,15 +52,17 @@ def _stored_blocks(index, rows):
         yield start, index._index.reconstruct_n(start, stop - start)
 
 
-def _row_blocks(index, source):
-    """(first row, normalised float32 [B, D]) over every row, in the index's order: the stored vectors
-    (exact, hnsw; ivfpq's full vectors), or the output read again (an ivfpq index without them)."""
+def row_blocks(index, source=None):
+    """(rows int64 [B], normalised float32 [B, D]) over every row: the stored vectors in the index's order
+    (exact, hnsw; ivfpq's full vectors), or the output read again, in its order (an ivfpq index without them)."""
     if index.kind != "ivfpq":
-        yield from _stored_blocks(index, range(len(index)))
+        for start, block in _stored_blocks(index, range(len(index))):
+            yield np.arange(start, start + len(block)), block
         return
     if index.keeps_full_vectors:
         for start in range(0, len(index), BLOCK):
-            yield start, index.stored(range(start, min(len(index), start + BLOCK)))
+            stop = min(len(index), start + BLOCK)
+            yield np.arange(start, stop), index.stored(range(start, stop))
         return
     source = source or read_output(index.meta["source"]["output"])
     position = {path: row for row, path in enumerate(index.paths)}
@@ -99,10 +104,11 @@ def find_pairs(index, threshold, neighbours=NEIGHBOURS, source=None, progress=No
     else:
         done = 0
         k = min(count, int(neighbours) + 1)
-        for rows, block in _row_blocks(index, source):
-            if isinstance(rows, (int, np.integer)):
-                rows = np.arange(rows, rows + len(block))
-            ids, scores = index.search_ids(block, k)
+        for rows, block in row_blocks(index, source):
+            if index.kind == "ivfpq" and index.keeps_full_vectors:
+                ids, scores = _candidates_rescored(index, block, k, threshold)
+            else:
+                ids, scores = index.search_ids(block, k)
             mask = (scores >= threshold) & (ids >= 0) & (ids != rows[:, None])
             query_rows = np.broadcast_to(rows[:, None], ids.shape)[mask]
             other_rows = ids[mask]
@@ -119,6 +125,26 @@ def find_pairs(index, threshold, neighbours=NEIGHBOURS, source=None, progress=No
     keys = pairs[:, 0] * count + pairs[:, 1]
     keys, first = np.unique(keys, return_index=True)
     return pairs[first], scores[first]
+
+
+def _candidates_rescored(index, unit_vectors, k, threshold):
+    """(int64 [Q, k], float32 [Q, k]): the k nearest rows of each query by the compressed index alone, those
+    scoring at least `threshold` - RESCORE_MARGIN there scored again with the full vectors, the others -1 and
+    -inf. What a search re-ranks with the full vectors (RERANK x k rows read a query) is read here only for the
+    few candidates near the threshold: a near-copy's compressed score was at most 0.001 below its full one, in
+    benchmarks/bench_dedup.py's collection, where the margin found every exact pair of the sample."""
+    ids, compressed = index.compressed_search(unit_vectors, k)
+    queries, places = np.nonzero((compressed >= threshold - RESCORE_MARGIN) & (ids >= 0))
+    scores = np.full(ids.shape, -np.inf, np.float32)
+    found = np.full(ids.shape, -1, np.int64)
+    if len(queries):
+        others = ids[queries, places]
+        order = np.argsort(others, kind="stable")  # rows read in file order
+        full = np.empty((len(others), unit_vectors.shape[1]), np.float32)
+        full[order] = index.stored(others[order])
+        scores[queries, places] = np.einsum("ij,ij->i", unit_vectors[queries], full)
+        found[queries, places] = others
+    return found, scores
 
 
 def group_pairs(pairs, count):
@@ -162,7 +188,7 @@ def nearest_scores(index, sample=HISTOGRAM_SAMPLE, seed=0, source=None):
     if index.kind == "ivfpq":
         chosen = set(rows.tolist())
         parts = [(block_rows[np.isin(block_rows, rows)], block[np.isin(block_rows, rows)])
-                 for block_rows, block in _row_blocks(index, source) if chosen.intersection(block_rows.tolist())]
+                 for block_rows, block in row_blocks(index, source) if chosen.intersection(block_rows.tolist())]
         rows = np.concatenate([part[0] for part in parts])
         vectors = np.concatenate([part[1] for part in parts])
     else:

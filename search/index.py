@@ -105,10 +105,10 @@ class Index:
         if source.feature_size != self.meta["feature_size"]:
             raise SearchError("%s has %d features a row, the index %d: index it separately"
                               % (source.output, source.feature_size, self.meta["feature_size"]))
-        differences = _differences(self.settings, source.settings)
-        if differences:
+        different = differences(self.settings, source.settings)
+        if different:
             raise SearchError("%s was written with other settings than the indexed output (%s): index it "
-                              "separately" % (source.output, differences))
+                              "separately" % (source.output, different))
         before = len(self.paths)
         self._full = None  # its file grows: mapped again below
         self.left_out = self._fill(source, batch_rows, set(self.paths), progress, None, self._full_path())
@@ -288,6 +288,12 @@ class Index:
         _, candidates = self._index.search(unit_vectors, min(len(self.paths), k * per_neighbour))
         return rerank(self._full, unit_vectors, candidates, k)
 
+    def compressed_search(self, unit_vectors, k):
+        """The k nearest rows of normalised float32 [Q, D] vectors by the faiss index alone (ivfpq: no re-ranking
+        with the full vectors): (int64 [Q, k], float32 [Q, k]), -1 and -inf where it holds fewer than k rows."""
+        scores, ids = self._index.search(np.ascontiguousarray(unit_vectors, dtype=np.float32), int(k))
+        return ids, scores
+
     def prepare(self, vectors):
         """Raw vectors (as the output holds them: float32 [Q, D] or [D]) -> centred, normalised [Q, D].
 
@@ -324,7 +330,7 @@ class Index:
         return [[self.paths[row] for row in row_ids if row >= 0] for row_ids in ids], scores
 
 
-def _differences(recorded, given):
+def differences(recorded, given):
     """'key=a, not b; ...' for the model settings that differ (the images folder may differ: an extended copy)."""
     keys = ("model", "layer", "weights", "precision", "resize", "image_size")
     return "; ".join("%s=%r, not %r" % (key, recorded.get(key), given.get(key)) for key in keys

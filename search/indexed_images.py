@@ -58,6 +58,16 @@ class IndexedImages:
         self._index, self._members = index, members
         self._manifest, self._lock = None, threading.Lock()
 
+    def member_entries(self, keys):
+        """{key: Entry} of the `keys` that are members in the output's members index (read once for them all):
+        what `read_image` is given to read many members without reading the index again for each."""
+        from parallel.inputs.members import is_member
+        from parallel.inputs.tars import read_index
+        wanted = [key for key in keys if is_member(key)]
+        if not wanted or not os.path.isfile(self._members):
+            return {}
+        return {entry.key: entry for entry in read_index(self._members, wanted)}
+
     def read(self, key, max_bytes):
         """(bytes, content type) of the indexed image `key` (a row's key).
 
@@ -66,13 +76,22 @@ class IndexedImages:
           TooLarge: it has more than `max_bytes` bytes.
           ValueError, OSError: it cannot be read, or proven the image indexed, or is no image (one line each).
         """
+        data = self.read_image(key, max_bytes)
+        return data, image_type(data)
+
+    def read_image(self, key, max_bytes, entries=None):
+        """The bytes of the indexed image `key`, proven as `read` proves it; `entries`: the members index's
+        entries already read (`member_entries`), or None to read the key's.
+
+        Raises: as `read`.
+        """
         from parallel.inputs.decode import ImageError
         from parallel.inputs.members import is_member
         from parallel.inputs.remote import ObjectChanged
         root = self._index.settings.get("images")
         try:
             if is_member(key):
-                data = self._member(key, max_bytes)
+                data = self._member(key, max_bytes, entries)
             elif is_url(key) or (isinstance(root, str) and is_url(root)):
                 data = self._object(key, root, max_bytes)
             else:
@@ -81,7 +100,7 @@ class IndexedImages:
             raise Changed(str(error)) from None
         except ImageError as error:  # a file or object that is missing, unreadable, damaged, or replaced
             raise (Changed if error.kind == "changed" else ValueError)(str(error)) from None
-        return data, image_type(data)
+        return data
 
     def _file(self, key, root, max_bytes):
         if not isinstance(root, str) or not root:
@@ -106,14 +125,15 @@ class IndexedImages:
             raise Changed("it has %d bytes, not the %d the output's manifest records" % (len(data), size))
         return data
 
-    def _member(self, key, max_bytes):
+    def _member(self, key, max_bytes, entries=None):
         from parallel.inputs.members import KEY_PREFIX, split_key
         from parallel.inputs.remote import fetch
         from parallel.inputs.tars import read_index, read_member
         _, file = split_key(key)
         size, _, etag = self._record(file)
-        entries = {entry.key: entry for entry in read_index(self._members, [key])} if os.path.isfile(
-            self._members) else {}
+        if entries is None:
+            entries = {entry.key: entry for entry in read_index(self._members, [key])} if os.path.isfile(
+                self._members) else {}
         entry = entries.get(key)
         if entry is None or entry.size < 0:
             raise ValueError("%s is not a member in the output's members index" % key)

@@ -150,6 +150,8 @@ figure.sentence{display:flex;align-items:center;justify-content:center;height:16
 text-align:center;overflow-wrap:anywhere;overflow:hidden;background:#fff8e6}
 h3.sentence::before{content:"text: "}
 .pager button{margin-right:.5em}.meta{color:#555}
+figure.remove{border:2px dashed #c03030;opacity:.8}figure.keep{border:2px solid #2a8a3a}
+.mark{font-size:11px;font-weight:600}.remove .mark{color:#c03030}.keep .mark{color:#2a8a3a}
 """
 
 _SCRIPT = """
@@ -163,6 +165,11 @@ function figure(item) {
   const cap = document.createElement("figcaption");
   cap.textContent = (item.score === undefined ? "" : item.score.toFixed(3) + "  ") + item.path;
   fig.append(img, cap);
+  if (item.remove !== undefined) {  // a duplicate group's member, by the keep rule: the one kept, or one to remove
+    fig.classList.add(item.remove ? "remove" : "keep");
+    const mark = document.createElement("div"); mark.className = "mark";
+    mark.textContent = item.remove ? "would go" : "kept"; fig.append(mark);
+  }
   for (const [name, value] of Object.entries(item.kept || {})) {
     if (value === null) continue;  // this row has none of it
     const line = document.createElement("div"), label = document.createElement("span");
@@ -231,7 +238,8 @@ def check_page_folder(folder, overwrite=False):
 
 
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
-               details="", progress=None, members=None, kept=None, overwrite=False, image_column=None):
+               details="", progress=None, members=None, kept=None, overwrite=False, image_column=None,
+               keep_rule=None):
     """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced, another
     index.html only if `overwrite`).
 
@@ -240,6 +248,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
       queries: list of {"label": str, "image": path of the query image or None,
         "neighbours": [(path, score), ...], "text": True for a sentence (its label; optional)}.
       groups: list of lists of paths, largest first.
+      keep_rule: the rule that chose the row each group keeps (search/removals.py), its first path, marked
+        "kept" and the others "would go"; None: no marks.
       histogram: (counts [B], edges [B + 1]) of nearest-neighbour scores, or None.
       threshold: the duplicates threshold, drawn on the histogram; None: not drawn.
       images_root: the folder or s3:// prefix the paths are relative to (the indexed output's images).
@@ -274,7 +284,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
                           "neighbours": [item(path, score=float(score)) for path, score in query["neighbours"]]},
                          **({"kept": values[query["image"]]} if query.get("image") in values else {}))
                     for query in queries],
-        "groups": [{"size": len(group), "members": [item(path) for path in group[:MEMBERS_SHOWN]]}
+        "groups": [{"size": len(group), "members": [item(path, **({} if keep_rule is None else {"remove": at > 0}))
+                                                    for at, path in enumerate(group[:MEMBERS_SHOWN])]}
                    for group in groups],
         "groupsPerPage": GROUPS_PER_PAGE,
     }
@@ -293,6 +304,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
         % (html.escape("; the red line is the threshold %.3f" % threshold) if threshold is not None else ""),
         "<h2>Queries (%d)</h2><div id=\"queries\"></div>" % len(queries),
         "<h2>Duplicate groups (%d), largest first</h2>" % len(groups),
+        "" if keep_rule is None else '<p class="meta">%s</p>' % html.escape(
+            "Each group keeps one image (rule %s); the others would go." % keep_rule),
         '<p class="pager"><button id="previous">previous</button><button id="next">next</button>'
         '<span id="page-number"></span></p><div id="groups"></div>',
         '<script type="application/json" id="data">%s</script>' % payload,

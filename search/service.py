@@ -8,7 +8,8 @@
     GET  /api/neighbours?row=3&k=10      an indexed row, by its number
     POST /api/search/image?k=10          an image: the request's body is the file's bytes
     POST /api/search/vector?k=10         {"vector": [D floats]}: raw features, as the output holds them
-    GET  /api/duplicates?threshold=0.9   the groups of near-duplicates at a cosine
+    GET  /api/duplicates?threshold=0.9   the groups of near-duplicates at a cosine, each row kept (&keep=RULE)
+                                         first, the others marked "remove"
     GET  /api/image?row=3                the indexed image of a row: its file's, tar member's or object's bytes
 
 A service given no embedder (the command line's, when the output's model cannot be had: no --weights for an
@@ -227,22 +228,32 @@ class Service:
             return self._answer({"image": len(data)}, image_vectors(self.index, [data], self.embedder,
                                                                     ["uploaded"])[0], k)
 
-    def duplicates(self, text, neighbours=20):
-        """The groups of rows with cosine >= threshold `text` (pairs joined, largest group first)."""
+    def duplicates(self, text, neighbours=20, keep_rule="first-key"):
+        """The groups of rows with cosine >= threshold `text` (pairs joined, largest group first); in each, the row
+        `keep_rule` keeps first ("remove": false) and the others, which would go ("remove": true; search/removals.py)."""
         from search.duplicates import find_pairs, group_pairs
+        from search.removals import KEEP_RULES, kept_rows
         try:
             threshold = float(text)
         except (TypeError, ValueError):
             threshold = math.nan
         if not -1 <= threshold <= 1:
             raise ApiError(400, "threshold must be a cosine from -1 to 1; got %r" % (text,))
+        if keep_rule not in KEEP_RULES:
+            raise ApiError(400, "keep must be one of %s; got %r" % (", ".join(KEEP_RULES), keep_rule))
         with self.slots, self._duplicates_lock:  # one at a time: a pass over every row
             pairs, _ = find_pairs(self.index, threshold, neighbours=neighbours)
             groups = group_pairs(pairs, len(self.index))
-        shown = [[{"row": int(row), "key": self.index.paths[row]} for row in group]
-                 for group in groups[:self.limits.max_groups]]
+            try:
+                kept = kept_rows(self.index, groups[:self.limits.max_groups], keep_rule)
+            except ValueError as error:  # an output without caption scores
+                raise ApiError(400, error_line(error)) from None
+        shown = [[{"row": int(row), "key": self.index.paths[row], "remove": row != keep}
+                  for row in [keep] + [row for row in group if row != keep]]
+                 for group, keep in zip(groups, kept.tolist())]
         self._with_kept([member for group in shown for member in group[:self.limits.kept_per_group]])
-        return {"threshold": threshold, "pairs": len(pairs), "groups": len(groups), "shown": shown}
+        return {"threshold": threshold, "keep_rule": keep_rule, "pairs": len(pairs), "groups": len(groups),
+                "shown": shown}
 
     def image(self, text):
         """(bytes, content type) of the indexed image of row `text`: a file under the output's images folder, a tar

@@ -61,6 +61,8 @@ RUNS = {
         "tests/test_search_captions.py::test_the_python_example_of_docs_search_captions_runs",
     ("docs/outputs.md", "import numpy as np"):
         "tests/test_text_pass.py::test_the_text_file_is_read_as_the_outputs_page_shows",
+    ("docs/search.md", "python search_features.py index train.npy"):
+        "tests/test_search_curation.py::test_the_curation_walk_through_of_docs_search_runs",
 }
 
 

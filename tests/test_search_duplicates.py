@@ -143,3 +143,12 @@ def test_pairs_and_groups_files(tmp_path, indexed):
 def test_a_threshold_out_of_range_is_refused(indexed):
     with pytest.raises(ValueError, match="threshold=1.5; expected a cosine between -1 and 1"):
         find_pairs(indexed[2]["exact"], 1.5)
+
+
+def test_the_nearest_scores_of_an_ivfpq_index_are_those_of_its_full_vectors(indexed):
+    """`duplicates --calibrate` and the page's histogram on the default ivfpq index (full vectors kept)."""
+    _, _, indexes = indexed
+    assert indexes["ivfpq"].keeps_full_vectors
+    approximate, exact = (nearest_scores(indexes[kind], sample=300) for kind in ("ivfpq", "exact"))
+    assert len(approximate) == len(exact) == 300  # the same rows: the sample is drawn from the same count
+    assert np.mean(np.abs(approximate - exact) < 2e-3) >= 0.95

@@ -477,7 +477,11 @@ def test_tiles_lead_with_the_caption_and_a_short_key_and_a_group_shows_all_its_m
             assert [tile[2] for tile in tiles] == members and [tile[3] for tile in tiles] == members
             # The caption first; the key shortened to what differs (the group's are all in cats/), whole on hover.
             assert all(tile[1] == "\u2026/%s" % Path(tile[2]).name for tile in tiles), tiles[:3]
-            assert all(tile[0] == ["caption", "url", "key-line"] for tile in tiles if kept[tile[2]]["url"])
+            assert all(tile[0] == ["mark", "caption", "url", "key-line"] for tile in tiles if kept[tile[2]]["url"])
+            # The row the rule keeps first, the others marked as those that would go.
+            marks = page.eval_on_selector_all("#groups figure", "figures => figures.map(f => [f.className, "
+                                              "f.querySelector('.mark').textContent])")
+            assert marks == [["result keep", "kept"]] + [["result remove", "would go"]] * 29
             # A kept value that is one http(s) URL is a link, opened apart; nothing else is.
             links = page.eval_on_selector_all("#groups .kept a", "links => links.map(a => [a.getAttribute('href'), "
                                                                  "a.rel, a.target, a.textContent])")

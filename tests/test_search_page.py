@@ -46,7 +46,8 @@ def report(tmp_path):
     groups.insert(0, names[:6] + ["broken.jpg"])
     scores = np.random.default_rng(1).uniform(0.2, 1.0, 300)
     page = write_page(tmp_path / "page", queries=queries, groups=groups, histogram=histogram(scores),
-                      threshold=0.9, images_root=images, title="Search <b>test</b>", details="12 photos")
+                      threshold=0.9, images_root=images, title="Search <b>test</b>", details="12 photos",
+                      keep_rule="first-key")
     return page, groups
 
 
@@ -190,6 +191,8 @@ def test_the_page_in_chromium(report, tmp_path, served):
     # Queries (1 + 5, then 2) and the first page of groups (7 + 49 groups of 2), every one loaded.
     assert len(widths) == 6 + 2 + 7 + 2 * (GROUPS_PER_PAGE - 1) and all(width > 0 for width in widths)
     assert "group 1: 7 images" in first_page and "group %d:" % (GROUPS_PER_PAGE + 1) not in first_page
+    # Each group's first row is the one its rule keeps; the others are marked as those that would go.
+    assert first_page.count("\nkept") == GROUPS_PER_PAGE and first_page.count("would go") == 6 + GROUPS_PER_PAGE - 1
     assert "group %d: 2 images" % (GROUPS_PER_PAGE + 1) in second_page and len(groups) == GROUPS_PER_PAGE + 8
     with Image.open(tmp_path / "shot.png") as shot:
         pixels = np.asarray(shot.convert("L"), dtype=np.float32)

@@ -230,7 +230,12 @@ def test_duplicate_groups_at_a_threshold(tmp_path):
     with Running(Service(Index.build(tmp_path / "f.npy", tmp_path / "f.index"))) as service:
         status, answer, _ = service.request("/api/duplicates?threshold=0.99")
         assert status == 200 and answer["groups"] == 1 and answer["pairs"] == 1
-        assert answer["shown"] == [[{"row": 3, "key": "img/00003.jpg"}, {"row": 49, "key": "img/00049.jpg"}]]
+        # The row the rule keeps first, the others marked as those that would go (search/removals.py).
+        assert answer["keep_rule"] == "first-key" and answer["shown"] == [
+            [{"row": 3, "key": "img/00003.jpg", "remove": False}, {"row": 49, "key": "img/00049.jpg", "remove": True}]]
+        _refused(service.request("/api/duplicates?threshold=0.99&keep=highest-caption-score"), 400,
+                 "has no caption scores")
+        _refused(service.request("/api/duplicates?threshold=0.99&keep=newest"), 400, "keep must be one of")
 
 
 def test_each_row_answered_holds_the_values_kept_beside_it(kept_job, vgg_index, capsys):

@@ -161,6 +161,13 @@ function tile(item, short) {
   keyLine.append(open, key);
   text.append(...keptLines(item.kept), keyLine);
   figure.append(button, text);
+  if (item.remove !== undefined) {  // a duplicate group's member: the row its rule keeps, or one that would go
+    figure.classList.add(item.remove ? "remove" : "keep");
+    const mark = document.createElement("div");
+    mark.className = "mark";
+    mark.textContent = item.remove ? "would go" : "kept";
+    text.prepend(mark);
+  }
   return figure;
 }
 
