@@ -2,10 +2,11 @@
 `<output>.text.parquet` (parallel.output.text_rows), read for search.
 
     scores = caption_scores(index)          # float32 [N] in the index's row order, NaN where a row has none
+    check_caption_scores(index)             # SearchError (one line) for an output without: before any work
     captions = Captions(index)
     lists = captions.ranked(unit_vectors, k, min_score=0.28)   # [[(key, cosine)]] best first, against the captions
     allowed = caption_filter(index, 0.28)   # bool [N]: the rows whose caption score is 0.28 or more
-    found = neighbours(index, unit_vectors, k, to_captions, min_score)   # [[(key, score)]]: the index's or the captions'
+    found = neighbours(index, unit_vectors, k, to_captions, min_score)  # [[(key, score)]]: the index's or captions'
 
 A caption score is the cosine of a row's caption, embedded by the model's text tower, and its image's
 embedding (LAION kept the pairs of CLIP ViT-B/32 at 0.28 and above); NaN for a row without one (no caption, a
@@ -31,20 +32,38 @@ def text_file(index):
     return job_output(index) + TEXT_SUFFIX
 
 
-def _column(index, name, what):
-    """(keys, values) of the text file's column `name`; SearchError (one line) when the job gave none."""
-    from parallel.output.text_rows import column_of
+def _checked(index, name, what):
+    """The path of the indexed output's text file, when it holds the column `name` (its schema alone read);
+    SearchError (one line, naming `what`) when the job gave none."""
+    import pyarrow.parquet as pq
     path = text_file(index)
     if not Path(path).is_file():
         raise SearchError("%s has no %s: its job embedded no captions (run_inference.py --text-column NAME gives "
                           "each row one, in %s)" % (index.meta["source"]["output"], what, Path(path).name))
     try:
-        return column_of(path, name)
-    except KeyError:
-        raise SearchError("%s has no %s: its job was run without --text-column (%s holds %s)" % (
-            index.meta["source"]["output"], what, Path(path).name, "its labels only")) from None
+        names = pq.read_schema(path).names
     except (OSError, ValueError) as error:
         raise SearchError("%s cannot be read: %s" % (path, error)) from None
+    if name not in names:
+        raise SearchError("%s has no %s: its job was run without --text-column (%s holds %s)" % (
+            index.meta["source"]["output"], what, Path(path).name, "its labels only"))
+    return path
+
+
+def _column(index, name, what):
+    """(keys, values) of the text file's column `name`; SearchError (one line) when the job gave none."""
+    from parallel.output.text_rows import column_of
+    path = _checked(index, name, what)
+    try:
+        return column_of(path, name)
+    except (OSError, ValueError, KeyError) as error:
+        raise SearchError("%s cannot be read: %s" % (path, error)) from None
+
+
+def check_caption_scores(index):
+    """Raises SearchError (one line, as `caption_scores`) unless the indexed output has caption scores: what a
+    command that needs them asks before any work (the text file's schema alone is read)."""
+    _checked(index, "caption_score", "caption scores")
 
 
 def caption_scores(index):
@@ -81,8 +100,7 @@ class Captions:
 
     def __init__(self, index):
         import pyarrow.parquet as pq
-        _column(index, "caption_score", "captions")  # there, and of a job with captions: else one line
-        self.path = text_file(index)
+        self.path = _checked(index, "caption_score", "captions")  # a job's with captions: else one line
         self.size = pq.read_schema(self.path).field("caption_embedding").type.list_size
 
     def ranked(self, unit_vectors, k, min_score=None):

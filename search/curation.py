@@ -70,8 +70,11 @@ def export_command(args, index, query_vectors, progress, say, writing):
     Args:
       query_vectors: callable() -> float32 [Q, D] normalised vectors of the queries given (None: none given).
     """
+    from search.captions import check_caption_scores
     from search.export import export
     out = Path(args.out or index.folder / "export.parquet")
+    if args.min_caption_score is not None:
+        check_caption_scores(index)  # an output without caption scores: said before a query is embedded
     queries = query_vectors() if args.queries or args.text else None
     summary = writing(export, index, out, queries, threshold=args.threshold, min_caption_score=args.min_caption_score,
                       removals=args.removals, images_out=args.images_out, shard_size=args.shard_size,

@@ -51,8 +51,8 @@ def check_rule_usable(index, rule):
     SearchError for highest-caption-score on an output without caption scores."""
     check_keep_rule(rule)
     if rule == "highest-caption-score":
-        from search.captions import caption_scores
-        caption_scores(index)
+        from search.captions import check_caption_scores
+        check_caption_scores(index)
 
 
 def kept_rows(index, groups, rule):

@@ -230,9 +230,10 @@ class Service:
 
     def duplicates(self, text, neighbours=20, keep_rule="first-key"):
         """The groups of rows with cosine >= threshold `text` (pairs joined, largest group first); in each, the row
-        `keep_rule` keeps first ("remove": false) and the others, which would go ("remove": true; search/removals.py)."""
+        `keep_rule` keeps first ("remove": false) and the others, which would go ("remove": true;
+        search/removals.py)."""
         from search.duplicates import find_pairs, group_pairs
-        from search.removals import KEEP_RULES, kept_rows
+        from search.removals import KEEP_RULES, check_rule_usable, kept_rows
         try:
             threshold = float(text)
         except (TypeError, ValueError):
@@ -241,13 +242,14 @@ class Service:
             raise ApiError(400, "threshold must be a cosine from -1 to 1; got %r" % (text,))
         if keep_rule not in KEEP_RULES:
             raise ApiError(400, "keep must be one of %s; got %r" % (", ".join(KEEP_RULES), keep_rule))
+        try:
+            check_rule_usable(self.index, keep_rule)  # an output without caption scores: before the pass
+        except ValueError as error:
+            raise ApiError(400, error_line(error)) from None
         with self.slots, self._duplicates_lock:  # one at a time: a pass over every row
             pairs, _ = find_pairs(self.index, threshold, neighbours=neighbours)
             groups = group_pairs(pairs, len(self.index))
-            try:
-                kept = kept_rows(self.index, groups[:self.limits.max_groups], keep_rule)
-            except ValueError as error:  # an output without caption scores
-                raise ApiError(400, error_line(error)) from None
+            kept = kept_rows(self.index, groups[:self.limits.max_groups], keep_rule)
         shown = [[{"row": int(row), "key": self.index.paths[row], "remove": row != keep}
                   for row in [keep] + [row for row in group if row != keep]]
                  for group, keep in zip(groups, kept.tolist())]

@@ -88,3 +88,31 @@ def test_the_python_example_of_docs_search_captions_runs(indexed, monkeypatch, c
     assert lines[0] == "%d of 6 rows pass LAION's bound" % (rows.scores >= 0.28).sum()
     nearest = Captions(index).ranked(index.stored([0]), 3)[0]
     assert lines[1:] == ["%s %s" % (key, round(cosine, 3)) for key, cosine in nearest]
+
+
+def test_the_caption_keep_rule_and_export_s_caption_bound_read_the_text_file_s_scores(indexed, tmp_path, capsys):
+    import pyarrow.parquet as pq
+    index, rows, _ = indexed
+    scores = dict(zip(rows.keys, rows.scores.tolist()))
+    assert len(set(scores.values())) == len(scores)  # no ties: the rule alone chooses
+    vectors = index.stored(np.arange(len(index)))
+    threshold = float(np.median((vectors @ vectors.T)[np.triu_indices(len(index), 1)]))  # groups of several rows
+    removals = tmp_path / "removals.parquet"
+    assert search_features.main(["--quiet", "duplicates", str(index.folder), "--threshold", repr(threshold),
+                                 "--removals", str(removals), "--keep-rule", "highest-caption-score"]) == 0
+    table = pq.read_table(removals).to_pydict()
+    groups = {}
+    for group, key, kept_key, remove in zip(table["group"], table["key"], table["kept_key"], table["remove"]):
+        groups.setdefault(group, []).append(key)
+        assert (key != kept_key) == remove
+    assert groups and max(map(len, groups.values())) > 1
+    for group, keys in groups.items():
+        kept = {kept_key for number, kept_key in zip(table["group"], table["kept_key"]) if number == group}
+        assert kept == {max(keys, key=scores.get)}
+    bound = float(np.sort(rows.scores)[2])  # the four highest pass
+    out = tmp_path / "export.parquet"
+    assert search_features.main(["--quiet", "export", str(index.folder), "--min-caption-score", repr(bound),
+                                 "--out", str(out)]) == 0, capsys.readouterr().err
+    exported = pq.read_table(out).to_pydict()
+    assert sorted(exported["key"]) == sorted(key for key, score in scores.items() if score >= bound)
+    assert exported["caption_score"] == [scores[key] for key in exported["key"]]

@@ -65,9 +65,12 @@ def test_rows_near_a_query_and_not_removed_are_selected(folder_job, tmp_path):
 
 def test_a_selection_that_needs_what_is_not_given_is_refused_first(folder_job, tmp_path, capsys):
     index, _ = folder_job
+    (tmp_path / "new.png").write_bytes(png((20, 16), 99))
     for argv, words in (([index.folder, "img/00004.jpg"], "give --threshold"),
                         ([index.folder, "--threshold", "0.5"], "give a QUERY or --text"),
-                        ([index.folder, "--min-caption-score", "0.28"], "has no caption scores")):
+                        ([index.folder, "--min-caption-score", "0.28"], "has no caption scores"),
+                        ([index.folder, tmp_path / "new.png", "--threshold", "0.5", "--min-caption-score", "0.28"],
+                         "has no caption scores")):  # before the new image is given to the model
         assert _export(*argv, "--out", tmp_path / "e.parquet", "--images-out", tmp_path / "tars") == 2
         error = capsys.readouterr().err
         assert error.count("\n") == 1 and words in error, error

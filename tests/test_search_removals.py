@@ -2,6 +2,7 @@
 exactly the planted copies, one row kept a group by each rule; a rule the output cannot serve is refused first."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -9,7 +10,8 @@ import pytest
 
 import search_features
 from parallel.inputs.manifest import Manifest, manifest_path
-from search import captions, removals
+from parallel.output.text_rows import TEXT_SUFFIX, TextRows, write_rows
+from search import removals
 from search.index import Index
 from search_data import SETTINGS, clustered, near_copy, write_npy
 
@@ -36,6 +38,19 @@ def planted(tmp_path_factory):
     return Index.build(output, folder / "f.index")
 
 
+@pytest.fixture
+def captioned(planted):
+    """The planted output's text file as a job with --text-column writes it (parallel/output/text_rows.py), each
+    row's caption score CAPTIONS' (0 where it names none); removed after the test."""
+    path = Path(planted.meta["source"]["output"] + TEXT_SUFFIX)
+    rows = [int(key[4:9]) for key in planted.paths]
+    write_rows(path, TextRows(list(planted.paths), embeddings=np.ones((len(rows), 2), np.float32),
+                              errors=[None] * len(rows),
+                              scores=np.array([CAPTIONS.get(row, 0.0) for row in rows], np.float32)))
+    yield path
+    path.unlink()
+
+
 def _read(path):
     table = pq.read_table(path)
     return table.to_pylist(), json.loads(table.schema.metadata[b"search.removals"])
@@ -43,9 +58,7 @@ def _read(path):
 
 @pytest.mark.parametrize("rule, kept", [("first-key", {0, 7, 20}), ("largest-image", {60, 7, 20}),
                                         ("highest-caption-score", {61, 62, 20})])
-def test_the_removals_file_lists_the_planted_copies_one_kept_a_group(planted, tmp_path, monkeypatch, rule, kept):
-    monkeypatch.setattr(captions, "caption_scores", lambda index: np.array(
-        [CAPTIONS.get(row, 0.0) for row in range(len(index))], np.float32))
+def test_the_removals_file_lists_the_planted_copies_one_kept_a_group(planted, captioned, tmp_path, rule, kept):
     assert search_features.main(["--quiet", "duplicates", str(planted.folder), "--threshold", THRESHOLD,
                                  "--removals", str(tmp_path / "r.parquet"), "--keep-rule", rule]) == 0
     rows, metadata = _read(tmp_path / "r.parquet")
