@@ -408,7 +408,8 @@ def test_captions_and_labels_reach_the_job_and_their_mistakes_are_one_line(fake_
     for flags, said in ((["--labels", tmp_path / "none.txt"], "--labels %s cannot be read: No such file or directory"
                          % (tmp_path / "none.txt")),
                         (["--text-column", "caption"], "--text-column caption needs a model with a text tower, its "
-                         "layer in that tower's space (CLIP's embedding); model vgg16's layer fc7 has none")):
+                         "layer in that tower's space (CLIP's or SigLIP's embedding); model vgg16's layer fc7 has "
+                         "none")):
         assert main("--images", tmp_path / "data.parquet", "--quiet", *flags) == 2
         assert capsys.readouterr().err == "run_inference: error: %s\n" % said
 

@@ -339,3 +339,32 @@ def test_a_parquet_dataset_gives_the_folder_s_features_bit_for_bit(folder, photo
     assert len(parquet) == 2 and rows["folder"].shape == rows["parquet"].shape == (5, 32)
     sort = [np.lexsort(features.T) for features in (rows["folder"], rows["parquet"])]
     np.testing.assert_array_equal(rows["folder"][sort[0]], rows["parquet"][sort[1]])
+
+
+def test_a_caption_score_is_the_cosine_of_the_towers_alone_and_siglip_s_probability_is_beside_it(folder, tmp_path):
+    """`--model siglip --text-column caption`: each row's caption embedded by SigLIP's text tower on the job's devices
+    (its TextSpec) is the host tower's embedding; its score is the cosine with the image's row; its probability is
+    sigmoid(exp(logit_scale) * cosine + logit_bias) of the checkpoint's two scalars."""
+    from dataset_files import write_files
+    from models.text_queries import TextEmbedder
+    from parallel.inputs.tars import MEMBERS_SUFFIX, read_index
+    from parallel.output.text_rows import TEXT_SUFFIX, read_rows
+    from text_jobs import write_images
+    write_files("img2dataset", write_images(tmp_path / "images"), tmp_path / "parquet", per_file=3)
+    output = tmp_path / "feats.npy"
+    assert run_inference.main(["--images", "%s/*.parquet" % (tmp_path / "parquet"), "--output", str(output),
+                               "--model", "siglip", "--weights", str(folder), "--text-column", "caption",
+                               "--devices", "cpu:0", "--quiet"]) == 0
+    rows = read_rows(str(output) + TEXT_SUFFIX)
+    entries = read_index(str(output) + MEMBERS_SUFFIX)
+    assert rows.keys == [entry.key for entry in entries] == (tmp_path / "feats.npy.paths.csv").read_text().split()[1:]
+    with TextEmbedder("siglip", weights=str(folder)) as embedder:  # the text tower alone, on the host
+        text = embedder.text([entry.kept[0] for entry in entries])
+    images = np.load(output)  # the image tower's rows, unit length
+    assert len(rows.keys) == 6 and rows.errors == [None] * 6
+    np.testing.assert_allclose(rows.embeddings, text, atol=1e-6)
+    np.testing.assert_allclose(rows.scores, np.sum(images * text, axis=1), atol=1e-6)
+    scalars = siglip_weights.load_weights(folder / "model.safetensors", siglip_layers.read_config(folder), ("logits",))
+    scale, bias = (float(scalars[name].reshape(())) for name in ("logit_scale", "logit_bias"))
+    logit = np.exp(scale) * rows.scores.astype(np.float64) + bias
+    np.testing.assert_allclose(rows.probabilities, 1 / (1 + np.exp(-logit)), rtol=1e-6)

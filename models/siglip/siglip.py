@@ -28,9 +28,10 @@ import tensorflow as tf
 from models.common import check_endpoint, compute_dtype
 from models.siglip import siglip_layers
 from models.siglip.siglip_layers import ENDPOINTS, FAMILY, PRESETS
+from models.siglip.siglip_tokenizer import Tokenizer
 from models.siglip.siglip_weights import Checkpoint, load_weights, logits
 from models.vit import vit
-from parallel.model import ModelSpec
+from parallel.model import ModelSpec, TextSpec
 
 tf1 = tf.compat.v1
 
@@ -243,7 +244,30 @@ class ImageModel:
                       "size": model.describe()},
             files=source.files,
             resize_filter=RESIZE_FILTER,
-            resize_mode=RESIZE_MODE)
+            resize_mode=RESIZE_MODE,
+            text=self._text_model(source, dtype) if endpoint == "embedding" else None)
+
+    @staticmethod
+    def _text_model(source, dtype):
+        """The text tower as the engine's TextSpec, in the `embedding` layer's space, with SigLIP's probability:
+        the weights, logits and tokenizer files of `source` (a Checkpoint), each read when first asked."""
+        model, tokenizer, scale_and_bias = source.model, [], []  # read where used (a Ray actor's: pickled empty)
+
+        def tokenize(sentences):
+            tokenizer[:] = tokenizer or [Tokenizer.from_folder(source.tokenizer_folder(), model.context_length)]
+            return tokenizer[0].encode(sentences)
+
+        def probability(cosines):
+            """sigmoid(exp(logit_scale) * cosine + logit_bias), float64 of the shape of `cosines`."""
+            scale_and_bias[:] = scale_and_bias or [logits(load_weights(source.path(), model, ("logits",)))]
+            scale, bias = scale_and_bias[0]
+            logit = np.exp(scale) * np.asarray(cosines, np.float64) + bias
+            return 0.5 * (1.0 + np.tanh(0.5 * logit))  # the sigmoid, without overflow for any logit
+
+        # One length: every position attends to every other, so a sentence's padding is part of it (module docstring).
+        return TextSpec(model.name, lambda token_ids: text_tower(token_ids, model, dtype), model.context_length,
+                        tokenize, lambda: text_variable_values(load_weights(source.path(), model, ("text",)), model),
+                        probability=probability)
 
 
 def __getattr__(name):
@@ -262,11 +286,13 @@ class TextTower:
             embeddings = tower.embed(token_ids)        # float32 [N, W], unit length
             tower.probability(cosines)                 # SigLIP's sigmoid(exp(logit_scale) * cosine + logit_bias)
 
+    It builds the image model's text tower (`ImageModel._text_model`, the TextSpec a job runs on its devices) in a
+    Graph of its own.
+
     Attributes:
       context_length: the token ids' length (64; the checkpoint's max_position_embeddings).
       tokenizer_folder: the folder of the tokenizer's files that came with the weights.
       identity: the weights' identity, as the image tower's settings record it.
-      logit_scale, logit_bias: the checkpoint's (floats).
     """
 
     def __init__(self, model_name, weights="imagenet", precision="fp32", cache_dir=None):
@@ -281,18 +307,16 @@ class TextTower:
           ValueError: an unknown model or precision; WeightsError: weights that cannot be read, or no tokenizer
             files beside them.
         """
-        dtype = compute_dtype(precision)
         source = Checkpoint(weights, ImageModel(model_name).name, cache_dir)
         model = self.model = source.model
         self.context_length, self.identity = model.context_length, source.identity
         self.tokenizer_folder = source.tokenizer_folder()
-        weights = load_weights(source.path(), model, ("text", "logits"))
-        self.logit_scale, self.logit_bias = logits(weights)
-        values = text_variable_values(weights, model)
+        self._spec = ImageModel._text_model(source, compute_dtype(precision))  # the engine runs it too
+        values = self._spec.load_weights()
         self._graph = tf.Graph()
         with self._graph.as_default():
             self._token_ids = tf1.placeholder(tf.int32, (None, model.context_length), "token_ids")
-            self._embedding = text_tower(self._token_ids, model, dtype)
+            self._embedding = self._spec.fn(self._token_ids)
             variables = {variable.op.name: variable for variable in tf1.global_variables()}
             feeds = {name: tf1.placeholder(variable.dtype.base_dtype, variable.shape) for name, variable
                      in variables.items()}
@@ -327,8 +351,7 @@ class TextTower:
     def probability(self, cosines):
         """SigLIP's probability that an image and a sentence go together, from their cosine: float64
         sigmoid(exp(logit_scale) * cosine + logit_bias), the shape of `cosines`."""
-        logit = np.exp(self.logit_scale) * np.asarray(cosines, np.float64) + self.logit_bias
-        return 0.5 * (1.0 + np.tanh(0.5 * logit))  # the sigmoid, without overflow for any logit
+        return self._spec.probability(cosines)
 
     def close(self):
         """Releases the Session."""

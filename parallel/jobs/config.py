@@ -141,8 +141,9 @@ class Config:
             return
         if self.model.text is None:
             asked = "text_column=%s" % column if column is not None else "labels= (%d labels)" % len(labels)
-            raise ValueError("%s needs a model with a text tower, its layer in that tower's space (CLIP's embedding); "
-                             "model %s's layer %s has none" % (asked, self.model.name, self.model.output_name))
+            raise ValueError("%s needs a model with a text tower, its layer in that tower's space (CLIP's or SigLIP's "
+                             "embedding); model %s's layer %s has none" % (asked, self.model.name,
+                                                                           self.model.output_name))
         if column is not None:
             if not isinstance(column, str) or not column or "," in column:
                 raise ValueError("text_column takes the name of a column, feature or member; got %r" % (column,))
