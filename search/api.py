@@ -54,17 +54,21 @@ def _page_file(path):
 # (method, path) -> (the Service's operation, the parameters it takes, whether it reads a body).
 ROUTES = {
     ("GET", "/api/index"): (lambda service, query: service.describe(), (), False),
-    ("GET", "/api/search"): (lambda service, query: _search(service, query), ("text", "key", "k"), False),
-    ("GET", "/api/neighbours"): (lambda service, query: service.by_row(_one(query, "row"), _k(service, query)),
-                                 ("row", "k"), False),
+    ("GET", "/api/search"): (lambda service, query: _search(service, query),
+                             ("text", "caption", "key", "k", "min_caption_score"), False),
+    ("GET", "/api/neighbours"): (lambda service, query: service.by_row(_one(query, "row"), _k(service, query),
+                                                                       _bound(service, query)),
+                                 ("row", "k", "min_caption_score"), False),
     ("GET", "/api/duplicates"): (lambda service, query: service.duplicates(
         _one(query, "threshold"), keep_rule=_one(query, "keep") if "keep" in query else "first-key"),
                                  ("threshold", "keep"), False),
     ("GET", "/api/image"): (lambda service, query: service.image(_one(query, "row")), ("row",), False),
-    ("POST", "/api/search/image"): (lambda service, query, body: service.by_image(body, _k(service, query)),
-                                    ("k",), True),
-    ("POST", "/api/search/vector"): (lambda service, query, body: service.by_vector(body, _k(service, query)),
-                                     ("k",), True),
+    ("POST", "/api/search/image"): (lambda service, query, body: service.by_image(body, _k(service, query),
+                                                                                  _bound(service, query)),
+                                    ("k", "min_caption_score"), True),
+    ("POST", "/api/search/vector"): (lambda service, query, body: service.by_vector(body, _k(service, query),
+                                                                                    _bound(service, query)),
+                                     ("k", "min_caption_score"), True),
 }
 ROUTES.update({("GET", path): (lambda service, query, path=path: _page_file(path), (), False) for path in PAGE_FILES})
 
@@ -82,12 +86,19 @@ def _k(service, query):
     return service.k(_one(query, "k")) if "k" in query else service.k("10")
 
 
+def _bound(service, query):
+    """The query's min_caption_score, checked (None when not given)."""
+    return service.min_caption_score(_one(query, "min_caption_score") if "min_caption_score" in query else None)
+
+
 def _search(service, query):
-    if ("text" in query) == ("key" in query):
-        raise ApiError(400, "give one of text (a sentence) or key (an indexed row's path)")
-    if "text" in query:
-        return service.by_text(_one(query, "text"), _k(service, query))
-    return service.by_key(_one(query, "key"), _k(service, query))
+    if sum(name in query for name in ("text", "caption", "key")) != 1:
+        raise ApiError(400, "give one of text (a sentence), caption (a sentence against the rows' captions) or key "
+                            "(an indexed row's path)")
+    if "key" in query:
+        return service.by_key(_one(query, "key"), _k(service, query), _bound(service, query))
+    name = "caption" if "caption" in query else "text"
+    return service.by_text(_one(query, name), _k(service, query), name == "caption", _bound(service, query))
 
 
 IDLE_SECONDS = 60  # a connection that sends nothing for this long is closed: its thread is not held forever
@@ -242,11 +253,14 @@ _UNPRINTABLE = {code: "\\x%02x" % code for code in list(range(32)) + list(range(
 
 
 def logged_path(path, limit=200):
-    """A request's path as its log line shows it: a sentence (`text=`) as its length only, characters that could
-    move a terminal's cursor escaped, at most `limit` characters."""
+    """A request's path as its log line shows it: a sentence (`text=`, `caption=`) as its length only, characters
+    that could move a terminal's cursor escaped, at most `limit` characters."""
     path, _, query = path.partition("?")
-    fields = [("text=(%d characters)" % len(urllib.parse.unquote_plus(field[5:]))) if field.startswith("text=")
-              else field for field in query.split("&")] if query else []
+    fields = []
+    for field in query.split("&") if query else ():
+        name, _, value = field.partition("=")
+        fields.append("%s=(%d characters)" % (name, len(urllib.parse.unquote_plus(value)))
+                      if name in ("text", "caption") and "=" in field else field)
     shown = (path + ("?" + "&".join(fields) if fields else "")).translate(_UNPRINTABLE)
     return shown if len(shown) <= limit else shown[:limit] + "..."
 

@@ -83,10 +83,10 @@ def caption_scores(index):
     return np.array([found.get(path, np.nan) for path in index.paths], np.float32)
 
 
-def caption_filter(index, min_score):
+def caption_filter(index, min_score, scores=None):
     """bool [N]: the rows of `index` whose caption score is `min_score` or more (NaN: never); SearchError as
-    `caption_scores`."""
-    scores = caption_scores(index)
+    `caption_scores`. scores: its `caption_scores`, when already read (a service reads them once), or None."""
+    scores = caption_scores(index) if scores is None else scores
     with np.errstate(invalid="ignore"):
         return scores >= min_score
 

@@ -5,6 +5,9 @@
     GET  /api/index                      the index's description: the queries it answers, why not the others
     GET  /api/search?text=a+dog&k=10     a sentence (an output of a model with a text tower)
     GET  /api/search?key=cats/01.jpg     an indexed row, by its key (its path in the output)
+    GET  /api/search?caption=a+dog       a sentence against the rows' captions (text to text; an output of a job
+                                         with --text-column)
+    &min_caption_score=0.28              on any search: only rows whose caption score is at least this
     GET  /api/neighbours?row=3&k=10      an indexed row, by its number
     POST /api/search/image?k=10          an image: the request's body is the file's bytes
     POST /api/search/vector?k=10         {"vector": [D floats]}: raw features, as the output holds them
@@ -42,6 +45,7 @@ from PIL import Image
 
 from parallel.messages import error_line
 from search.indexed_images import Changed, IndexedImages, TooLarge
+from search.captions import Captions, caption_filter, caption_scores, check_caption_scores
 from search.queries import (Kept, check_text_queries, image_vectors, members_index, probabilities, ranked,
                             text_vectors)
 
@@ -108,11 +112,11 @@ class Service:
         self.members = members_index(index)
         self.images = IndexedImages(index, self.members)  # its manifest read once, on the first image asked
         self.kept = Kept(index)  # its names read once, on the first answer
-        self._duplicates_lock = threading.Lock()
+        self._duplicates_lock, self._captions_lock, self._caption_scores = threading.Lock(), threading.Lock(), None
 
     def unavailable(self):
-        """{"text": why, "image": why}, one line each, for the kinds of query this service cannot answer ({}: it
-        answers sentences and images)."""
+        """{"text": why, "image": why, "caption": why}, one line each, for the kinds of query this service cannot
+        answer ({}: it answers sentences, images and captions)."""
         why = {}
         try:
             check_text_queries(self.index)
@@ -122,15 +126,22 @@ class Service:
             why["image"] = "the indexed output records no model: search by a row, a key or a vector"
         if self.embedder is None:
             why = dict({"text": self.no_embedder, "image": self.no_embedder}, **why)
+        try:
+            check_caption_scores(self.index)
+            if "text" in why:
+                why["caption"] = why["text"]
+        except ValueError as error:
+            why["caption"] = error_line(error)
         return why
 
     def answers(self):
         """One line: the queries this service answers, and why not the others (said as it starts)."""
         why = self.unavailable()
-        line = "answers: %s" % ", ".join(["neighbours of a row or a key"] + [
-            name for kind, name in (("text", "a sentence"), ("image", "an image")) if kind not in why] +
+        line = "answers: %s" % ", ".join(["neighbours of a row or a key"] + [name for kind, name in (
+            ("text", "a sentence"), ("caption", "a sentence against the captions"), ("image", "an image"))
+            if kind not in why] +
             ["a vector", "duplicates"])
-        if why.keys() == {"text", "image"} and why["text"] == why["image"]:
+        if "text" in why and why["text"] == why.get("image"):  # (the captions are said only where there are some)
             return "%s; not sentences or images: %s" % (line, why["text"])
         return line + "".join("; not %s: %s" % (name, why[kind]) for kind, name in (("text", "sentences"),
                                                                                     ("image", "images")) if kind in why)
@@ -143,7 +154,8 @@ class Service:
                 "model": settings.get("model"), "layer": settings.get("layer"), "kept": list(self.kept.names),
                 "centred": centre["centred"],
                 "dimensions": int(self.index.mean.shape[0]), "queries": {
-                    "key": True, "row": True, "vector": True, "text": "text" not in why, "image": "image" not in why},
+                    "key": True, "row": True, "vector": True, "text": "text" not in why, "image": "image" not in why,
+                    "caption": "caption" not in why},
                 "unavailable": why, "limits": dataclasses.asdict(self.limits)}
 
     def k(self, text):
@@ -156,11 +168,45 @@ class Service:
             raise ApiError(400, "k must be a whole number from 1 to %d; got %r" % (self.limits.max_k, text))
         return k
 
-    def _answer(self, query, unit_vector, k):
-        found = ranked(self.index, unit_vector[None], k)[0]
-        neighbours = [{"rank": rank, "row": row, "key": self.index.paths[row], "score": score}
-                      for rank, (row, score) in enumerate(found, 1)]
+    def min_caption_score(self, text):
+        """The caption score bound asked (`text`; None: none), checked: a cosine, on an output with caption scores."""
+        if text is None:
+            return None
+        try:
+            bound = float(text)
+        except (TypeError, ValueError):
+            bound = math.nan
+        if not -1 <= bound <= 1:
+            raise ApiError(400, "min_caption_score must be a cosine from -1 to 1; got %r" % (text,))
+        with self._captions_lock:  # read once, on the first bound asked
+            try:
+                self._caption_scores = caption_scores(self.index) if self._caption_scores is None else \
+                    self._caption_scores
+            except ValueError as error:  # an output without caption scores
+                raise ApiError(400, error_line(error)) from None
+        return bound
+
+    def _answer(self, query, unit_vector, k, to_captions=False, min_caption_score=None):
+        """The k neighbours of `unit_vector`: the index's rows, or the rows whose caption is nearest (`to_captions`:
+        search.captions, as the command line's --caption; a caption whose image failed has no row: "row" null);
+        only rows of a caption score of at least `min_caption_score` (checked by `min_caption_score`), unless None."""
+        if to_captions:
+            found = [(self._row_of(key), key, score) for key, score in Captions(self.index).ranked(
+                unit_vector[None], k, min_caption_score)[0]]
+        else:
+            allowed = None if min_caption_score is None else caption_filter(self.index, min_caption_score,
+                                                                            self._caption_scores)
+            found = [(row, self.index.paths[row], score)
+                     for row, score in ranked(self.index, unit_vector[None], k, allowed)[0]]
+        neighbours = [{"rank": rank, "row": row, "key": key, "score": score}
+                      for rank, (row, key, score) in enumerate(found, 1)]
         return {"query": query, "neighbours": self._with_kept(neighbours)}
+
+    def _row_of(self, key):
+        try:
+            return self.index.row(key)
+        except ValueError:
+            return None
 
     def _with_kept(self, rows):
         """`rows` (dicts with a "key"), each given "kept": {name: str or None} when the output kept values."""
@@ -180,36 +226,43 @@ class Service:
             raise ApiError(404, "row must be a row of the index, 0 to %d; got %r" % (len(self.index) - 1, text))
         return row
 
-    def by_row(self, text, k):
-        """The neighbours of the indexed row numbered `text`."""
+    def by_row(self, text, k, min_caption_score=None):
+        """The neighbours of the indexed row numbered `text` (only rows of a caption score of at least
+        `min_caption_score`, a checked bound, unless None; as every query's)."""
         row = self.row(text)
         with self.slots:
-            return self._answer({"row": row, "key": self.index.paths[row]}, self.index.stored([row])[0], k)
+            return self._answer({"row": row, "key": self.index.paths[row]}, self.index.stored([row])[0], k,
+                                min_caption_score=min_caption_score)
 
-    def by_key(self, key, k):
+    def by_key(self, key, k, min_caption_score=None):
         """The neighbours of the indexed row whose key (its path in the output) is `key`."""
         try:
             row = self.index.row(key)
         except ValueError:
             raise ApiError(404, "key %r is not a row of the index" % key) from None
-        return self.by_row(str(row), k)
+        return self.by_row(str(row), k, min_caption_score)
 
-    def by_text(self, sentence, k):
-        """The neighbours of a sentence, embedded by the model's text tower."""
+    def by_text(self, sentence, k, to_captions=False, min_caption_score=None):
+        """The neighbours of a sentence, embedded by the model's text tower: the images nearest it, or the rows whose
+        caption is nearest (`to_captions`: text to text)."""
+        name = "caption" if to_captions else "text"
         if len(sentence) > self.limits.max_sentence:
             raise ApiError(400, "a sentence may have at most %d characters; got %d" % (self.limits.max_sentence,
                                                                                       len(sentence)))
         if not sentence.strip():
-            raise ApiError(400, "text %r has no words: give a sentence" % sentence)
-        self._answerable("text", "a sentence")
+            raise ApiError(400, "%s %r has no words: give a sentence" % (name, sentence))
+        self._answerable(name, "a sentence against the captions" if to_captions else "a sentence")
         with self.slots:
-            answer = self._answer({"text": sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k)
+            answer = self._answer({name: sentence}, text_vectors(self.index, [sentence], self.embedder)[0], k,
+                                  to_captions, min_caption_score)
+            if to_captions:  # SigLIP's probability is of an image and a sentence, not of two sentences
+                return answer
             chances = probabilities(self.embedder, [[(row["row"], row["score"]) for row in answer["neighbours"]]])[0]
             for row, chance in zip(answer["neighbours"], chances or ()):  # SigLIP's own score, beside the cosine
                 row["probability"] = chance
             return answer
 
-    def by_vector(self, body, k):
+    def by_vector(self, body, k, min_caption_score=None):
         """The neighbours of a vector given as JSON {"vector": [D numbers]} (raw features, as the output's)."""
         try:
             vector = np.asarray(json_body(body)["vector"], np.float64)
@@ -218,15 +271,17 @@ class Service:
         if vector.ndim != 1 or not np.isfinite(vector).all():
             raise ApiError(400, "vector must be one list of finite numbers; got shape %s" % (vector.shape,))
         with self.slots:
-            return self._answer({"vector": len(vector)}, self.index.prepare(vector[None].astype(np.float32))[0], k)
+            return self._answer({"vector": len(vector)}, self.index.prepare(vector[None].astype(np.float32))[0], k,
+                                min_caption_score=min_caption_score)
 
-    def by_image(self, data, k):
+    def by_image(self, data, k, min_caption_score=None):
         """The neighbours of an uploaded image (its file's bytes), computed by the output's model."""
         self._answerable("image", "an image")
         check_pixels(data, self.limits.max_pixels)
         with self.slots:
             return self._answer({"image": len(data)}, image_vectors(self.index, [data], self.embedder,
-                                                                    ["uploaded"])[0], k)
+                                                                    ["uploaded"])[0], k,
+                                min_caption_score=min_caption_score)
 
     def duplicates(self, text, neighbours=20, keep_rule="first-key"):
         """The groups of rows with cosine >= threshold `text` (pairs joined, largest group first); in each, the row

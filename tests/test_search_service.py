@@ -50,6 +50,14 @@ def no_text_tower(model):
     return str(refused.value)
 
 
+def no_captions(index):
+    """The line refusing a caption query on `index`, an output of a job without --text-column (search.captions)."""
+    from search.captions import check_caption_scores
+    with pytest.raises(ValueError) as refused:
+        check_caption_scores(index)
+    return str(refused.value)
+
+
 def _api_neighbours(answer):
     return [(found["key"], found["score"]) for found in answer["neighbours"]]
 
@@ -123,6 +131,69 @@ def test_a_siglip_sentence_s_neighbours_carry_siglip_s_probability_in_the_api_an
     capsys.readouterr()
     assert run("neighbours", index_folder, "colour03.png", "-k", "2") == 0
     assert capsys.readouterr().out.splitlines()[0] == "query,rank,score,path"  # an image's: no such column
+
+
+@pytest.fixture(scope="module")
+def siglip_captions_job(siglip_job, tmp_path_factory):
+    """An output of the small SigLIP's embedding over an img2dataset Parquet file of six captioned images, run with
+    --text-column caption, and its index: (weights, index folder, its text file's TextRows)."""
+    import run_inference
+    from dataset_files import write_files
+    from parallel.output.text_rows import TEXT_SUFFIX, read_rows
+    from text_jobs import write_images
+    _, weights, _, _ = siglip_job
+    folder = tmp_path_factory.mktemp("siglip-captions")
+    write_files("img2dataset", write_images(folder / "images"), folder / "parquet", per_file=6)
+    assert run_inference.main(["--images", str(folder / "parquet" / "*.parquet"), "--output", str(folder / "f.npy"),
+                               "--model", "siglip", "--weights", str(weights), "--text-column", "caption",
+                               "--devices", "cpu:0", "--quiet"]) == 0
+    assert run("--quiet", "index", folder / "f.npy") == 0
+    return weights, folder / "f.npy.index", read_rows(str(folder / "f.npy") + TEXT_SUFFIX)
+
+
+def test_a_caption_query_and_the_caption_score_bound_are_answered_as_neighbours_does(siglip_captions_job,
+                                                                                     siglip_job, capsys):
+    from dataset_files import caption
+    from models.query_embedder import QueryEmbedder
+    weights, index_folder, rows = siglip_captions_job
+    index = Index.load(index_folder)
+    scores = dict(zip(rows.keys, rows.scores.tolist()))
+    bound = float(np.sort(rows.scores)[2])  # the four highest pass
+    sentence = caption("a/03.png")
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    with Running(Service(index, embedder)) as service:
+        description = service.request("/api/index")[1]
+        by_caption = service.request("/api/search?" + urllib.parse.urlencode({"caption": sentence, "k": 4}))[1]
+        by_text = service.request("/api/search?" + urllib.parse.urlencode({
+            "text": sentence, "k": 6, "min_caption_score": repr(bound)}))[1]
+        by_row = service.request("/api/neighbours?row=0&k=6&min_caption_score=%r" % bound)[1]
+        _refused(service.request("/api/search?key=x&caption=a+dog"), 400, "give one of text")
+        _refused(service.request("/api/neighbours?row=0&min_caption_score=2"), 400, "min_caption_score must be a "
+                                                                                     "cosine from -1 to 1; got '2'")
+    embedder.close()
+    assert description["queries"]["caption"] is True and "caption" not in description["unavailable"]
+    assert Service(index, embedder).answers() == ("answers: neighbours of a row or a key, a sentence, a sentence "
+                                                  "against the captions, an image, a vector, duplicates")
+    assert by_caption["query"] == {"caption": sentence} and "probability" not in by_caption["neighbours"][0]
+    cli = _cli_neighbours(capsys, index_folder, "--caption", sentence, "-k", "4", "--weights", weights)
+    assert [found["key"] for found in by_caption["neighbours"]] == [key for key, _ in cli] and len(cli) == 4
+    first = by_caption["neighbours"][0]  # the row of that caption, by its own
+    assert first["score"] == pytest.approx(1, abs=1e-5) and first["row"] == index.row(first["key"])
+    np.testing.assert_allclose([found["score"] for found in by_caption["neighbours"]], [score for _, score in cli],
+                               atol=1e-6)
+    cli = _cli_neighbours(capsys, index_folder, "--text", sentence, "-k", "6", "--weights", weights,
+                          "--min-caption-score", repr(bound))
+    assert [found["key"] for found in by_text["neighbours"]] == [key for key, _ in cli]
+    assert {key for key, _ in cli} == {key for key, score in scores.items() if score >= bound}
+    assert all("probability" in found for found in by_text["neighbours"])  # a sentence against the images: SigLIP's
+    assert {found["key"] for found in by_row["neighbours"]} == {key for key, score in scores.items() if score >= bound}
+    _, _, plain, _ = siglip_job  # an output without captions: no caption query, no bound
+    with Running(Service(Index.load(plain), embedder)) as service:
+        description = service.request("/api/index")[1]
+        _refused(service.request("/api/neighbours?row=0&min_caption_score=0.1"), 400, "has no caption scores")
+        _refused(service.request("/api/search?caption=a+dog"), 400, "has no caption scores")
+    assert description["queries"]["caption"] is False and "has no caption scores" in description["unavailable"][
+        "caption"]
 
 
 # ----------------------------------------------------------------- refusals, each one status and one line
@@ -209,9 +280,10 @@ def test_a_service_without_an_embedder_takes_rows_and_vectors_only(vgg_index):
     with Running(Service(vgg_index)) as service:
         status, description, _ = service.request("/api/index")
         assert status == 200 and description["rows"] == 300 and description["queries"] == {
-            "key": True, "row": True, "vector": True, "text": False, "image": False}
+            "key": True, "row": True, "vector": True, "text": False, "image": False, "caption": False}
         no_tower = no_text_tower("vgg16")
-        assert description["unavailable"] == {"text": no_tower, "image": NO_EMBEDDER}  # the first reason of each
+        assert description["unavailable"] == {"text": no_tower, "image": NO_EMBEDDER,  # the first reason of each
+                                              "caption": no_captions(vgg_index)}
         _refused(service.request("/api/search/image", body=png((40, 30), 0)), 400,
                  "an image cannot be searched: no model given to the service: search by a row, a key or a vector")
         _refused(service.request("/api/search?text=a+dog"), 400, "a sentence cannot be searched: " + no_tower)
@@ -514,8 +586,10 @@ def test_serve_without_the_weights_says_what_it_answers_and_offers_no_sentence_o
                 return error.code, json.loads(error.read())
 
         status, description = ask("/api/index")  # only what works
-        assert description["queries"] == {"key": True, "row": True, "vector": True, "text": False, "image": False}
-        assert description["unavailable"] == {"text": why, "image": why}
+        assert description["queries"] == {"key": True, "row": True, "vector": True, "text": False, "image": False,
+                                          "caption": False}
+        assert description["unavailable"] == {"text": why, "image": why, "caption": no_captions(Index.load(
+            index_folder))}
         assert ask("/api/search?text=a+red+square") == (400, {"status": 400, "error": "a sentence cannot be "
                                                                                       "searched: " + why})
         assert ask("/api/search/image", png((40, 30), 1)) == (400, {"status": 400, "error": "an image cannot be "
