@@ -3,9 +3,9 @@
     python run_inference.py --gpus 0,1,2,3 --images photos/            # -> results/features.csv
     python run_inference.py --help                                     # the flags, examples, exit statuses
 
-This file only turns the flags into the settings of one run and starts it; the work is done
-in `parallel/` (the engine) and `models/` (`models/vgg16.py` and the others of `models/registry.py`). Mistakes in the flags are reported before
-those are imported, since importing TensorFlow takes seconds.
+This file only turns the flags into the settings of one run and starts it; the work is done in `parallel/` (the
+engine) and `models/` (`models/vgg16.py` and the others of `models/registry.py`). Mistakes in the flags are reported
+before those are imported, since importing TensorFlow takes seconds.
 """
 
 # First, before the imports that take a moment (numpy, PIL, polars: a quarter of a second): as the program, a
@@ -21,7 +21,6 @@ if _signals.run_as_program(__name__, "run-inference"):
 import argparse  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -31,7 +30,7 @@ from models import registry  # noqa: E402
 from models.registry import PRECISION_NAMES  # noqa: E402
 from parallel.inputs.resize import RESIZE_MODES  # noqa: E402
 from parallel import native_log  # noqa: E402
-from parallel.flag_types import FlagParser, at_least_one, names, seconds  # noqa: E402
+from parallel.flag_types import FlagParser, at_least_one, names, parameters_as_flags, seconds  # noqa: E402
 from parallel.loop import EXIT_FAILED, EXIT_USAGE  # noqa: E402
 from parallel.messages import first_line, one_line  # noqa: E402
 from parallel.output import FORMATS  # noqa: E402
@@ -93,12 +92,6 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return "FOLDER" if action.dest == "images" else super()._format_args(action, default_metavar)
 
 
-def _default_first(model):
-    """Model `model`'s layers, its default first."""
-    default = registry.default_layer(model)
-    return [default] + [layer for layer in registry.layers(model) if layer != default]
-
-
 def make_parser():
     """The command line's parser: its flags, their help, examples and exit statuses."""
     # No prog: argparse names the program after sys.argv[0], so the console script's help says
@@ -123,14 +116,11 @@ def make_parser():
                              "features of TFRecord files, a tar sample's members by extension (txt,json,cls; "
                              "given twice: both)")
     parser.add_argument("--text-column", metavar="NAME",
-                        help="a model with a text tower (CLIP's embedding): each row's caption, a value as --keep "
-                             "names it (a Parquet column, a TFRecord feature, a tar sample's txt; kept too), "
-                             "embedded by that tower beside the image, and their cosine (the caption score), in "
-                             "<output>.text.parquet (see docs/outputs.md)")
+                        help="a model with a text tower (CLIP's, SigLIP's embedding): each row's caption (a value "
+                             "--keep names) embedded, and its cosine with the image, in <output>.text.parquet")
     parser.add_argument("--labels", metavar="FILE",
-                        help="a model with a text tower: labels, one a line (a first line 'template: a photo of a "
-                             "{}.' gives the sentence each is embedded as): each image's nearest (zero-shot) and "
-                             "their cosines, in <output>.text.parquet")
+                        help="a model with a text tower: labels, one a line (or first 'template: a photo of a {}.'): "
+                             "each image's nearest (zero-shot) and their cosines, in <output>.text.parquet")
     parser.add_argument("--labels-top", metavar="K", type=at_least_one, default=5,
                         help="the labels kept per image, best first (default: %(default)s)")
     parser.add_argument("--output", metavar="PATH",
@@ -159,7 +149,9 @@ def make_parser():
                                                             for entry in registry.ENTRIES))
     parser.add_argument("--layer", metavar="NAME",
                         help="the layer whose output is written (default: the model's, named first below). "
-                             + "; ".join("%s: %s" % (name, ", ".join(_default_first(name))) for name in registry.NAMES)
+                             + "; ".join("%s: %s" % (name, ", ".join(sorted(  # its layers, the default first
+                                 registry.layers(name), key=registry.default_layer(name).__ne__)))
+                                 for name in registry.NAMES)
                              + ". VGG16's fc7 is before the ReLU and can be negative; relu7 is after it "
                                "(Keras's 'fc2', Caffe's 'fc7')")
     parser.add_argument("--weights", default="imagenet", metavar="WEIGHTS",
@@ -375,20 +367,12 @@ def _distribution(args, jobs):
                              verbose=args.verbose, **waiting)
 
 
-# The library's messages name its parameters as `name=value` ("weights=vgg.npy is not a file", "pass
-# overwrite=True", "needs world_size="), for whoever calls it from Python; on the command line the same
-# line names the flag ("--weights vgg.npy", "pass --overwrite", "needs --world-size").
-_FLAGS = {"images_from": "--images-from", "images": "--images", "weights": "--weights", "output": "--output",
-          "shard_size": "--shard-size", "overwrite": "--overwrite", "rank": "--rank", "world_size": "--world-size",
-          "image_column": "--image-column", "keep": "--keep", "text_column": "--text-column", "labels": "--labels",
-          "labels_top": "--labels-top"}
-_PARAMETER = re.compile(r"(^|[\s(])(%s)=(True\b|(?=[\s,;:)]|$))?" % "|".join(_FLAGS))
-
-
-def as_flags(message):
-    """`message` with each `parameter=` of the library written as the command line's flag."""
-    return _PARAMETER.sub(lambda match: match.group(1) + _FLAGS[match.group(2)]
-                          + ("" if match.group(3) is not None else " "), message)
+# The library's messages name its parameters ("weights=vgg.npy is not a file"); ours, the flags ("--weights vgg.npy").
+as_flags = parameters_as_flags({
+    "images_from": "--images-from", "images": "--images", "weights": "--weights", "output": "--output",
+    "shard_size": "--shard-size", "overwrite": "--overwrite", "rank": "--rank", "world_size": "--world-size",
+    "image_column": "--image-column", "keep": "--keep", "text_column": "--text-column", "labels": "--labels",
+    "labels_top": "--labels-top"})
 
 
 def _say(message):

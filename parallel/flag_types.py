@@ -2,6 +2,7 @@
 library only, so that a mistyped flag is reported before TensorFlow is imported."""
 
 import argparse
+import re
 
 
 class Once(argparse.Action):
@@ -54,6 +55,16 @@ def seconds(text):
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more; got %r" % text)
     return value
+
+
+def parameters_as_flags(flags):
+    """The function that writes a library's message in a command line's terms: each `parameter=value` of `flags`
+    ({parameter: flag}) as the flag ("weights=a.npy" -> "--weights a.npy", "overwrite=True" -> "--overwrite",
+    "needs world_size=" -> "needs --world-size"). The library's messages name its parameters, for whoever calls
+    it from Python; on the command line the same line names the flag."""
+    pattern = re.compile(r"(^|[\s(])(%s)=(True\b|(?=[\s,;:)]|$))?" % "|".join(flags))
+    return lambda message: pattern.sub(lambda match: match.group(1) + flags[match.group(2)]
+                                       + ("" if match.group(3) is not None else " "), message)
 
 
 def names(text):

@@ -172,12 +172,7 @@ class Service:
         """The caption score bound asked (`text`; None: none), checked: a cosine, on an output with caption scores."""
         if text is None:
             return None
-        try:
-            bound = float(text)
-        except (TypeError, ValueError):
-            bound = math.nan
-        if not -1 <= bound <= 1:
-            raise ApiError(400, "min_caption_score must be a cosine from -1 to 1; got %r" % (text,))
+        bound = cosine("min_caption_score", text)
         with self._captions_lock:  # read once, on the first bound asked
             try:
                 self._caption_scores = caption_scores(self.index) if self._caption_scores is None else \
@@ -289,12 +284,7 @@ class Service:
         search/removals.py)."""
         from search.duplicates import find_pairs, group_pairs
         from search.removals import KEEP_RULES, check_rule_usable, kept_rows
-        try:
-            threshold = float(text)
-        except (TypeError, ValueError):
-            threshold = math.nan
-        if not -1 <= threshold <= 1:
-            raise ApiError(400, "threshold must be a cosine from -1 to 1; got %r" % (text,))
+        threshold = cosine("threshold", text)
         if keep_rule not in KEEP_RULES:
             raise ApiError(400, "keep must be one of %s; got %r" % (", ".join(KEEP_RULES), keep_rule))
         try:
@@ -334,6 +324,17 @@ class Service:
         why = self.unavailable().get(kind)
         if why is not None:
             raise ApiError(400, "%s cannot be searched: %s" % (what, why))
+
+
+def cosine(name, text):
+    """The cosine a parameter `name` gives as `text`; ApiError 400 naming it unless a number from -1 to 1."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not -1 <= value <= 1:
+        raise ApiError(400, "%s must be a cosine from -1 to 1; got %r" % (name, text))
+    return value
 
 
 def check_pixels(data, max_pixels):
