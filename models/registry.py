@@ -13,10 +13,15 @@ Each model is three modules:
 - its graph (`graph`): `feature_model(endpoint, weights, precision, cache_dir) -> ModelSpec`;
 - its weight files (`weights`): the `random` command's RANDOM_SUFFIXES {".h5": "layout name"} and
   `write_random(path, seed)`.
-Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes), the
+Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's sizes), the
 graph and the weight files are named "module:object": the object in that module offers what the module
 would ("models.clip.clip:VIT_B32" has `feature_model`). A family's modules are its folder's, models/<family>/
 (`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's are flat in models/.
+
+A family's own name (`clip`, `dinov2`) is the family at any size: its size, activation and preprocessing are read
+from the checkpoint's config beside the weights (`--weights FOLDER`: Hugging Face's config.json, open_clip's
+open_clip_config.json), so that a size needs no entry and no code. The other names are a family and a size
+(presets), with pinned weights where a commit is known (`--weights imagenet`), a folder otherwise.
 """
 
 import dataclasses
@@ -54,16 +59,54 @@ ENTRIES = (
     Entry("convnext_tiny", "models.convnext.convnext_layers", "models.convnext.convnext",
           "models.convnext.convnext_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
+    Entry("dinov2", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:FAMILY_MODEL",
+          "models.dinov2.dinov2_weights:VITS14_FILES",
+          "DINOv2 (any size, with or without registers: the size of --weights FOLDER's config.json), short side "
+          "256 bicubic, centre 224, class_token: its width's floats"),
     Entry("dinov2_vits14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14",
           "models.dinov2.dinov2_weights:VITS14_FILES",
           "DINOv2 ViT-S/14 (2023), short side 256 bicubic, centre 224, class_token: 384 floats"),
     Entry("dinov2_vitb14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITB14",
           "models.dinov2.dinov2_weights:VITB14_FILES",
           "DINOv2 ViT-B/14 (2023), short side 256 bicubic, centre 224, class_token: 768 floats"),
+    Entry("dinov2_vitl14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITL14",
+          "models.dinov2.dinov2_weights:VITL14_FILES",
+          "DINOv2 ViT-L/14 (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; --weights FOLDER"),
+    Entry("dinov2_vitg14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITG14",
+          "models.dinov2.dinov2_weights:VITG14_FILES",
+          "DINOv2 ViT-g/14 (2023, SwiGLU), short side 256 bicubic, centre 224, class_token: 1536 floats; "
+          "--weights FOLDER"),
+    Entry("dinov2_vits14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14_REG",
+          "models.dinov2.dinov2_weights:VITS14_REG_FILES",
+          "DINOv2 ViT-S/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 384 floats; "
+          "--weights FOLDER"),
+    Entry("dinov2_vitb14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITB14_REG",
+          "models.dinov2.dinov2_weights:VITB14_REG_FILES",
+          "DINOv2 ViT-B/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 768 floats; "
+          "--weights FOLDER"),
+    Entry("dinov2_vitl14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITL14_REG",
+          "models.dinov2.dinov2_weights:VITL14_REG_FILES",
+          "DINOv2 ViT-L/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; "
+          "--weights FOLDER"),
+    Entry("dinov2_vitg14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITG14_REG",
+          "models.dinov2.dinov2_weights:VITG14_REG_FILES",
+          "DINOv2 ViT-g/14 with registers (2023, SwiGLU), short side 256 bicubic, centre 224, class_token: 1536 "
+          "floats; --weights FOLDER"),
+    Entry("clip", "models.clip.clip_layers", "models.clip.clip:FAMILY", "models.clip.clip_weights:VIT_B32",
+          "CLIP (any size, OpenAI's and open_clip's LAION checkpoints: the size, activation and preprocessing of "
+          "--weights FOLDER's config.json or open_clip_config.json), embedding: its projection's floats, in the "
+          "text tower's space"),
     Entry("clip_vit_b32", "models.clip.clip_layers", "models.clip.clip:VIT_B32", "models.clip.clip_weights:VIT_B32",
           "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
     Entry("clip_vit_b16", "models.clip.clip_layers", "models.clip.clip:VIT_B16", "models.clip.clip_weights:VIT_B16",
           "CLIP ViT-B/16 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
+    Entry("clip_vit_l14", "models.clip.clip_layers", "models.clip.clip:VIT_L14", "models.clip.clip_weights:VIT_L14",
+          "CLIP ViT-L/14 (OpenAI, 2021), 224x224 bicubic, embedding: 768 floats, in the text tower's space; "
+          "--weights FOLDER"),
+    Entry("clip_vit_l14_336", "models.clip.clip_layers", "models.clip.clip:VIT_L14_336",
+          "models.clip.clip_weights:VIT_L14_336",
+          "CLIP ViT-L/14 at 336 px (OpenAI, 2021), 336x336 bicubic, embedding: 768 floats, in the text tower's "
+          "space; --weights FOLDER"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 NAMES = tuple(_BY_NAME)

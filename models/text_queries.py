@@ -7,7 +7,8 @@
     embedder = text_queries.TextEmbedder("clip_vit_b32", weights="clip-random")   # kept open: a service's
 
 A sentence is compared with an image through CLIP's two towers: the image tower's `embedding` layer and the
-text tower, which project into one space of 512 dimensions. The other layers (CLIP's `pooled`) and the
+text tower, which project into one space (512 dimensions for B/32 and B/16, 768 for L/14, its config's for the
+family `clip`). The other layers (CLIP's `pooled`) and the
 other models have no text tower to compare with.
 
 Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose an index's centring);
@@ -15,7 +16,8 @@ Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose
 """
 
 # {model: the layer of its image tower in its text tower's space}.
-TEXT_LAYERS = {"clip_vit_b32": "embedding", "clip_vit_b16": "embedding"}
+TEXT_LAYERS = {"clip": "embedding", "clip_vit_b32": "embedding", "clip_vit_b16": "embedding",
+               "clip_vit_l14": "embedding", "clip_vit_l14_336": "embedding"}
 
 
 def shares_text_space(settings):

@@ -273,8 +273,8 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
         clip.VIT_B32.feature_model("fc7", str(folder))
     with pytest.raises(ValueError, match="precision='fp8'"):
         clip.VIT_B32.feature_model(weights=str(folder), precision="fp8")
-    with pytest.raises(ValueError, match="model='clip_vit_l14'"):
-        clip.TextTower("clip_vit_l14", weights=str(folder))
+    with pytest.raises(ValueError, match="model='clip_vit_h14'"):
+        clip.TextTower("clip_vit_h14", weights=str(folder))
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "model.safetensors").symlink_to(folder / "model.safetensors")

@@ -26,8 +26,10 @@ def test_the_endpoints_sizes_and_unknown_names():
     assert clip_layers.DEFAULT_LAYER == "embedding" and clip_layers.VIT_B16.grid == 14
     with pytest.raises(ValueError, match="layer='fc7'; expected one of pooled, embedding"):
         clip_layers.VIT_B32.feature_size("fc7")
-    with pytest.raises(ValueError, match="model='clip_vit_l14'; expected one of clip_vit_b32, clip_vit_b16"):
-        clip_layers.config("clip_vit_l14")
+    with pytest.raises(ValueError, match="model='clip_vit_h14'; expected one of clip, clip_vit_b32, clip_vit_b16, "
+                                         "clip_vit_l14, clip_vit_l14_336"):
+        clip_layers.config("clip_vit_h14")
+    assert clip_layers.config("clip") is None  # the family: the size is the checkpoint's config's
 
 
 def test_the_end_token_is_the_largest_id():

@@ -1,11 +1,11 @@
-"""CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, and the random
-command's folder."""
+"""CLIP's weight files: Hugging Face's safetensors layout read and checked (open_clip's: test_open_clip_layout.py),
+and the random command's folder with its config.json."""
 
 import numpy as np
 import pytest
 
 from models import weight_files
-from models.clip import clip_layers, clip_weights
+from models.clip import clip_config, clip_layers, clip_weights
 from models.clip.clip_tokenizer import Tokenizer
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
@@ -33,20 +33,6 @@ def test_hugging_face_s_layout_is_read_back_with_its_position_ids_left_out(weigh
     assert all(np.array_equal(both[name], weights[name]) for name in both)
     vision = clip_weights.load_weights(path, SMALL)
     assert sorted(vision) == sorted(name for name, _ in clip_layers.vision_parameters(SMALL))
-
-
-def test_open_clip_s_layout_gives_the_same_arrays(weights, tmp_path):
-    path = tmp_path / "open_clip_model.safetensors"
-    clip_weights.write_checkpoint(weights, path, layout="open_clip", model=SMALL)
-    stored = read_tensors(path)
-    assert stored["visual.transformer.resblocks.1.attn.in_proj_weight"].shape == (48, 16)  # q, k, v stacked
-    assert stored["visual.proj"].shape == (16, 4) and stored["text_projection"].shape == (8, 4)  # x @ proj
-    assert "transformer.resblocks.0.mlp.c_fc.weight" in stored and "ln_final.bias" in stored
-    read = clip_weights.load_weights(path, SMALL, ("vision", "text"))
-    assert all(np.array_equal(read[name], weights[name]) for name in read) and len(read) == len(weights) - 1
-    np.testing.assert_array_equal(  # split back in the order q, k, v
-        read["vision_model.encoder.layers.1.self_attn.k_proj.weight"],
-        stored["visual.transformer.resblocks.1.attn.in_proj_weight"][16:32])
 
 
 def test_a_missing_array_a_wrong_shape_or_another_file_is_one_line_naming_it(weights, tmp_path):
@@ -111,8 +97,12 @@ def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_pa
     folder = tmp_path / "clip-random"
     assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32", "--seed", "1"]) == 0
     assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
-    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "vocab.json"]
+    assert sorted(path.name for path in folder.iterdir()) == ["config.json", "merges.txt", "model.safetensors",
+                                                              "vocab.json"]
     assert (folder / "model.safetensors").stat().st_size == 605_157_884
+    # Its config.json describes the preset: the family reads the folder at B/32's size.
+    assert clip_config.read_hf_config(folder / "config.json", "clip_vit_b32",
+                                      "openai/clip-vit-base-patch32") == clip_layers.VIT_B32
     tokenizer = Tokenizer.from_folder(folder)
     ids = tokenizer.encode(["a photo of a dog"])
     assert ids.shape == (1, 77) and ids[0].argmax() == np.count_nonzero(ids[0]) - 1  # the end token: the largest

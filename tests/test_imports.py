@@ -97,7 +97,8 @@ SHARED = {"parallel", "parallel.lazy", "parallel.locations", "parallel.messages"
 # A model family (models/<family>/) builds on the modules every family shares, the ViT's blocks and what a
 # model gives the engine; never on another family (ResNet on VGG16's Caffe preprocessing, which both use).
 MODELS_SHARED = {"models.common", "models.files", "models.hub_download", "models.imagenet_download", "models.keras_h5",
-                 "models.safetensors_files", "models.vit.vit", "models.vit.vit_layers", "parallel.model"}
+                 "models.safetensors_files", "models.vit.vit", "models.vit.vit_config", "models.vit.vit_layers",
+                 "parallel.model"}
 MAY_IMPORT = {
     "parallel.devices": SHARED,
     "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},

@@ -7,29 +7,30 @@ The two layouts hold the same arrays under other names:
   self_attn.{q,k,v,out}_proj.{weight,bias}`, `...mlp.fc1`, `visual_projection.weight` [512, 768], ...
   The conversion of OpenAI's checkpoints also stores the buffers `*.embeddings.position_ids` (int64 0, 1, 2,
   ...): not read.
-- open_clip (`CLIP` of github:mlfoundations/open_clip, src/open_clip/model.py and transformer.py):
-  `visual.conv1.weight`, `visual.class_embedding`, `visual.positional_embedding`, `visual.ln_pre`,
-  `visual.transformer.resblocks.<i>.{ln_1, attn.in_proj_weight [3W, W] (q, k, v stacked), attn.in_proj_bias,
-  attn.out_proj, ln_2, mlp.c_fc, mlp.c_proj}`, `visual.ln_post`, `visual.proj` [768, 512] (applied as
-  x @ proj: the transpose of Hugging Face's), and for the text tower `token_embedding.weight`,
-  `positional_embedding`, `transformer.resblocks.<i>...`, `ln_final`, `text_projection` [512, 512] (x @ it).
-The layout is told by the names; open_clip's is renamed into Hugging Face's, so everything downstream reads one.
-open_clip's file does not say which activation its MLPs use: it is read as OpenAI's architecture (QuickGELU),
-which is right for OpenAI's weights and wrong for checkpoints trained with GELU (LAION's, open_clip's default).
+- open_clip (`CLIP` of github:mlfoundations/open_clip): `visual.conv1.weight`, `visual.transformer.resblocks.<i>.
+  attn.in_proj_weight` (q, k, v stacked), `visual.proj` [768, 512] (x @ proj), `token_embedding.weight`, ...:
+  `open_clip_layout.py` names them all.
+The layout is told by the names; open_clip's is renamed into Hugging Face's, so everything downstream reads one
+(open_clip's CustomTextCLIP keeps the text tower's names under `text.`: read alike). The size, activation and
+preprocessing are the checkpoint's own config's (`clip_config.py`: config.json beside Hugging Face's file,
+open_clip_config.json beside open_clip's: LAION's checkpoints use the exact GELU, OpenAI's QuickGELU); a preset
+(clip_vit_b32, ...) given a file without one reads it at the preset's size, OpenAI's architecture.
 
 No TensorFlow here, so that
 
     python -m models.weight_files random clip-random --model clip_vit_b32
 
 starts at once: it writes a folder in Hugging Face's layout, `model.safetensors` with seeded RANDOM weights
-shaped as the published checkpoint's. Features computed with them are meaningless.
+shaped as the published checkpoint's, and its config.json. Features computed with them are meaningless.
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
 
-from models.clip import clip_layers
+from models.clip import clip_config, clip_layers
+from models.clip.open_clip_layout import from_open_clip, to_open_clip
 from models.files import WeightsError, fingerprint
 from models.hub_download import HubFile, hub_file
 from models.safetensors_files import read_tensors, write_tensors
@@ -60,7 +61,7 @@ def load_weights(path, model, towers=("vision",)):
         (of another CLIP model?); the message names the file, the array and the shapes.
     """
     tensors = read_tensors(path)
-    if "visual.conv1.weight" in tensors or "token_embedding.weight" in tensors:
+    if {"visual.conv1.weight", "token_embedding.weight", "text.token_embedding.weight"} & set(tensors):
         tensors = from_open_clip(tensors, model, path)
     parts = {"vision": clip_layers.vision_parameters(model), "text": clip_layers.text_parameters(model),
              "logit_scale": (clip_layers.LOGIT_SCALE,)}
@@ -91,90 +92,6 @@ def _checked(tensors, expected, path, model):
             raise WeightsError("weights=%s: %s is %s, not floats" % (path, name, array.dtype))
         weights[name] = np.asarray(array, dtype=np.float32, order="C")  # not ascontiguousarray: it makes [] [1]
     return weights
-
-
-def _open_clip_block(source, target):
-    """{open_clip name: (Hugging Face names, how)} of one residual block: "split" for the fused q, k, v."""
-    pairs = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj",
-             "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
-    names = {}
-    for ours, theirs in pairs.items():
-        for kind in ("weight", "bias"):
-            names["%s%s.%s" % (source, ours, kind)] = ("%s%s.%s" % (target, theirs, kind),)
-    for kind in ("weight", "bias"):
-        names["%sattn.in_proj_%s" % (source, kind)] = tuple(
-            "%sself_attn.%s_proj.%s" % (target, projection, kind) for projection in "qkv")
-    return names
-
-
-def open_clip_names(model):
-    """How open_clip's names become Hugging Face's: {open_clip name: (Hugging Face names, ...)}.
-
-    A name with three targets is the fused in_proj (q, k, v stacked on the first axis); `visual.proj` and
-    `text_projection` are transposed.
-    """
-    names = {"visual.conv1.weight": ("vision_model.embeddings.patch_embedding.weight",),
-             "visual.class_embedding": ("vision_model.embeddings.class_embedding",),
-             "visual.positional_embedding": ("vision_model.embeddings.position_embedding.weight",),
-             "visual.proj": ("visual_projection.weight",),
-             "token_embedding.weight": ("text_model.embeddings.token_embedding.weight",),
-             "positional_embedding": ("text_model.embeddings.position_embedding.weight",),
-             "text_projection": ("text_projection.weight",),
-             "logit_scale": ("logit_scale",)}
-    for ours, theirs in (("visual.ln_pre", "vision_model.pre_layrnorm"),
-                         ("visual.ln_post", "vision_model.post_layernorm"),
-                         ("ln_final", "text_model.final_layer_norm")):
-        for kind in ("weight", "bias"):
-            names["%s.%s" % (ours, kind)] = ("%s.%s" % (theirs, kind),)
-    for index in range(model.vision.depth):
-        names.update(_open_clip_block("visual.transformer.resblocks.%d." % index,
-                                      "vision_model.encoder.layers.%d." % index))
-    for index in range(model.text.depth):
-        names.update(_open_clip_block("transformer.resblocks.%d." % index, "text_model.encoder.layers.%d." % index))
-    return names
-
-
-def from_open_clip(tensors, model, path="<arrays>"):
-    """open_clip's arrays renamed (and split, transposed) into Hugging Face's layout.
-
-    Args:
-      tensors: {open_clip name: array}, as `read_tensors` gives them.
-      model: a `clip_layers.Config`.
-      path: the file, for messages.
-
-    Returns:
-      {Hugging Face name: array}: those of `tensors` that open_clip's CLIP has (others, e.g. `attn_mask`
-      buffers, are left out).
-
-    Raises:
-      WeightsError: a fused in_proj whose first axis is not three times its width.
-    """
-    converted = {}
-    for source, targets in open_clip_names(model).items():
-        if source not in tensors:
-            continue  # reported, with the Hugging Face name, by the check of the arrays needed
-        array = tensors[source]
-        if source in ("visual.proj", "text_projection"):
-            array = array.T
-        if len(targets) == 1:
-            converted[targets[0]] = array
-            continue
-        if array.shape[0] % 3:
-            raise WeightsError("weights=%s: %s has shape %s: not q, k and v stacked (a first axis of 3 x width)"
-                               % (path, source, tuple(array.shape)))
-        converted.update(zip(targets, np.split(array, 3, axis=0)))
-    return converted
-
-
-def to_open_clip(weights, model):
-    """Hugging Face's arrays in open_clip's layout (the inverse of `from_open_clip`), e.g. for tests."""
-    arrays = {}
-    for source, targets in open_clip_names(model).items():
-        if not all(target in weights for target in targets):
-            continue
-        array = weights[targets[0]] if len(targets) == 1 else np.concatenate([weights[name] for name in targets])
-        arrays[source] = np.asarray(array.T if source in ("visual.proj", "text_projection") else array, order="C")
-    return arrays
 
 
 # ----------------------------------------------------------------------------- writing
@@ -240,6 +157,11 @@ def write_checkpoint(weights, path, layout="hf", model=None):
         raise ValueError("layout=%r; expected 'hf' or 'open_clip'" % (layout,))
 
 
+def write_hf_config(folder, model):
+    """Writes `model`'s config.json (Hugging Face's, `clip_config.hf_config`) into `folder`."""
+    (Path(folder) / "config.json").write_text(json.dumps(clip_config.hf_config(model), indent=2) + "\n")
+
+
 class RandomFiles:
     """The `random` command's writer for one CLIP model (the registry's `weights` entry).
 
@@ -247,7 +169,7 @@ class RandomFiles:
       RANDOM_SUFFIXES: {"": a folder in Hugging Face's layout, ".safetensors": the checkpoint alone}.
     """
 
-    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, %s)" % (HF_FILE, ", ".join(TOKENIZER_FILES)),
+    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, config.json, %s)" % (HF_FILE, ", ".join(TOKENIZER_FILES)),
                        ".safetensors": "Hugging Face's %s" % HF_FILE}
 
     def __init__(self, model):
@@ -255,7 +177,7 @@ class RandomFiles:
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the model to `path`: a folder (the path has no extension) holding
-        model.safetensors and the tests' vocab.json and merges.txt (a real prefix of CLIP's merges:
+        model.safetensors, its config.json and the tests' vocab.json and merges.txt (a real prefix of CLIP's merges:
         `models.clip.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M (B/32) or 150 M
         (B/16) float32 parameters, about 600 MB. The folder is made whole or not at all."""
         from models.clip.clip_tokenizer import write_test_vocabulary
@@ -268,6 +190,7 @@ class RandomFiles:
         path.mkdir()
         try:
             write_checkpoint(weights, path / HF_FILE, model=self.model)
+            write_hf_config(path, self.model)
             write_test_vocabulary(path)
         except BaseException:
             for child in path.iterdir():
@@ -276,8 +199,10 @@ class RandomFiles:
             raise
 
 
-VIT_B32 = RandomFiles(clip_layers.VIT_B32)
+VIT_B32 = RandomFiles(clip_layers.VIT_B32)  # the family's too: `random --model clip` writes B/32's size
 VIT_B16 = RandomFiles(clip_layers.VIT_B16)
+VIT_L14 = RandomFiles(clip_layers.VIT_L14)
+VIT_L14_336 = RandomFiles(clip_layers.VIT_L14_336)
 
 
 # ----------------------------------------------------------------------------- the weights argument
@@ -289,6 +214,21 @@ VIT_B16 = RandomFiles(clip_layers.VIT_B16)
 # here: ViT-B/16 takes --weights PATH only (docs/models.md).
 _RANDOM_COMMAND = "python -m models.weight_files random clip-random --model %s"
 _REVISIONS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef"}
+
+def _sized(path, model):
+    """The Config of checkpoint `path`: its config's (open_clip_config.json beside open_clip_model.safetensors,
+    config.json beside any other), checked against the preset `model`; the preset where there is no config."""
+    layout = "open_clip" if path.name == OPEN_CLIP_FILE else "hf"
+    read = clip_config.read_checkpoint_config(path, layout)
+    if model is None:
+        if read is None:
+            raise WeightsError("weights=%s: no %s beside it: --model %s reads the size from the checkpoint's config "
+                               "(pass its folder as published, or a preset's --model: %s)"
+                               % (path, clip_config.checkpoint_config(path, layout).name, clip_layers.FAMILY,
+                                  ", ".join(clip_layers.CONFIGS)))
+        return read
+    return model if read is None else clip_config.agreeing(model, read, clip_config.checkpoint_config(path, layout))
+
 
 def hub_files(model):
     """{file name: HubFile} that "imagenet" means for `model` (a clip_layers.Config): the checkpoint and the
@@ -304,10 +244,13 @@ def hub_files(model):
 
 class Checkpoint:
     """A CLIP model's `weights` argument: "imagenet" (the published checkpoint, from the hub's cache or
-    downloaded into it), a folder in Hugging Face's layout (model.safetensors, or open_clip_model.safetensors,
-    with vocab.json and merges.txt), or a .safetensors file (the tokenizer's files then looked for beside it).
+    downloaded into it), a folder in Hugging Face's layout (model.safetensors and config.json, or open_clip's
+    open_clip_model.safetensors and open_clip_config.json, with vocab.json and merges.txt), or a .safetensors
+    file (its config and the tokenizer's files then looked for beside it).
 
     Attributes:
+      model: the clip_layers.Config to build: the preset's (checked against the checkpoint's config, when it
+        has one), or, for the family, the one the checkpoint's config describes.
       identity: its part of a job's identity (the hub file's repository, commit and hash, or the file's
         fingerprint).
       files: the local files it reads, which a job never writes over: () for "imagenet".
@@ -317,21 +260,28 @@ class Checkpoint:
         """
         Args:
           weights: "imagenet", a folder or a .safetensors file.
-          model: the clip_layers.Config.
+          model: the clip_layers.Config of a preset, or None: the family (clip_layers.FAMILY), whose size the
+            checkpoint's config gives.
           cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
 
         Raises:
           WeightsError: a path that is neither a file nor a folder holding a checkpoint; "imagenet" for a
-            model without a pinned checkpoint.
+            model without a pinned checkpoint; the family without a config beside the checkpoint.
+          ConfigError: a config the code cannot run, or another size than the preset's (one line naming the field).
         """
         self.model, self._cache_dir = model, cache_dir
         self.imagenet = weights == "imagenet"
         if self.imagenet:
+            if model is None:
+                raise WeightsError("weights=imagenet: --model %s reads its size from the checkpoint's config; pass "
+                                   "weights=FOLDER (a checkpoint's folder as published: model.safetensors and "
+                                   "config.json, or open_clip_model.safetensors and open_clip_config.json), or a "
+                                   "preset's --model (%s)" % (clip_layers.FAMILY, ", ".join(clip_layers.CONFIGS)))
             self._hub = hub_files(model)
             if not self._hub:
                 raise WeightsError("weights=imagenet: no pinned commit of %s with model.safetensors is known; pass "
-                                   "weights=PATH (a folder holding model.safetensors, vocab.json and merges.txt), or "
-                                   "write random weights: %s" % (model.hub_repo, _RANDOM_COMMAND % model.name))
+                                   "weights=FOLDER (its files: hf download %s --local-dir FOLDER), or write random "
+                                   "weights: %s" % (model.hub_repo, model.hub_repo, _RANDOM_COMMAND % model.name))
             self.identity, self.files = self._hub[HF_FILE].identity, ()
             return
         path = Path(weights)
@@ -344,6 +294,7 @@ class Checkpoint:
             raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
                                "itself, or 'imagenet')" % (weights, HF_FILE))
         self._path = path
+        self.model = _sized(path, model)
         self.identity, self.files = fingerprint(path), (str(path),)
 
     def path(self):

@@ -10,10 +10,11 @@ A block (as in DINOv2, CLIP and keras-hub's versions of them):
 
     h   = x + layer_scale_1 * attention(layer_norm_1(x))         (layer_scale_* only with layer_scale)
     out = h + layer_scale_2 * fc2(activation(fc1(layer_norm_2(h))))
+    gated (SwiGLU): fc1 gives [a, b] (2 x mlp_width): fc2(activation(a) * b), activation silu (DINOv2 g/14)
 
 attention: multi-head self-attention, query/key/value/output projections with biases, softmax(q k^T / sqrt(d)
-+ mask) v, with an optional additive mask (CLIP's causal text tower); activation: the exact GELU (erf) or
-QuickGELU x * sigmoid(1.702 x) (OpenAI's CLIP).
++ mask) v, with an optional additive mask (CLIP's causal text tower); activation: the exact GELU (erf),
+QuickGELU x * sigmoid(1.702 x) (OpenAI's CLIP) or SiLU x * sigmoid(x) (SwiGLU's gate).
 
 Variables are created with `tf.compat.v1.get_variable` (zeros; the engine loads their values from host arrays,
 never graph constants) under the caller's variable scope, named as `vit_layers` lists them
@@ -105,6 +106,26 @@ def class_token_and_positions(tokens):
     return tf.concat([class_tokens, tokens], axis=1) + positions
 
 
+def register_tokens(tokens, count):
+    """Puts `count` register tokens (variable register_tokens [count, width]) after the class token: learnt
+    tokens without position embeddings, which the blocks attend to and nothing reads out (DINOv2 with registers).
+
+    Args:
+      tokens: [N, 1 + T, width], the class token first (position embeddings already added).
+      count: registers; 0 returns the tokens as they are.
+
+    Returns:
+      [N, 1 + count + T, width] of the tokens' dtype.
+    """
+    if not count:
+        return tokens
+    width = tokens.shape[2]
+    registers = _variable("register_tokens", [count, width], tokens.dtype)
+    batch = tf.shape(tokens)[0]
+    registers = tf.tile(tf.reshape(registers, [1, count, width]), tf.stack([batch, 1, 1]))
+    return tf.concat([tokens[:, :1], registers, tokens[:, 1:]], axis=1)
+
+
 def _dense(rows, name, inputs, outputs):
     """rows [M, inputs] @ <name>/kernel [inputs, outputs] + <name>/bias [outputs]."""
     with tf1.variable_scope(name):
@@ -114,11 +135,13 @@ def _dense(rows, name, inputs, outputs):
 
 
 def activation(inputs, name):
-    """The MLP's activation: "gelu" (exact, erf) or "quick_gelu" (x * sigmoid(1.702 x))."""
+    """The MLP's activation: "gelu" (exact, erf), "quick_gelu" (x * sigmoid(1.702 x)) or "silu" (x * sigmoid(x))."""
     if name == "gelu":
         return tf.nn.gelu(inputs, approximate=False)
     if name == "quick_gelu":
         return inputs * tf.sigmoid(tf.constant(1.702, inputs.dtype) * inputs)
+    if name == "silu":
+        return inputs * tf.sigmoid(inputs)
     raise ValueError("activation=%r; expected one of %s" % (name, ", ".join(ACTIVATIONS)))
 
 
@@ -179,10 +202,23 @@ def block(tokens, config, mask=None):
     normalized = layer_norm(tokens, *layer_norm_variables("layer_norm_1", width), config.epsilon)
     tokens = tokens + _scaled(attention(normalized, config.heads, mask), "layer_scale_1", config)
     rows = layer_norm(tf.reshape(tokens, [-1, width]), *layer_norm_variables("layer_norm_2", width), config.epsilon)
+    return tokens + _scaled(tf.reshape(mlp(rows, config), tf.shape(tokens)), "layer_scale_2", config)
+
+
+def mlp(rows, config):
+    """The block's MLP (variables mlp/fc1, mlp/fc2) on rows [M, width]: fc2(activation(fc1(rows))), or gated
+    (SwiGLU): fc1's 2 x mlp_width outputs split in halves a, b, fc2(activation(a) * b).
+
+    Returns:
+      [M, width] of the rows' dtype.
+    """
+    hidden = config.mlp_width
     with tf1.variable_scope("mlp"):
-        rows = _dense(activation(_dense(rows, "fc1", width, config.mlp_width), config.activation), "fc2",
-                      config.mlp_width, width)
-    return tokens + _scaled(tf.reshape(rows, tf.shape(tokens)), "layer_scale_2", config)
+        if not config.gated:
+            return _dense(activation(_dense(rows, "fc1", config.width, hidden), config.activation), "fc2",
+                          hidden, config.width)
+        gate, values = tf.split(_dense(rows, "fc1", config.width, 2 * hidden), 2, axis=1)
+        return _dense(activation(gate, config.activation) * values, "fc2", hidden, config.width)
 
 
 def transformer(tokens, config, mask=None, depth=None):
