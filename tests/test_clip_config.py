@@ -281,3 +281,39 @@ def test_the_family_needs_a_config_beside_its_weights(tmp_path):
                                            "openai/clip-vit-large-patch14 --local-dir FOLDER"):
         registry.feature_model("clip_vit_l14")
     assert registry.feature_model("clip_vit_b32", weights=str(folder)).name == model.name  # a preset: its own size
+
+
+def test_open_clip_s_files_beside_timm_s_are_the_ones_read(tmp_path):
+    """timm's repositories of CLIP weights (timm/vit_large_patch14_clip_224.openai, ...) hold timm's own
+    model.safetensors and config.json beside open_clip's open_clip_model.safetensors and open_clip_config.json:
+    the family reads open_clip's; a config.json that is not CLIP's is refused when it is the one read."""
+    model = clip_layers.Config("clip", "", 32, TransformerConfig(64, 2, 4, 128, "gelu", epsilon=1e-5),
+                               TransformerConfig(32, 2, 2, 64, "gelu", epsilon=1e-5), projection=16)
+    clip_weights.write_checkpoint(clip_weights.random_weights(model), tmp_path / "open_clip_model.safetensors",
+                                  layout="open_clip", model=model)
+    (tmp_path / "open_clip_config.json").write_text(json.dumps({"model_cfg": {
+        "embed_dim": 16, "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "head_width": 16, "mlp_ratio": 2,
+                                        "patch_size": 32},
+        "text_cfg": {"width": 32, "heads": 2, "layers": 2, "mlp_ratio": 2}}}))
+    (tmp_path / "model.safetensors").write_bytes(b"timm's vision tower")
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "vit_base_patch32_clip_224", "num_classes": 512}))
+    spec = registry.feature_model("clip", weights=str(tmp_path))
+    assert spec.files == (str(tmp_path / "open_clip_model.safetensors"),) and spec.settings["weights"].startswith(
+        "open_clip_model.safetensors (")
+    with pytest.raises(ConfigError, match="config.json: model_type=absent: not a CLIP checkpoint's config"):
+        registry.feature_model("clip", weights=str(tmp_path / "model.safetensors"))
+
+
+def test_the_command_line_refuses_a_config_it_cannot_run_in_one_line_naming_the_field(tmp_path, capsys):
+    import run_inference
+    with open("%s/ViT-B-16-SigLIP.json" % OPEN_CLIP_CONFIGS) as file:  # open_clip's own, as a hub folder has it
+        (tmp_path / "open_clip_config.json").write_text(json.dumps({"model_cfg": json.load(file)}))
+    (tmp_path / "open_clip_model.safetensors").write_bytes(b"never read")
+    (tmp_path / "images").mkdir()
+    assert run_inference.main(["--model", "clip", "--weights", str(tmp_path), "--images", str(tmp_path / "images"),
+                               "--output", str(tmp_path / "out.npy")]) == 2
+    error = capsys.readouterr().err
+    assert error == ('run_inference: error: %s/open_clip_config.json: model_cfg.vision_cfg.timm_model_name='
+                     '"vit_base_patch16_siglip_224": a timm image tower, which clip lacks (it runs open_clip\'s own '
+                     'ViT)\n' % tmp_path)
+    assert not (tmp_path / "out.npy").exists()

@@ -23,6 +23,7 @@ eos_token_id of 2, or of the vocabulary's last id, which the argmax finds first)
 """
 
 import dataclasses
+import json
 
 from models.clip import clip_layers
 from models.vit.vit_config import ConfigError, Section, hf_transformer, read_config
@@ -85,7 +86,7 @@ def read_hf_config(path, name=FAMILY, hub_repo=""):
       ConfigError: the file cannot be read, is another model's (model_type), or has a field the code cannot run.
     """
     config = read_config(path, FAMILY)
-    config.expect("model_type", ("clip",), "clip", "not a CLIP checkpoint's config (pass the --model of its family)")
+    config.expect("model_type", ("clip",), None, "not a CLIP checkpoint's config (pass the --model of its family)")
     towers = {}
     for tower, defaults in (("vision", _HF_VISION), ("text", _HF_TEXT)):
         values = dict(config.get(tower + "_config", {}) or {})
@@ -189,6 +190,15 @@ def _triple(section, key, default):
 
 
 # ----------------------------------------------------------------------------- a checkpoint's size
+
+def is_hf_clip(folder):
+    """Whether `folder`'s config.json is a Hugging Face CLIP's (model_type "clip"): a folder may hold open_clip's
+    files beside another library's model.safetensors and config.json (timm's repositories of CLIP weights)."""
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type") == "clip"
+    except (OSError, ValueError, AttributeError):
+        return False
+
 
 def checkpoint_config(path, layout):
     """The config file beside a checkpoint: config.json for Hugging Face's layout, open_clip_config.json for

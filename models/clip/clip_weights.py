@@ -289,6 +289,11 @@ class Checkpoint:
             found = [path / name for name in (HF_FILE, OPEN_CLIP_FILE) if (path / name).is_file()]
             if not found:
                 raise WeightsError("weights=%s is a folder without %s or %s" % (weights, HF_FILE, OPEN_CLIP_FILE))
+            # Both: Hugging Face's, unless its config.json is another library's (timm's repositories of CLIP keep
+            # their model.safetensors beside open_clip's files), or is missing where the family needs a config.
+            if len(found) == 2 and not clip_config.is_hf_clip(path) and (
+                    model is None or (path / "config.json").is_file()):
+                found.reverse()
             path = found[0]
         elif not path.is_file():
             raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
