@@ -5,11 +5,11 @@
 
 For each size: the image tower's graph at that size (a preset's, or the size open_clip's own model config gives:
 LAION's H/14 and bigG), its variables zeros (speed does not depend on their values: no weights file is written),
-on one CPU device (the Session's only one, as `--devices cpu:0`) in fp32; one batch of random uint8 images of the model's input size run
-first (start-up, excluded), then --batches batches timed; seconds per image = the time over the images. Each
-size in a fresh process, one after the other, so that one's memory is gone before the next (bigG's image tower
-alone is 7.4 GB of float32). The parameters printed are the whole checkpoint's (both CLIP towers), as the
-published files count them.
+on one CPU device (the Session's only one, as `--devices cpu:0`) in fp32; one batch of random uint8 images of
+the model's input size run first (start-up, excluded), then --batches batches timed; seconds per image = the
+time over the images. Each size in a fresh process, one after the other, so that one's memory is gone before
+the next (bigG's image tower alone is 7.4 GB of float32). The parameters printed are the whole checkpoint's
+(both CLIP towers), as the published files count them.
 """
 
 import argparse
@@ -94,7 +94,8 @@ def main():
         done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), family, size, str(args.batch_size),
                                str(args.batches)], capture_output=True, text=True)
         if done.returncode != 0:
-            print("%-16s failed: %s" % (name, (done.stderr.strip().splitlines() or ["?"])[-1]), flush=True)
+            print("%-16s failed, exit status %d: %s" % (name, done.returncode,
+                                                        (done.stderr.strip().splitlines() or ["?"])[-1]), flush=True)
             continue
         result = json.loads(done.stdout.strip().splitlines()[-1])
         print("%-16s %s: %13s parameters, %4d px, %4d floats, %.3f s per image" % (

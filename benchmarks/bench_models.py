@@ -156,7 +156,8 @@ import sys, time
 from pathlib import Path
 import open_clip, torch
 from PIL import Image
-folder, images, batch, workers = sys.argv[1], sorted(Path(sys.argv[2]).glob("*.jpg")), int(sys.argv[3]), int(sys.argv[4])
+folder, images = sys.argv[1], sorted(Path(sys.argv[2]).glob("*.jpg"))
+batch, workers = int(sys.argv[3]), int(sys.argv[4])
 model, _, preprocess = open_clip.create_model_and_transforms("local-dir:" + folder)
 model.eval()
 

@@ -229,7 +229,8 @@ def test_the_clip_family_from_parquet_files_is_searched_by_a_sentence(photograph
     assert len(rows) == 4 and len({row["path"] for row in rows}) == 4
 
 
-def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_and_in_bf16(photographs_folder, tmp_path):
+def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_in_a_store_and_in_bf16(photographs_folder, tmp_path,
+                                                                                           s3):
     import dataclasses
     import run_inference
     from models.dinov2 import dinov2_layers, dinov2_weights
@@ -251,6 +252,8 @@ def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_and_in_bf16(p
         assert run(tmp_path / "three.npy", "--distributed", "static", "--rank", str(rank), "--world-size", "3",
                    "--shard-size", "1") == 0
     assert job_outputs(tmp_path / "three.npy") == job_outputs(tmp_path / "one.npy")
+    assert run(s3.url("registers.npy")) == 0
+    assert s3.filesystem.cat_file("%s/registers.npy" % s3.bucket) == (tmp_path / "one.npy").read_bytes()
     assert run(tmp_path / "bf16.npy", "--precision", "bf16") == 0
     reference, reduced = np.load(tmp_path / "one.npy"), np.load(tmp_path / "bf16.npy")
     assert reference.shape == (4, 128) and not np.array_equal(reference, reduced)

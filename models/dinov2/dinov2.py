@@ -162,9 +162,10 @@ def _weights(variant, weights, cache_dir):
     pinned = variant is not None and variant.revision is not None
     if weights in HubWeights.PRETRAINED and not pinned:
         if variant is None:
-            raise WeightsError("weights=%s: --model %s reads its size from the checkpoint's config; pass weights=FOLDER "
-                               "(a checkpoint's folder as published: model.safetensors and config.json), or a "
-                               "preset's --model (%s)" % (weights, FAMILY, ", ".join(dinov2_layers.VARIANTS)))
+            raise WeightsError("weights=%s: --model %s reads its size from the checkpoint's config; pass "
+                               "weights=FOLDER (a checkpoint's folder as published: model.safetensors and "
+                               "config.json), or a preset's --model (%s)"
+                               % (weights, FAMILY, ", ".join(dinov2_layers.VARIANTS)))
         raise WeightsError("weights=%s: no pinned commit of %s is known; pass weights=FOLDER (its files: hf download "
                            "%s --local-dir FOLDER)" % (weights, variant.repo, variant.repo))
     if pinned:

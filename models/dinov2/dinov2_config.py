@@ -47,8 +47,8 @@ def read_hf_config(path, name=FAMILY):
         transformer = TransformerConfig(width, depth, heads, swiglu_width(width, ratio), "silu", layer_scale=True,
                                         epsilon=epsilon, gated=True)
     else:
-        transformer = TransformerConfig(width, depth, heads, int(width * ratio), config.activation("hidden_act", "gelu"),
-                                        layer_scale=True, epsilon=epsilon)
+        transformer = TransformerConfig(width, depth, heads, int(width * ratio),
+                                        config.activation("hidden_act", "gelu"), layer_scale=True, epsilon=epsilon)
     patch = config.square("patch_size", 14 if model_type == "dinov2" else 16)
     if IMAGE_SIZE[0] % patch:
         raise config.refuse("patch_size", "dinov2 cuts 224 px images into patches: it must divide 224")

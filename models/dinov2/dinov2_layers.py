@@ -138,7 +138,8 @@ def variables(variant, grid=None):
     final LayerNorm."""
     width, grid = variant.width, grid or variant.grid
     return (embedding_variables(width, variant.patch, grid * grid, registers=variant.registers)
-            + transformer_variables(variant.transformer) + (("layer_norm/gamma", (width,)), ("layer_norm/beta", (width,))))
+            + transformer_variables(variant.transformer)
+            + (("layer_norm/gamma", (width,)), ("layer_norm/beta", (width,))))
 
 
 def checkpoint_parameters(variant):
