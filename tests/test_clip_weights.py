@@ -1,16 +1,15 @@
-"""CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, the random
-command's folder, and the weights argument's hub checkpoints (imagenet's pinned commits, hf://) from a hub on
-loopback."""
+"""CLIP's weight files: Hugging Face's safetensors layout read and checked (open_clip's: test_open_clip_layout.py),
+the random command's folder with its config.json, and the weights argument's hub checkpoints (imagenet's pinned
+commits, hf://: a preset's fetched when first read, the family's at once with its config) from a hub on loopback."""
 
 import json
-
 import stat
 
 import numpy as np
 import pytest
 
 from models import weight_files
-from models.clip import clip_layers, clip_weights
+from models.clip import clip_config, clip_layers, clip_weights
 from models.clip.clip_tokenizer import Tokenizer, write_test_vocabulary
 from models.files import WeightsError
 from models.safetensors_files import read_tensors, write_tensors
@@ -39,20 +38,6 @@ def test_hugging_face_s_layout_is_read_back_with_its_position_ids_left_out(weigh
     assert all(np.array_equal(both[name], weights[name]) for name in both)
     vision = clip_weights.load_weights(path, SMALL)
     assert sorted(vision) == sorted(name for name, _ in clip_layers.vision_parameters(SMALL))
-
-
-def test_open_clip_s_layout_gives_the_same_arrays(weights, tmp_path):
-    path = tmp_path / "open_clip_model.safetensors"
-    clip_weights.write_checkpoint(weights, path, layout="open_clip", model=SMALL)
-    stored = read_tensors(path)
-    assert stored["visual.transformer.resblocks.1.attn.in_proj_weight"].shape == (48, 16)  # q, k, v stacked
-    assert stored["visual.proj"].shape == (16, 4) and stored["text_projection"].shape == (8, 4)  # x @ proj
-    assert "transformer.resblocks.0.mlp.c_fc.weight" in stored and "ln_final.bias" in stored
-    read = clip_weights.load_weights(path, SMALL, ("vision", "text"))
-    assert all(np.array_equal(read[name], weights[name]) for name in read) and len(read) == len(weights) - 1
-    np.testing.assert_array_equal(  # split back in the order q, k, v
-        read["vision_model.encoder.layers.1.self_attn.k_proj.weight"],
-        stored["visual.transformer.resblocks.1.attn.in_proj_weight"][16:32])
 
 
 def test_a_missing_array_a_wrong_shape_or_another_file_is_one_line_naming_it(weights, tmp_path):
@@ -117,12 +102,15 @@ def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_pa
     folder = tmp_path / "clip-random"
     assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32", "--seed", "1"]) == 0
     assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
-    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "tokenizer.json",
-                                                              "vocab.json"]
+    names = ["config.json", "merges.txt", "model.safetensors", "tokenizer.json", "vocab.json"]
+    assert sorted(path.name for path in folder.iterdir()) == names
     assert (folder / "model.safetensors").stat().st_size == 605_157_884
     # Readable as the tokenizer's files beside it are (0o644 under the usual umask): the library wrote it 0o600.
-    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == {
-        name: new_file_mode() for name in ("merges.txt", "model.safetensors", "tokenizer.json", "vocab.json")}
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == dict.fromkeys(
+        names, new_file_mode())
+    # Its config.json describes the preset: the family reads the folder at B/32's size.
+    assert clip_config.read_hf_config(folder / "config.json", "clip_vit_b32",
+                                      "openai/clip-vit-base-patch32") == clip_layers.VIT_B32
     tokenizer = Tokenizer.from_folder(folder)
     ids = tokenizer.encode(["a photo of a dog"])
     assert ids.shape == (1, 77) and ids[0].argmax() == np.count_nonzero(ids[0]) - 1  # the end token: the largest
@@ -167,7 +155,7 @@ def test_a_hub_checkpoint_is_named_now_and_fetched_with_its_tokenizer_files_when
     folder.mkdir()
     clip_weights.write_checkpoint(weights, folder / "model.safetensors", model=SMALL)
     write_test_vocabulary(folder)
-    publish(fake_hub, "owner/clip", COMMIT, folder, {"model_type": "clip"})
+    publish(fake_hub, "owner/clip", COMMIT, folder, clip_config.hf_config(SMALL))
     source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, SMALL)
     assert source.identity == "hub owner/clip@%s model.safetensors, sha256 from the hub's X-Linked-Etag" % COMMIT
     assert source.files == () and fake_hub.requests == []  # nothing asked until the weights are read
@@ -207,8 +195,8 @@ def test_a_hub_checkpoint_of_another_family_or_without_a_commit_is_one_line(fake
     (folder / "model.safetensors").write_bytes(b"weights")
     publish(fake_hub, "facebook/dinov2-small", COMMIT, folder, {"model_type": "dinov2"})
     with pytest.raises(WeightsError, match=r"weights=hf://facebook/dinov2-small@%s is a dinov2 checkpoint \(its "
-                                           r"config's model_type\), not a clip one: pass --model dinov2_vits14 or "
-                                           r"dinov2_vitb14" % COMMIT):
+                                           r"config's model_type\), not a clip one: pass --model dinov2, which reads "
+                                           r"its size from the config" % COMMIT):
         clip_weights.Checkpoint("hf://facebook/dinov2-small@%s" % COMMIT, SMALL).path()
     with pytest.raises(WeightsError, match=r"weights=hf://openai/clip-vit-large-patch14 names no commit"):
         clip_weights.Checkpoint("hf://openai/clip-vit-large-patch14", SMALL)
