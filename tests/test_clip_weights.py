@@ -2,6 +2,7 @@
 the random command's folder with its config.json, and the weights argument's hub checkpoints (imagenet's pinned
 commits, hf://: a preset's fetched when first read, the family's at once with its config) from a hub on loopback."""
 
+import dataclasses
 import json
 import stat
 
@@ -12,6 +13,7 @@ from models import weight_files
 from models.clip import clip_config, clip_layers, clip_weights
 from models.clip.clip_tokenizer import Tokenizer, write_test_vocabulary
 from models.files import WeightsError
+from models.vit.vit_config import ConfigError
 from models.safetensors_files import read_tensors, write_tensors
 from models.vit.vit_layers import TransformerConfig
 from parallel.output.durable import new_file_mode
@@ -203,3 +205,41 @@ def test_a_hub_checkpoint_of_another_family_or_without_a_commit_is_one_line(fake
     with pytest.raises(WeightsError, match=r"weights=imagenet: no commit of clip_small is pinned here; pass "
                                            r"hf://test/clip-small@COMMIT, or a downloaded folder"):
         clip_weights.Checkpoint("imagenet", SMALL)
+
+
+def test_the_family_s_hub_checkpoint_is_fetched_at_once_with_its_config_and_read_at_its_size(fake_hub, weights,
+                                                                                              tmp_path):
+    """--model clip --weights hf://ORG/NAME@COMMIT: the size is the config's, so the config comes with the weights
+    when the model is named, as a folder's is read; open_clip's files alike (its config's GELU); a preset's hub
+    checkpoint is checked against its config when read."""
+    folder = tmp_path / "published"
+    folder.mkdir()
+    clip_weights.write_checkpoint(weights, folder / "model.safetensors", model=SMALL)
+    write_test_vocabulary(folder)
+    publish(fake_hub, "owner/clip", COMMIT, folder, clip_config.hf_config(SMALL))
+    source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, None)
+    assert fake_hub.requests and dataclasses.replace(source.model, name=SMALL.name, hub_repo=SMALL.hub_repo) == SMALL
+    assert source.model.name == "clip" and source.path().parent == source.tokenizer_folder()
+    assert clip_weights.load_weights(source.path(), source.model).keys() == clip_weights.load_weights(
+        folder / "model.safetensors", SMALL).keys()
+    other = dataclasses.replace(SMALL, projection=8)
+    with pytest.raises(ConfigError, match=r"config.json: its projection is 4, where clip_small has 8: pass --model "
+                                          r"clip to read the size from the config"):
+        clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, other).path()
+    laion = tmp_path / "laion"
+    laion.mkdir()
+    gelu = dataclasses.replace(SMALL, vision=dataclasses.replace(SMALL.vision, activation="gelu"),
+                               text=dataclasses.replace(SMALL.text, activation="gelu"))
+    clip_weights.write_checkpoint(weights, laion / "open_clip_model.safetensors", "open_clip", gelu)
+    (laion / "open_clip_config.json").write_text(json.dumps({"model_cfg": {
+        "embed_dim": 4, "vision_cfg": {"image_size": 224, "layers": 2, "width": 16, "head_width": 8, "mlp_ratio": 2,
+                                       "patch_size": 32},
+        "text_cfg": {"context_length": 77, "vocab_size": 600, "width": 8, "heads": 2, "layers": 2, "mlp_ratio": 2}}}))
+    publish(fake_hub, "laion/small", COMMIT, laion)
+    source = clip_weights.Checkpoint("hf://laion/small@%s" % COMMIT, None)
+    assert source.path().name == "open_clip_model.safetensors" and source.model.vision.activation == "gelu"
+    assert (source.model.vision, source.model.projection) == (gelu.vision, 4)
+    fake_hub.add("owner/bare", COMMIT, "model.safetensors", (folder / "model.safetensors").read_bytes())
+    with pytest.raises(WeightsError, match=r"model.safetensors: no config.json beside it: --model clip reads the size "
+                                           r"from the checkpoint's config"):
+        clip_weights.Checkpoint("hf://owner/bare@%s" % COMMIT, None)

@@ -8,6 +8,7 @@ px), with 2 blocks instead of 24 or 40: the depth is a loop the code runs as man
 (test_the_config_s_fields_make_the_variant).
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -145,3 +146,27 @@ def test_the_family_and_unpinned_presets_need_a_folder(tmp_path):
     spec = dinov2.FAMILY_MODEL.feature_model(weights=str(tmp_path / "folder"))
     assert spec.settings["architecture"].endswith("width 384, 12 blocks, 6 heads, MLP 1536, gelu, LayerScale, "
                                                   "LayerNorm epsilon 1e-06")
+
+
+def test_the_family_s_hub_checkpoint_is_fetched_at_once_with_its_config_and_read_at_its_size(fake_hub, tmp_path):
+    """--model dinov2 --weights hf://ORG/NAME@COMMIT reads the size from the commit's config.json, fetched with the
+    weights when the model is named; a preset's hub checkpoint is fetched when read, and checked against it then."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    small = dataclasses.replace(dinov2_layers.VITS14_REG, name="dinov2",
+                                transformer=TransformerConfig(32, 1, 2, 128, layer_scale=True))
+    dinov2_weights.write_random_folder(tmp_path / "registers", small)
+    for path in (tmp_path / "registers").iterdir():
+        fake_hub.add("owner/dino-reg", commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
+    spec = dinov2.FAMILY_MODEL.feature_model(weights="hf://owner/dino-reg@%s" % commit)
+    assert fake_hub.requests and spec.settings["architecture"] == dinov2_config.read_hf_config(
+        tmp_path / "registers" / "config.json").describe()
+    local = dinov2.FAMILY_MODEL.feature_model(weights=str(tmp_path / "registers"))
+    assert spec.settings["architecture"] == local.settings["architecture"] and spec.files == ()
+    assert sorted(spec.load_weights()) == sorted(local.load_weights())
+    preset = registry.feature_model("dinov2_vitl14_reg", weights="hf://owner/dino-reg@%s" % commit)
+    with pytest.raises(ConfigError, match=r"config.json: its transformer is .*, where dinov2_vitl14_reg has .*: pass "
+                                          r"--model dinov2 to read the size from the config"):
+        preset.load_weights()
+    fake_hub.add("owner/bare", commit, "model.safetensors", (tmp_path / "registers" / "model.safetensors").read_bytes())
+    with pytest.raises(WeightsError, match="model.safetensors: no config.json beside it: --model dinov2 reads"):
+        dinov2.FAMILY_MODEL.feature_model(weights="hf://owner/bare@%s" % commit)
