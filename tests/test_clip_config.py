@@ -26,10 +26,9 @@ from models.vit.vit_config import ConfigError
 from models.vit.vit_layers import TransformerConfig
 from parallel import engine
 from parallel.devices import resolve_devices
-from torch_references import run_references
+from torch_references import assert_parity, run_references
 
 tf1 = tf.compat.v1
-TOLERANCE = 1e-5  # of the largest reference value
 VOCABULARY = 4514  # the tests' BPE vocabulary (models/clip/clip_tokenizer.py): its ids tokenize sentences here
 OPEN_CLIP_CONFIGS = importlib.util.find_spec("open_clip").submodule_search_locations[0] + "/model_configs"
 OPENAI = {"mean": list(clip_layers.OPENAI_MEAN), "std": list(clip_layers.OPENAI_STD)}
@@ -96,16 +95,6 @@ def run_family(weights, images, layer="embedding"):
     spec = registry.feature_model("clip", layer=layer, weights=str(weights))
     with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=5) as runner:
         return runner.run(images), spec
-
-
-def assert_parity(ours, expected):
-    """Within TOLERANCE of the largest reference value, and different inputs differ far beyond it."""
-    assert ours.shape == expected.shape
-    scale = np.abs(expected).max()
-    assert np.abs(ours - expected).max() <= TOLERANCE * scale, np.abs(ours - expected).max() / scale
-    spread = min(np.abs(expected[i] - expected[j]).max() for i in range(len(expected))
-                 for j in range(i + 1, len(expected)))
-    assert spread >= 100 * TOLERANCE * scale, (spread, scale)
 
 
 # ----------------------------------------------------------------------------- parity with the publishers' code

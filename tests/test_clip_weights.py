@@ -151,13 +151,19 @@ def publish(hub, repo, commit, folder, config=None):
         hub.add(repo, commit, "config.json", json.dumps(config).encode(), lfs=False)
 
 
-def test_a_hub_checkpoint_is_named_now_and_fetched_with_its_tokenizer_files_when_first_read(fake_hub, weights,
-                                                                                            tmp_path):
-    folder = tmp_path / "published"
+def publish_small(hub, weights, folder):
+    """Serves SMALL's checkpoint (`weights`), its config.json and the tests' tokenizer files as owner/clip@COMMIT;
+    returns the folder written."""
     folder.mkdir()
     clip_weights.write_checkpoint(weights, folder / "model.safetensors", model=SMALL)
     write_test_vocabulary(folder)
-    publish(fake_hub, "owner/clip", COMMIT, folder, clip_config.hf_config(SMALL))
+    publish(hub, "owner/clip", COMMIT, folder, clip_config.hf_config(SMALL))
+    return folder
+
+
+def test_a_hub_checkpoint_is_named_now_and_fetched_with_its_tokenizer_files_when_first_read(fake_hub, weights,
+                                                                                            tmp_path):
+    folder = publish_small(fake_hub, weights, tmp_path / "published")
     source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, SMALL)
     assert source.identity == "hub owner/clip@%s model.safetensors, sha256 from the hub's X-Linked-Etag" % COMMIT
     assert source.files == () and fake_hub.requests == []  # nothing asked until the weights are read
@@ -212,11 +218,7 @@ def test_the_family_s_hub_checkpoint_is_fetched_at_once_with_its_config_and_read
     """--model clip --weights hf://ORG/NAME@COMMIT: the size is the config's, so the config comes with the weights
     when the model is named, as a folder's is read; open_clip's files alike (its config's GELU); a preset's hub
     checkpoint is checked against its config when read."""
-    folder = tmp_path / "published"
-    folder.mkdir()
-    clip_weights.write_checkpoint(weights, folder / "model.safetensors", model=SMALL)
-    write_test_vocabulary(folder)
-    publish(fake_hub, "owner/clip", COMMIT, folder, clip_config.hf_config(SMALL))
+    folder = publish_small(fake_hub, weights, tmp_path / "published")
     source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, None)
     assert fake_hub.requests and dataclasses.replace(source.model, name=SMALL.name, hub_repo=SMALL.hub_repo) == SMALL
     assert source.model.name == "clip" and source.path().parent == source.tokenizer_folder()

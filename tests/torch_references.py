@@ -18,15 +18,20 @@ REQUEST.json: {"jobs": [job, ...]}, each job a dict with "kind" and "output" (an
 - "dinov2": transformers' Dinov2Model, or Dinov2WithRegistersModel when job["config"]["model_type"] says so, the
   same way; outputs "class_token" (pooler_output) and "class_and_patch_mean" (with the mean of the patch tokens,
   the registers left out) of the images normalised with ImageNet's mean and std (BitImageProcessor's).
+- "siglip": transformers' SiglipModel(SiglipConfig(text_config=job["text"], vision_config=job["vision"])) the same
+  way; outputs "pooled" (`get_image_features`' pooler_output) and "text" (`get_text_features`') of the images
+  normalised as SiglipImageProcessor does ((x / 255 - 0.5) / 0.5) and the ids; with job["siglip2"], also
+  "siglip2_pooled" and "siglip2_text": transformers' Siglip2Model (the NaFlex class) holding the same weights.
 - "interpolate": `F.interpolate` of job["table"] ([1, C, S, S] .npy) to job["size"] (bicubic, align_corners=False,
   antialias=job["antialias"]); output "resized".
 
 The parameters are drawn in name order from torch's generator seeded with job["seed"], shaped like a trained
 network's where it matters to rounding: LayerNorm scales 0.5 .. 1.5, LayerScale gammas 0.05 .. 0.3, biases
 -0.1 .. 0.1, embeddings N(0, 0.5), matrices N(0, 1 / fan_in) (half that where a residual branch ends),
-logit_scale ln(100). A child process because PyTorch's Triton, loaded after TensorFlow in one process, crashes it
-(every test process imports TensorFlow): nothing here imports torch until the child runs; the library itself
-never imports it.
+logit_scale ln(100). A child process because transformers' and torchvision's PyTorch code, loaded after TensorFlow
+in one process, crashes it (every test process imports TensorFlow): nothing here imports torch until the child
+runs; the library itself never imports it. Every parity test of the PyTorch publishers (CLIP's, open_clip's,
+DINOv2's, SigLIP's) goes through this one child, one per test module (a module-scoped fixture).
 """
 
 import json
@@ -63,6 +68,17 @@ def run_references(jobs, folder):
     return [dict(np.load(job["output"])) for job in jobs]
 
 
+def assert_parity(ours, expected, tolerance=1e-5):
+    """Within `tolerance` of the largest reference value; and, since random weights could make that pass for
+    nothing, different inputs (rows) differ far beyond it (the spread guard)."""
+    assert ours.shape == expected.shape
+    scale = np.abs(expected).max()
+    assert np.abs(ours - expected).max() <= tolerance * scale, np.abs(ours - expected).max() / scale
+    spread = min(np.abs(expected[i] - expected[j]).max() for i in range(len(expected))
+                 for j in range(i + 1, len(expected)))
+    assert spread >= 100 * tolerance * scale, (spread, scale)
+
+
 def seed_parameters(module, seed, transposed=("visual.proj", "text_projection")):
     """Fills every parameter of `module` in place, in name order, from a generator seeded with `seed`.
 
@@ -88,7 +104,7 @@ def seed_parameters(module, seed, transposed=("visual.proj", "text_projection"))
             elif name.endswith("bias"):
                 value = uniform(-0.1, 0.1)
             elif any(key in name for key in ("embedding", "class_embedding", "cls_token", "register_tokens",
-                                              "mask_token")) and "patch" not in name:
+                                              "mask_token", "probe")) and "patch" not in name:
                 value = torch.randn(shape, generator=generator) * 0.5
             else:
                 fan_in = shape[0] if name in transposed else int(np.prod(shape[1:]))
@@ -168,6 +184,52 @@ def dinov2(job):
             "class_and_patch_mean": torch.cat([sequence[:, 0], sequence[:, skip:].mean(1)], dim=1).numpy()}
 
 
+def siglip(job):
+    import torch
+    from transformers import SiglipConfig, SiglipModel
+
+    folder = Path(job["folder"])
+    model = SiglipModel(SiglipConfig(text_config=job["text"], vision_config=job["vision"]))
+    seed_parameters(model, job["seed"])
+    model.save_pretrained(folder)
+    model = SiglipModel.from_pretrained(folder).eval()
+    images, ids = np.load(job["images"]), torch.from_numpy(np.load(job["token_ids"]).astype(np.int64))
+    with torch.no_grad():
+        outputs = {"pooled": model.get_image_features(pixel_values=normalised(images, 0.5, 0.5)).pooler_output,
+                   "text": model.get_text_features(input_ids=ids).pooler_output}
+        if job.get("siglip2"):
+            outputs["siglip2_pooled"], outputs["siglip2_text"] = siglip2_features(folder, job["vision"], job["text"],
+                                                                                  images, ids)
+    return {name: value.numpy() for name, value in outputs.items()}
+
+
+def siglip2_features(folder, vision, text, images, ids):
+    """Siglip2Model (the NaFlex class) holding the fixed-resolution checkpoint's weights: its patch embedding is a
+    linear layer over flattened patches (row, column, channel), its position embeddings resized to the grid (here
+    the grid they were stored for), the patches given with a mask of ones. Returns its (pooled, text) tensors."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Siglip2Config, Siglip2Model
+
+    patch, side = vision["patch_size"], vision["image_size"]
+    grid, width = side // patch, vision["hidden_size"]
+    sizes = {key: value for key, value in vision.items() if key != "image_size"}
+    model = Siglip2Model(Siglip2Config(text_config=text, vision_config=dict(sizes, num_patches=grid * grid))).eval()
+    state = load_file(str(folder / "model.safetensors"))
+    weight = state["vision_model.embeddings.patch_embedding.weight"]  # [W, 3, P, P] -> [W, P * P * 3]
+    state["vision_model.embeddings.patch_embedding.weight"] = weight.permute(0, 2, 3, 1).reshape(width, -1)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SystemExit("Siglip2Model does not take the checkpoint: missing %s, unexpected %s" % (missing, unexpected))
+    count = len(images)
+    patches = normalised(images, 0.5, 0.5).permute(0, 2, 3, 1).reshape(count, grid, patch, grid, patch, 3).permute(
+        0, 1, 3, 2, 4, 5).reshape(count, grid * grid, patch * patch * 3)
+    pooled = model.get_image_features(pixel_values=patches,
+                                      pixel_attention_mask=torch.ones(count, grid * grid, dtype=torch.long),
+                                      spatial_shapes=torch.tensor([[grid, grid]] * count))
+    return pooled.pooler_output, model.get_text_features(input_ids=ids).pooler_output
+
+
 def interpolate(job):
     import torch
 
@@ -177,7 +239,7 @@ def interpolate(job):
     return {"resized": resized.numpy()}
 
 
-KINDS = {"clip": clip, "open_clip": open_clip, "dinov2": dinov2, "interpolate": interpolate}
+KINDS = {"clip": clip, "open_clip": open_clip, "dinov2": dinov2, "siglip": siglip, "interpolate": interpolate}
 
 
 def main(request):
