@@ -300,3 +300,29 @@ def test_a_family_s_model_pickled_as_ray_ships_it_to_its_actors_computes_the_sam
         with engine.DeviceRunner(model, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=5) as runner:
             features.append(runner.run(photographs))
     np.testing.assert_array_equal(features[0], features[1])
+
+
+def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(tmp_path):
+    """what_weights_are (the line refusing weights given to the wrong --model) knows the families: a folder whose
+    config names one, at a size no preset has, says which --model reads it; nothing for the family's own models."""
+    import dataclasses
+    from models.dinov2 import dinov2_layers, dinov2_weights
+    from models.vit.vit_layers import TransformerConfig
+    from siglip_files import write_small
+    laion = small_open_clip(tmp_path / "laion-small")
+    assert registry.what_weights_are(laion, "vgg16") == (
+        "it holds a CLIP checkpoint (open_clip_config.json): pass --model clip, which reads its size from it")
+    assert registry.what_weights_are(laion, "clip") == registry.what_weights_are(laion, "clip_vit_l14") == ""
+    small = dataclasses.replace(dinov2_layers.VITS14_REG, name="dinov2",
+                                transformer=TransformerConfig(32, 1, 2, 128, layer_scale=True))
+    dinov2_weights.write_random_folder(tmp_path / "registers", small)
+    assert registry.what_else(tmp_path / "registers" / "model.safetensors", "resnet50") == (
+        "; it holds a DINOv2 checkpoint (its config.json's model_type dinov2_with_registers): pass --model dinov2, "
+        "which reads its size from it")
+    siglip = write_small(tmp_path / "siglip2")
+    assert registry.what_weights_are(siglip, "clip") == (
+        "it holds a SigLIP or SigLIP 2 checkpoint (its config.json's model_type siglip): pass --model siglip, which "
+        "reads its size from it")
+    assert registry.what_weights_are(siglip, "siglip2_base_patch16_256") == ""
+    with pytest.raises(WeightsError, match="weights=.*siglip2 is a folder: it holds a SigLIP or SigLIP 2 checkpoint"):
+        registry.feature_model("vgg16", weights=str(siglip))
