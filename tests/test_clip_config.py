@@ -103,7 +103,7 @@ def run_family(weights, images, layer="embedding"):
 def test_both_towers_equal_transformers_clip_model_at_l14_and_h14_sizes(references, photographs, name):
     folder, expected = references[name]
     assert sorted(path.name for path in folder.iterdir()) == ["config.json", "merges.txt", "model.safetensors",
-                                                              "vocab.json"]
+                                                              "tokenizer.json", "vocab.json"]
     for layer in ("pooled", "embedding") if name == "l14" else ("embedding",):
         ours, spec = run_family(folder, photographs, layer)
         assert_parity(ours, expected[layer])
@@ -223,8 +223,8 @@ def test_hugging_face_s_config_with_transformers_defaults_and_its_older_dicts(tm
         path.write_text(json.dumps(clip_config.hf_config(preset)))
         assert clip_config.read_hf_config(path, preset.name, preset.hub_repo) == preset
     for values, message in (({"model_type": "siglip"}, 'model_type="siglip": not a CLIP checkpoint\'s config'),
-                            ({"vision_config": {"hidden_act": "gelu_new"}},
-                             'vision_config.hidden_act="gelu_new": an activation clip does not run'),
+                            ({"vision_config": {"hidden_act": "gelu_fast"}},
+                             'vision_config.hidden_act="gelu_fast": an activation clip does not run'),
                             ({"text_config": {"eos_token_id": 7}}, "text_config.eos_token_id=7: clip pools the end "
                                                                    "token as the ids' argmax"),
                             ({"vision_config": {"num_channels": 1}}, "vision_config.num_channels=1: clip runs RGB")):
@@ -267,8 +267,8 @@ def test_the_family_needs_a_config_beside_its_weights(tmp_path):
         registry.feature_model("clip", weights=str(folder))
     with pytest.raises(WeightsError, match="weights=imagenet: --model clip reads its size from the checkpoint's"):
         registry.feature_model("clip")
-    with pytest.raises(WeightsError, match="no pinned commit of openai/clip-vit-large-patch14 .* hf download "
-                                           "openai/clip-vit-large-patch14 --local-dir FOLDER"):
+    with pytest.raises(WeightsError, match="weights=imagenet: no commit of clip_vit_l14 is pinned here; pass "
+                                           "hf://openai/clip-vit-large-patch14@COMMIT, or a downloaded folder"):
         registry.feature_model("clip_vit_l14")
     assert registry.feature_model("clip_vit_b32", weights=str(folder)).name == model.name  # a preset: its own size
 

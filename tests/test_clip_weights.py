@@ -44,7 +44,8 @@ def test_hugging_face_s_layout_is_read_back_with_its_position_ids_left_out(weigh
 
 def test_a_missing_array_a_wrong_shape_or_another_file_is_one_line_naming_it(weights, tmp_path):
     missing = tmp_path / "missing.safetensors"
-    write_tensors(missing, {name: array for name, array in weights.items() if "vision_model.encoder.layers.1.mlp.fc2" not in name})
+    write_tensors(missing, {name: array for name, array in weights.items()
+                            if "vision_model.encoder.layers.1.mlp.fc2" not in name})
     with pytest.raises(WeightsError, match=r"missing.safetensors has no array vision_model.encoder.layers.1.mlp.fc2"
                                            r".weight: it has 76 of clip_small's 78 arrays"):
         clip_weights.load_weights(missing, SMALL)

@@ -11,7 +11,7 @@ from PIL import Image
 
 import run_inference
 from models import registry
-from models.dinov2 import dinov2, dinov2_layers, dinov2_weights
+from models.dinov2 import dinov2, dinov2_config, dinov2_layers, dinov2_weights
 from models.dinov2.dinov2_layers import VITB14, VITS14, Variant
 from models.vit.vit_layers import TransformerConfig
 from outputs import job_outputs
@@ -180,7 +180,7 @@ def test_a_hub_checkpoint_at_a_commit_is_read_and_checked_to_be_a_dinov2(fake_hu
     path = tmp_path / "model.safetensors"
     dinov2_weights.write_random(path, SMALL, seed=1)
     fake_hub.add("owner/dino", commit, "model.safetensors", path.read_bytes())
-    fake_hub.add("owner/dino", commit, "config.json", json.dumps({"model_type": "dinov2"}).encode(), lfs=False)
+    fake_hub.add("owner/dino", commit, "config.json", json.dumps(dinov2_config.hf_config(SMALL)).encode(), lfs=False)
     spec = dinov2.feature_model(SMALL, weights="hf://owner/dino@" + commit)
     assert spec.settings["weights"] == ("hub owner/dino@%s model.safetensors, sha256 from the hub's X-Linked-Etag"
                                         % commit) and spec.files == () and fake_hub.requests == []

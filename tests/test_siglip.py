@@ -318,3 +318,26 @@ def test_a_parquet_dataset_gives_the_folder_s_features_bit_for_bit(folder, photo
     assert len(parquet) == 2 and rows["folder"].shape == rows["parquet"].shape == (5, 32)
     sort = [np.lexsort(features.T) for features in (rows["folder"], rows["parquet"])]
     np.testing.assert_array_equal(rows["folder"][sort[0]], rows["parquet"][sort[1]])
+
+
+def test_the_command_line_reads_an_hf_checkpoint_s_size_from_its_config(folder, photographs, tmp_path, fake_hub):
+    """`--model siglip --weights hf://ORG/NAME@COMMIT`: its config.json fetched with the weights, the size read from
+    it: the folder's features bit for bit; the output's settings name the hub's checkpoint and the size."""
+    from PIL import Image
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    for path in folder.iterdir():
+        fake_hub.add("owner/siglip2-small", commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
+    images = tmp_path / "images"
+    images.mkdir()
+    for index, image in enumerate(photographs[:3]):
+        Image.fromarray(image).save(images / ("%d.png" % index))
+    rows = {}
+    for name, weights in (("folder", str(folder)), ("hub", "hf://owner/siglip2-small@" + commit)):
+        output = tmp_path / ("%s.npy" % name)
+        assert run_inference.main(["--images", str(images), "--output", str(output), "--model", "siglip",
+                                   "--weights", weights, "--devices", "cpu:0", "--batch-size", "3", "--quiet"]) == 0
+        rows[name] = np.load(output)
+    np.testing.assert_array_equal(rows["hub"], rows["folder"])
+    settings = read_record(tmp_path / "hub.npy")["settings"]
+    assert settings["weights"].startswith("hub owner/siglip2-small@%s model.safetensors" % commit)
+    assert settings["size"] == read_record(tmp_path / "folder.npy")["settings"]["size"]
