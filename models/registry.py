@@ -73,7 +73,8 @@ ENTRIES = (
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
     Entry("dinov2", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:FAMILY_MODEL",
           "models.dinov2.dinov2_weights:VITS14_FILES",
-          "DINOv2 (any size, with or without registers: the size of --weights FOLDER's config.json), short side "
+          "DINOv2 (any size, with or without registers: the size of --weights FOLDER's or hf:// checkpoint's "
+          "config.json), short side "
           "256 bicubic, centre 224, class_token: its width's floats"),
     Entry("dinov2_vits14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14",
           "models.dinov2.dinov2_weights:VITS14_FILES",
@@ -83,45 +84,46 @@ ENTRIES = (
           "DINOv2 ViT-B/14 (2023), short side 256 bicubic, centre 224, class_token: 768 floats"),
     Entry("dinov2_vitl14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITL14",
           "models.dinov2.dinov2_weights:VITL14_FILES",
-          "DINOv2 ViT-L/14 (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; --weights FOLDER"),
+          "DINOv2 ViT-L/14 (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; --weights FOLDER "
+          "or hf://ORG/NAME@COMMIT"),
     Entry("dinov2_vitg14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITG14",
           "models.dinov2.dinov2_weights:VITG14_FILES",
           "DINOv2 ViT-g/14 (2023, SwiGLU), short side 256 bicubic, centre 224, class_token: 1536 floats; "
-          "--weights FOLDER"),
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry("dinov2_vits14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14_REG",
           "models.dinov2.dinov2_weights:VITS14_REG_FILES",
           "DINOv2 ViT-S/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 384 floats; "
-          "--weights FOLDER"),
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry("dinov2_vitb14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITB14_REG",
           "models.dinov2.dinov2_weights:VITB14_REG_FILES",
           "DINOv2 ViT-B/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 768 floats; "
-          "--weights FOLDER"),
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry("dinov2_vitl14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITL14_REG",
           "models.dinov2.dinov2_weights:VITL14_REG_FILES",
           "DINOv2 ViT-L/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; "
-          "--weights FOLDER"),
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry("dinov2_vitg14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITG14_REG",
           "models.dinov2.dinov2_weights:VITG14_REG_FILES",
           "DINOv2 ViT-g/14 with registers (2023, SwiGLU), short side 256 bicubic, centre 224, class_token: 1536 "
-          "floats; --weights FOLDER"),
+          "floats; --weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry("clip", "models.clip.clip_layers", "models.clip.clip:FAMILY", "models.clip.clip_weights:VIT_B32",
           "CLIP (any size, OpenAI's and open_clip's LAION checkpoints: the size, activation and preprocessing of "
-          "--weights FOLDER's config.json or open_clip_config.json), embedding: its projection's floats, in the "
-          "text tower's space"),
+          "--weights FOLDER's (or hf:// checkpoint's) config.json or open_clip_config.json), embedding: its "
+          "projection's floats, in the text tower's space"),
     Entry("clip_vit_b32", "models.clip.clip_layers", "models.clip.clip:VIT_B32", "models.clip.clip_weights:VIT_B32",
           "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
     Entry("clip_vit_b16", "models.clip.clip_layers", "models.clip.clip:VIT_B16", "models.clip.clip_weights:VIT_B16",
           "CLIP ViT-B/16 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
     Entry("clip_vit_l14", "models.clip.clip_layers", "models.clip.clip:VIT_L14", "models.clip.clip_weights:VIT_L14",
           "CLIP ViT-L/14 (OpenAI, 2021), 224x224 bicubic, embedding: 768 floats, in the text tower's space; "
-          "--weights FOLDER"),
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry("clip_vit_l14_336", "models.clip.clip_layers", "models.clip.clip:VIT_L14_336",
           "models.clip.clip_weights:VIT_L14_336",
           "CLIP ViT-L/14 at 336 px (OpenAI, 2021), 336x336 bicubic, embedding: 768 floats, in the text tower's "
-          "space; --weights FOLDER"),
+          "space; --weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry(SIGLIP, "models.siglip.siglip_layers", "models.siglip.siglip:siglip", "models.siglip.siglip_weights:siglip",
-          "SigLIP or SigLIP 2 (2023, 2025) of the size its --weights FOLDER's config.json gives, the whole image "
-          "bicubic, embedding: in the text tower's space"),
+          "SigLIP or SigLIP 2 (2023, 2025) of the size its --weights FOLDER's (or hf:// checkpoint's) config.json "
+          "gives, the whole image bicubic, embedding: in the text tower's space"),
 ) + tuple(
     Entry(name, "models.siglip.siglip_layers", "models.siglip.siglip:" + name, "models.siglip.siglip_weights:" + name,
           "%s (%s, %s), %dx%d bicubic (the whole image), embedding: %d floats, in the text tower's space" % (
@@ -177,8 +179,9 @@ def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision=
       layer: one of `layers(name)`; None is the model's default layer.
       weights: "imagenet" (the model's published pretrained checkpoint: Keras's file, in Keras's cache or
         downloaded into it; for DINOv2 and CLIP the pinned Hugging Face checkpoint, in the hub's cache or
-        downloaded into it by huggingface_hub); for DINOv2 and CLIP "hf://ORG/NAME@COMMIT", another of the hub's
-        checkpoints at a commit; or a path; which files each model reads is in docs/models.md.
+        downloaded into it by huggingface_hub); for DINOv2, CLIP and SigLIP "hf://ORG/NAME@COMMIT", another of
+        the hub's checkpoints at a commit (fetched at once, with its config, for the families clip, dinov2 and
+        siglip); or a path; which files each model reads is in docs/models.md.
       precision: one of PRECISION_NAMES.
       cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras); for DINOv2 and CLIP the
         hub's cache folder (default: huggingface_hub's, $HF_HUB_CACHE, else $HF_HOME/hub, else
