@@ -158,9 +158,10 @@ def make_parser():
                         help="'imagenet' (default: the model's published pretrained weights, downloaded once: "
                              "Keras's ImageNet file into ~/.keras/models; for DINOv2 and CLIP the pinned Hugging "
                              "Face checkpoint into the hub's cache, by huggingface_hub: HF_TOKEN, HF_ENDPOINT, "
-                             "HF_HUB_OFFLINE); for DINOv2 and CLIP, hf://ORG/NAME@COMMIT: another checkpoint of the "
-                             "hub, pinned to a commit (40 hex digits); or the path of a weights file or folder (for "
-                             "vgg16 a tensorflow-vgg vgg16.npy or a Keras .h5; docs/models.md lists each model's), "
+                             "HF_HUB_OFFLINE; SigLIP's named sizes' too); for DINOv2, CLIP and SigLIP, "
+                             "hf://ORG/NAME@COMMIT: another checkpoint of the hub, pinned to a commit (40 hex digits; "
+                             "clip, dinov2 and siglip read its size from its config); or the path of a weights file "
+                             "or folder (for vgg16 a tensorflow-vgg vgg16.npy or a Keras .h5; docs/models.md lists each model's), "
                              "such as seeded random weights, which check that a model runs offline (their features "
                              "are meaningless): python -m models.weight_files random FILE --model NAME")
     parser.add_argument("--resize", default=None, choices=RESIZE_MODES,

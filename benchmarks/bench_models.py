@@ -1,7 +1,9 @@
-"""Each model's speed: run_inference.py --model M end-to-end against Keras's `predict` compute-only.
+"""Each model's speed: run_inference.py --model M end-to-end against Keras's `predict` compute-only, and CLIP L/14
+end to end against open_clip's, both from the JPEGs.
 
     python benchmarks/bench_models.py --workdir /tmp/bench-models                 # every model
     python benchmarks/bench_models.py --workdir /tmp/bench-models --models resnet50
+    python benchmarks/bench_models.py --workdir /tmp/bench-models --models clip_l14_laion --rounds 3
 
 For each model, alternated for --rounds rounds on the same CPU devices, batch and weights:
 - ours: `run_inference.py --model M --weights FILE` on --images JPEGs of 640x480, as a user runs it, its
@@ -15,6 +17,14 @@ ours: its SiglipModel holding the same checkpoint (`from_pretrained` of the rand
 threads (one a core), each batch opened with Pillow, processed by SiglipImageProcessor (the whole image resized,
 bicubic, rescaled, normalised) and embedded by `get_image_features`, then unit-normalised (as our `embedding`), in
 a fresh process, its first batch excluded.
+- open_clip (OPEN_CLIP: CLIP L/14 of LAION's config, `run_inference.py --model clip` on the folder open_clip
+  wrote): open_clip's own model (`create_model_and_transforms("local-dir:FOLDER")`, PyTorch on the CPU, fp32 as
+  ours) end to end from the same JPEGs, as a user runs it: a torch DataLoader of --workers processes opening each
+  file with PIL and applying open_clip's own preprocessing (bicubic resize of the short side, centre crop,
+  normalisation), batches of --batch-size into `encode_image(normalize=True)` under `torch.inference_mode()`, the
+  features kept in memory; timed from the first batch asked to the last computed, in a fresh process, after the
+  model is built (as ours excludes start-up). The random weights are open_clip's own: its `create_model` of the
+  config, its `state_dict()` saved as open_clip_model.safetensors with open_clip_config.json, once per workdir.
 The ratio ours / reference of each round is printed; the median is judged against the bar (>= 1.0).
 For CLIP the text tower's sentences/s is printed too (`text_rate`: `TextTower.embed` on --sentences token id
 rows in batches of 64, in a fresh process, after one batch).
@@ -25,6 +35,7 @@ their values.
 
 import argparse
 import dataclasses
+import os
 import subprocess
 import sys
 import tempfile
@@ -154,6 +165,74 @@ for begin in range(0, len(images), per_step):
 print(len(images) / (time.perf_counter() - started))
 """
 
+# {name: open_clip's model config}: `--model clip` on the folder open_clip writes, against open_clip itself.
+OPEN_CLIP = {"clip_l14_laion": "ViT-L-14"}
+
+OPEN_CLIP_WRITE = r"""
+import json, sys
+from pathlib import Path
+import open_clip, torch
+from open_clip.factory import get_model_config
+from safetensors.torch import save_file
+folder, name = Path(sys.argv[1]), sys.argv[2]
+torch.manual_seed(0)
+model = open_clip.create_model(name)  # open_clip's own initialisation: random weights of LAION's config
+temporary = folder.with_name(folder.name + ".partial")
+temporary.mkdir()
+save_file({key: value.contiguous() for key, value in model.state_dict().items()},
+          str(temporary / "open_clip_model.safetensors"))
+(temporary / "open_clip_config.json").write_text(json.dumps({"model_cfg": get_model_config(name), "preprocess_cfg": {
+    "mean": list(open_clip.OPENAI_DATASET_MEAN), "std": list(open_clip.OPENAI_DATASET_STD)}}))
+temporary.rename(folder)
+"""
+
+OPEN_CLIP_SCRIPT = r"""
+import sys, time
+from pathlib import Path
+import open_clip, torch
+from PIL import Image
+folder, images = sys.argv[1], sorted(Path(sys.argv[2]).glob("*.jpg"))
+batch, workers = int(sys.argv[3]), int(sys.argv[4])
+model, _, preprocess = open_clip.create_model_and_transforms("local-dir:" + folder)
+model.eval()
+
+class Files(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(images)
+
+    def __getitem__(self, index):
+        with Image.open(images[index]) as image:
+            return preprocess(image.convert("RGB"))
+
+loader = torch.utils.data.DataLoader(Files(), batch_size=batch, num_workers=workers)
+features = []
+started = time.perf_counter()
+with torch.inference_mode():
+    for pixels in loader:
+        features.append(model.encode_image(pixels, normalize=True))
+elapsed = time.perf_counter() - started
+print(sum(len(rows) for rows in features) / elapsed)
+"""
+
+
+def open_clip_folder(workdir, model):
+    """The folder of open_clip's own random weights of `model` (written once, by open_clip, in a fresh process)."""
+    folder = workdir / model / "open-clip-random"
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", OPEN_CLIP_WRITE, str(folder), OPEN_CLIP[model]], check=True,
+                       capture_output=True)
+    return folder
+
+
+def open_clip_rate(args, workdir, model, images):
+    """images/s of open_clip end to end from the JPEGs (OPEN_CLIP_SCRIPT), one fresh process."""
+    result = subprocess.run([sys.executable, "-c", OPEN_CLIP_SCRIPT, str(open_clip_folder(workdir, model)),
+                             str(images), str(args.batch_size), str(args.workers)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit("%s: the open_clip run failed: %s" % (model, result.stderr.strip().splitlines()[-1]))
+    return float(result.stdout.split()[-1])
+
 KERAS_SCRIPT = r"""
 import os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -181,8 +260,9 @@ def weights_path(workdir, model):
 
 def ours(args, workdir, model, images):
     """images/s of run_inference.py on `images`, from its summary line."""
-    command = [sys.executable, str(ROOT / "run_inference.py"), "--model", model, "--images", str(images),
-               "--weights", str(weights_path(workdir, model)), "--devices", args.devices,
+    weights = open_clip_folder(workdir, model) if model in OPEN_CLIP else weights_path(workdir, model)
+    command = [sys.executable, str(ROOT / "run_inference.py"), "--model", "clip" if model in OPEN_CLIP else model,
+               "--images", str(images), "--weights", str(weights), "--devices", args.devices,
                "--batch-size", str(args.batch_size), "--output", str(workdir / model / "features.npy"),
                "--overwrite"]
     if model in LAYERS:
@@ -249,12 +329,14 @@ def text_rate(args, workdir, model):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="*", default=list(REFERENCES), choices=list(REFERENCES))
+    parser.add_argument("--models", nargs="*", default=list(REFERENCES), choices=list(REFERENCES) + list(OPEN_CLIP))
     parser.add_argument("--devices", default="cpu:0")
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--images", type=int, default=96, help="JPEGs of 640x480 for ours; arrays for Keras")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=512, help="for CLIP's text tower")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(),
+                        help="open_clip's DataLoader processes (ours decodes on one thread per core; default: cores)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_models_"))
@@ -270,6 +352,8 @@ def main():
             our_rate, command = ours(args, workdir, model, images)
             if model in TRANSFORMERS:
                 theirs, what = transformers_rate(args, workdir, model, images), "transformers end to end"
+            elif model in OPEN_CLIP:
+                theirs, what = open_clip_rate(args, workdir, model, images), "open_clip end to end"
             else:
                 theirs, what = keras_rate(args, workdir, model), "keras predict"
             ratios.append(our_rate / theirs)
@@ -277,9 +361,8 @@ def main():
                   % (model, round_index + 1, our_rate, what, theirs, our_rate / theirs), flush=True)
         median = float(np.median(ratios))
         print("%-16s median ours/%s %.3f (bar >= %s: %s)   [%s]"
-              % (model, "transformers" if model in TRANSFORMERS else "keras", median, BAR,
-                 "met" if median >= BAR else "NOT met", command), flush=True)
-        if model.startswith("clip_"):
+              % (model, what.split()[0], median, BAR, "met" if median >= BAR else "NOT met", command), flush=True)
+        if model.startswith("clip_") and model not in OPEN_CLIP:
             print("%-16s text tower: %.1f sentences/s (batches of 64)" % (model, text_rate(args, workdir, model)),
                   flush=True)
 

@@ -1,8 +1,9 @@
 """What every model's weights reader shares, with neither TensorFlow nor h5py: the error, the magic number
-that tells a file's layout, and a file's identity by content.
+that tells a file's layout, a file's identity by content, and the kind of model a checkpoint's folder says it is.
 """
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -12,6 +13,10 @@ NPY_MAGIC = b"\x93NUMPY"
 # What a weights file is, by its first bytes: (magic, what it is, the suffix of the models' files of that layout).
 _LAYOUTS = ((NPY_MAGIC, "a NumPy .npy file", ".npy"), (HDF5_MAGIC, "an HDF5 file", ".h5"),
             (b"PK\x03\x04", "a zip archive (as PyTorch's .pt and .bin checkpoints are)", None))
+# The family folder of models/ that reads each kind of checkpoint: config.json's model_type (transformers'), or
+# "open_clip" for a folder with open_clip_config.json and no config.json.
+MODEL_TYPES = {"clip": "clip", "open_clip": "clip", "dinov2": "dinov2", "dinov2_with_registers": "dinov2",
+               "siglip": "siglip", "siglip2": "siglip"}
 
 
 class WeightsError(ValueError):
@@ -98,3 +103,23 @@ def find_fingerprinted(identity, folders):
                 seen.add(candidate.resolve())
                 found.append(candidate)
     return found
+
+
+def checkpoint_model_type(folder):
+    """What a checkpoint's folder says it is: its config.json's model_type ("clip", "dinov2", "siglip", ...), else
+    "open_clip" when it has open_clip_config.json, else None (no config to tell).
+
+    Raises:
+      WeightsError: a config.json that is not a JSON object (one line naming it).
+    """
+    folder = Path(folder)
+    config = folder / "config.json"
+    if config.is_file():
+        try:
+            values = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise WeightsError("%s cannot be read as JSON: %s" % (config, str(error).splitlines()[0])) from None
+        if not isinstance(values, dict):
+            raise WeightsError("%s is not a JSON object" % config)
+        return values.get("model_type")
+    return "open_clip" if (folder / "open_clip_config.json").is_file() else None

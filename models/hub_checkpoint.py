@@ -23,7 +23,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from models.files import WeightsError
+from models.files import MODEL_TYPES, WeightsError, checkpoint_model_type
 from models.hub_download import (COMMIT, HubFile, HubFileAbsent, HubUnreachable, cache_path, cached_absent,
                                  hub_file, hub_has, hub_offline)
 
@@ -33,10 +33,6 @@ PICKLED_FILES = ("pytorch_model.bin", "open_clip_pytorch_model.bin")
 CONFIG_FILES = ("config.json", "open_clip_config.json", "preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
                    "spiece.model")
-# The family folder of models/ that reads each kind of checkpoint: config.json's model_type (transformers'), or
-# "open_clip" for a folder with open_clip_config.json and no config.json.
-MODEL_TYPES = {"clip": "clip", "open_clip": "clip", "dinov2": "dinov2", "dinov2_with_registers": "dinov2",
-               "siglip": "siglip", "siglip2": "siglip"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,26 +172,6 @@ def _no_weights(checkpoint, weight_files):
                         % (checkpoint.weights, names))
 
 
-def checkpoint_model_type(folder):
-    """What a checkpoint's folder says it is: its config.json's model_type ("clip", "dinov2", "siglip", ...), else
-    "open_clip" when it has open_clip_config.json, else None (no config to tell).
-
-    Raises:
-      WeightsError: a config.json that is not a JSON object (one line naming it).
-    """
-    folder = Path(folder)
-    config = folder / "config.json"
-    if config.is_file():
-        try:
-            values = json.loads(config.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise WeightsError("%s cannot be read as JSON: %s" % (config, str(error).splitlines()[0])) from None
-        if not isinstance(values, dict):
-            raise WeightsError("%s is not a JSON object" % config)
-        return values.get("model_type")
-    return "open_clip" if (folder / "open_clip_config.json").is_file() else None
-
-
 def check_model_type(folder, family, weights):
     """Refuses (one line) a checkpoint whose config says it is a kind of model that `family` does not read.
 
@@ -215,11 +191,14 @@ def check_model_type(folder, family, weights):
     found = checkpoint_model_type(folder)
     if found is None or MODEL_TYPES.get(found) == family:
         return found
-    names = [entry.name for entry in registry.ENTRIES if found in MODEL_TYPES and MODEL_TYPES[found] == _family(
-        entry.graph)]
+    other = MODEL_TYPES.get(found)
+    if other in registry.FAMILIES:  # the family's own name reads any of its sizes from the config
+        advice = "pass --model %s, which reads its size from the config" % other
+    else:
+        names = [entry.name for entry in registry.ENTRIES if other is not None and other == _family(entry.graph)]
+        advice = "pass --model %s" % " or ".join(names) if names else "no model here reads it"
     raise WeightsError("weights=%s is a %s checkpoint (its config's model_type), not a %s one: %s"
-                       % (weights, found, family, "pass --model %s" % " or ".join(names) if names
-                          else "no model here reads it"))
+                       % (weights, found, family, advice))
 
 
 def _family(graph):

@@ -15,13 +15,17 @@ Each model is three modules:
   `write_random(path, seed)`; for a model read from a safetensors checkpoint, `tensors()`, its tensors' names
   and shapes, that tell its checkpoints from others' (`what_weights_are`: the line refusing another model's
   weights names the model they are for, or says what the file is).
-Where one module serves several models of a family (CLIP's ViT-B/32 and ViT-B/16, DINOv2's two sizes, SigLIP's
-presets), the graph and the weight files are named "module:object": the object in that module offers what the
-module would ("models.clip.clip:VIT_B32" has `feature_model`). `siglip` is a family whose size is read from the
-checkpoint (--weights FOLDER's config.json); its presets (`siglip_base_patch16_224`, `siglip2_base_patch16_256`,
-...: `models.siglip.siglip_layers.PRESETS`) are its published sizes, with pinned weights. A family's modules are
-its folder's, models/<family>/ (`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's
-are flat in models/.
+Where one module serves several models of a family (CLIP's and DINOv2's sizes, SigLIP's presets), the graph and the
+weight files are named "module:object": the object in that module offers what the module would
+("models.clip.clip:VIT_B32" has `feature_model`). A family's modules are its folder's, models/<family>/
+(`<family>.py`, `<family>_layers.py`, `<family>_weights.py`: docs/layout.md); VGG16's are flat in models/.
+
+A family's own name (`clip`, `dinov2`, `siglip`: FAMILIES) is the family at any size: its size, activation and
+preprocessing are read from the checkpoint's config beside the weights (`--weights FOLDER` or
+`hf://ORG/NAME@COMMIT`: Hugging Face's config.json, open_clip's open_clip_config.json), so that a size needs no
+entry and no code. The other names are a family and a size (presets: `clip_vit_l14`, `dinov2_vitg14_reg`,
+`siglip2_base_patch16_256`, ...), with pinned weights where a commit is known (`--weights imagenet`), a folder or
+an hf:// checkpoint otherwise.
 """
 
 import dataclasses
@@ -67,19 +71,59 @@ ENTRIES = (
     Entry("convnext_tiny", "models.convnext.convnext_layers", "models.convnext.convnext",
           "models.convnext.convnext_weights",
           "ConvNeXt-Tiny (2022), 224x224, preprocessing inside the model, avg_pool: 768 floats"),
+    Entry("dinov2", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:FAMILY_MODEL",
+          "models.dinov2.dinov2_weights:VITS14_FILES",
+          "DINOv2 (any size, with or without registers: the size of --weights FOLDER's or hf:// checkpoint's "
+          "config.json), short side "
+          "256 bicubic, centre 224, class_token: its width's floats"),
     Entry("dinov2_vits14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14",
           "models.dinov2.dinov2_weights:VITS14_FILES",
           "DINOv2 ViT-S/14 (2023), short side 256 bicubic, centre 224, class_token: 384 floats"),
     Entry("dinov2_vitb14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITB14",
           "models.dinov2.dinov2_weights:VITB14_FILES",
           "DINOv2 ViT-B/14 (2023), short side 256 bicubic, centre 224, class_token: 768 floats"),
+    Entry("dinov2_vitl14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITL14",
+          "models.dinov2.dinov2_weights:VITL14_FILES",
+          "DINOv2 ViT-L/14 (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; --weights FOLDER "
+          "or hf://ORG/NAME@COMMIT"),
+    Entry("dinov2_vitg14", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITG14",
+          "models.dinov2.dinov2_weights:VITG14_FILES",
+          "DINOv2 ViT-g/14 (2023, SwiGLU), short side 256 bicubic, centre 224, class_token: 1536 floats; "
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
+    Entry("dinov2_vits14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITS14_REG",
+          "models.dinov2.dinov2_weights:VITS14_REG_FILES",
+          "DINOv2 ViT-S/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 384 floats; "
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
+    Entry("dinov2_vitb14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITB14_REG",
+          "models.dinov2.dinov2_weights:VITB14_REG_FILES",
+          "DINOv2 ViT-B/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 768 floats; "
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
+    Entry("dinov2_vitl14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITL14_REG",
+          "models.dinov2.dinov2_weights:VITL14_REG_FILES",
+          "DINOv2 ViT-L/14 with registers (2023), short side 256 bicubic, centre 224, class_token: 1024 floats; "
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
+    Entry("dinov2_vitg14_reg", "models.dinov2.dinov2_layers", "models.dinov2.dinov2:VITG14_REG",
+          "models.dinov2.dinov2_weights:VITG14_REG_FILES",
+          "DINOv2 ViT-g/14 with registers (2023, SwiGLU), short side 256 bicubic, centre 224, class_token: 1536 "
+          "floats; --weights FOLDER or hf://ORG/NAME@COMMIT"),
+    Entry("clip", "models.clip.clip_layers", "models.clip.clip:FAMILY", "models.clip.clip_weights:VIT_B32",
+          "CLIP (any size, OpenAI's and open_clip's LAION checkpoints: the size, activation and preprocessing of "
+          "--weights FOLDER's (or hf:// checkpoint's) config.json or open_clip_config.json), embedding: its "
+          "projection's floats, in the text tower's space"),
     Entry("clip_vit_b32", "models.clip.clip_layers", "models.clip.clip:VIT_B32", "models.clip.clip_weights:VIT_B32",
           "CLIP ViT-B/32 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
     Entry("clip_vit_b16", "models.clip.clip_layers", "models.clip.clip:VIT_B16", "models.clip.clip_weights:VIT_B16",
           "CLIP ViT-B/16 (OpenAI, 2021), 224x224 bicubic, embedding: 512 floats, in the text tower's space"),
+    Entry("clip_vit_l14", "models.clip.clip_layers", "models.clip.clip:VIT_L14", "models.clip.clip_weights:VIT_L14",
+          "CLIP ViT-L/14 (OpenAI, 2021), 224x224 bicubic, embedding: 768 floats, in the text tower's space; "
+          "--weights FOLDER or hf://ORG/NAME@COMMIT"),
+    Entry("clip_vit_l14_336", "models.clip.clip_layers", "models.clip.clip:VIT_L14_336",
+          "models.clip.clip_weights:VIT_L14_336",
+          "CLIP ViT-L/14 at 336 px (OpenAI, 2021), 336x336 bicubic, embedding: 768 floats, in the text tower's "
+          "space; --weights FOLDER or hf://ORG/NAME@COMMIT"),
     Entry(SIGLIP, "models.siglip.siglip_layers", "models.siglip.siglip:siglip", "models.siglip.siglip_weights:siglip",
-          "SigLIP or SigLIP 2 (2023, 2025) of the size its --weights FOLDER's config.json gives, the whole image "
-          "bicubic, embedding: in the text tower's space"),
+          "SigLIP or SigLIP 2 (2023, 2025) of the size its --weights FOLDER's (or hf:// checkpoint's) config.json "
+          "gives, the whole image bicubic, embedding: in the text tower's space"),
 ) + tuple(
     Entry(name, "models.siglip.siglip_layers", "models.siglip.siglip:" + name, "models.siglip.siglip_weights:" + name,
           "%s (%s, %s), %dx%d bicubic (the whole image), embedding: %d floats, in the text tower's space" % (
@@ -87,6 +131,7 @@ ENTRIES = (
               preset.config.image_size, preset.config.vision.width))
     for name, preset in SIGLIP_PRESETS.items() if name in SIGLIP_NAMED)
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
+FAMILIES = ("dinov2", "clip", SIGLIP)  # the names of a family at any size, read from the checkpoint's config
 NAMES = tuple(_BY_NAME)
 DEFAULT_MODEL = "vgg16"
 
@@ -134,8 +179,9 @@ def feature_model(name=DEFAULT_MODEL, layer=None, weights="imagenet", precision=
       layer: one of `layers(name)`; None is the model's default layer.
       weights: "imagenet" (the model's published pretrained checkpoint: Keras's file, in Keras's cache or
         downloaded into it; for DINOv2 and CLIP the pinned Hugging Face checkpoint, in the hub's cache or
-        downloaded into it by huggingface_hub); for DINOv2 and CLIP "hf://ORG/NAME@COMMIT", another of the hub's
-        checkpoints at a commit; or a path; which files each model reads is in docs/models.md.
+        downloaded into it by huggingface_hub); for DINOv2, CLIP and SigLIP "hf://ORG/NAME@COMMIT", another of
+        the hub's checkpoints at a commit (fetched at once, with its config, for the families clip, dinov2 and
+        siglip); or a path; which files each model reads is in docs/models.md.
       precision: one of PRECISION_NAMES.
       cache_dir: Keras's home folder for "imagenet" (default: $KERAS_HOME or ~/.keras); for DINOv2 and CLIP the
         hub's cache folder (default: huggingface_hub's, $HF_HUB_CACHE, else $HF_HOME/hub, else
@@ -213,6 +259,8 @@ def holder(path):
     if not shapes:
         return None
     for entry in ENTRIES:
+        if entry.name in FAMILIES:  # its tensors are a preset's: the preset is named
+            continue
         files = weight_files(entry.name)
         if hasattr(files, "tensors") and all(shapes.get(name) == shape for name, shape in files.tensors().items()):
             return entry
@@ -236,7 +284,23 @@ def what_weights_are(path, model=None):
         if owner is not None and owner.name != model:
             return "it holds %s weights%s: pass --model %s" % (
                 owner.title, " (%s)" % file.name if file != path else "", owner.name)
-    return ""
+    return _family_of_config(path if path.is_dir() else path.parent, model)
+
+
+def _family_of_config(folder, model):
+    """"it holds a DINOv2 checkpoint (its config.json's model_type dinov2_with_registers): pass --model dinov2" for
+    a folder whose config names a family here (of a size no preset has), unless `model` is of that family; ""."""
+    from models.files import MODEL_TYPES, WeightsError, checkpoint_model_type
+    try:
+        found = checkpoint_model_type(folder)
+    except WeightsError:
+        return ""
+    family = MODEL_TYPES.get(found)
+    if family is None or (model or "").startswith(family):  # the family's own name, or one of its presets
+        return ""
+    said = "open_clip_config.json" if found == "open_clip" else "its config.json's model_type %s" % found
+    return "it holds a %s checkpoint (%s): pass --model %s, which reads its size from it" % (
+        _BY_NAME[family].title, said, family)
 
 
 def what_else(path, model=None):

@@ -7,10 +7,11 @@
     embedder = text_queries.TextEmbedder("clip_vit_b32", weights="clip-random")   # kept open: a service's
 
 A sentence is compared with an image through a model's two towers: the image tower's `embedding` layer and the
-text tower, which project into one space (CLIP's 512 dimensions; SigLIP's the image tower's width). The other
-layers (CLIP's and SigLIP's `pooled`) and the other models have no text tower to compare with. SigLIP gives its
-own score beside the cosine: `TextEmbedder.probability(cosines)`, sigmoid(exp(logit_scale) * cosine + logit_bias),
-the probability that the image and the sentence go together (CLIP has none: None).
+text tower, which project into one space (CLIP's 512 dimensions for B/32 and B/16, 768 for L/14, its config's for
+the family `clip`; SigLIP's the image tower's width). The other layers (CLIP's and SigLIP's `pooled`) and the other
+models have no text tower to compare with. SigLIP gives its own score beside the cosine:
+`TextEmbedder.probability(cosines)`, sigmoid(exp(logit_scale) * cosine + logit_bias), the probability that the
+image and the sentence go together (CLIP has none: None).
 
 Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose an index's centring);
 `text_embedding` and `TextEmbedder` do, through models.clip.clip or models.siglip.siglip.
@@ -18,7 +19,7 @@ Importing this module imports no TensorFlow (search/ reads TEXT_LAYERS to choose
 
 from models.siglip.siglip_layers import FAMILY as SIGLIP, PRESETS as SIGLIP_PRESETS  # a table: no TensorFlow
 
-CLIP_MODELS = ("clip_vit_b32", "clip_vit_b16")
+CLIP_MODELS = ("clip", "clip_vit_b32", "clip_vit_b16", "clip_vit_l14", "clip_vit_l14_336")
 SIGLIP_MODELS = (SIGLIP,) + tuple(SIGLIP_PRESETS)
 # {model: the layer of its image tower in its text tower's space}.
 TEXT_LAYERS = dict.fromkeys(CLIP_MODELS + SIGLIP_MODELS, "embedding")

@@ -245,9 +245,10 @@ def main(argv=None):
         "random", help="write seeded random weights (for a smoke test only: features are meaningless)")
     random_command.add_argument("output", type=Path,
                                 help="file to write; its extension picks the layout (vgg16: .npy, tensorflow-vgg's, "
-                                     "or .h5, Keras's; the DINOv2 models: .safetensors, Hugging Face's; CLIP: no "
-                                     "extension, a folder in Hugging Face's layout, or .safetensors; SigLIP's named "
-                                     "sizes: no extension, a folder in transformers' layout; the other models: .h5, "
+                                     "or .h5, Keras's; DINOv2 and CLIP: .safetensors, Hugging Face's, or no "
+                                     "extension, a folder in Hugging Face's layout with its config.json, which "
+                                     "--model clip and --model dinov2 read the size from; SigLIP's named sizes: no "
+                                     "extension, a folder in transformers' layout; the other models: .h5, "
                                      "Keras's)")
     random_command.add_argument("--model", default=registry.DEFAULT_MODEL, choices=registry.NAMES,
                                 help="whose weights (default: %(default)s)")

@@ -17,10 +17,13 @@ def keras_hub_clip(model, weights):
     from keras_hub.models import CLIPBackbone, CLIPTextEncoder, CLIPVisionEncoder
 
     vision_config, text_config = model.vision, model.text
+    # keras-hub's "quick_gelu" is x * sigmoid(1.702 x); any other name is Keras's activation of that name
+    # (keras.activations.gelu: the exact GELU, as LAION's checkpoints use it).
     vision = CLIPVisionEncoder(model.patch_size, vision_config.width, vision_config.depth, vision_config.heads,
-                               vision_config.mlp_width, "quick_gelu", image_shape=(model.image_size,) * 2 + (3,))
+                               vision_config.mlp_width, vision_config.activation,
+                               image_shape=(model.image_size,) * 2 + (3,))
     text = CLIPTextEncoder(model.vocabulary_size, text_config.width, text_config.width, text_config.depth,
-                           text_config.heads, text_config.mlp_width, "quick_gelu",
+                           text_config.heads, text_config.mlp_width, text_config.activation,
                            max_sequence_length=model.context_length)
     backbone = CLIPBackbone(vision, text, model.projection)
     text.layer_norm.epsilon = clip_layers.LAYER_NORM_EPSILON

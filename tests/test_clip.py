@@ -1,6 +1,8 @@
 """CLIP's towers: the graph against keras-hub's CLIPBackbone on the same weights, the text tower, the weights
 argument, the engine's devices, precision and static ranks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,12 +24,16 @@ tf1 = tf.compat.v1
 TOLERANCE = 1e-5  # of the largest reference value
 
 # A CLIP of the real layout, small enough for keras-hub's reference to be built in a second: the parity of the
-# real sizes is the same code with other numbers (its graph is built in test_the_graph_...).
+# real sizes is the same code with other numbers (its graph is built in test_the_graph_...; tests/test_clip_config.py
+# compares L/14's and H/14's widths with transformers' and open_clip's own code). With OpenAI's QuickGELU, and
+# with the exact GELU of LAION's checkpoints (GELU_SMALL).
 SMALL = clip_layers.Config(
     "clip_small", "test/clip-small", patch_size=32,
     vision=TransformerConfig(64, 2, 4, 128, activation="quick_gelu", epsilon=clip_layers.LAYER_NORM_EPSILON),
     text=TransformerConfig(32, 2, 2, 64, activation="quick_gelu", epsilon=clip_layers.LAYER_NORM_EPSILON),
     projection=16)
+GELU_SMALL = dataclasses.replace(SMALL, vision=dataclasses.replace(SMALL.vision, activation="gelu"),
+                                 text=dataclasses.replace(SMALL.text, activation="gelu"))
 
 
 def token_ids(lengths, seed=1, vocabulary=clip_layers.END_OF_TEXT + 1):
@@ -61,15 +67,19 @@ def small_weights():
     return clip_weights.random_weights(SMALL, seed=0)
 
 
-@pytest.fixture(scope="module")
-def reference(small_weights, photographs):
+def keras_hub_outputs(model, weights, photographs):
     """keras-hub's image features of the photographs and text embeddings of four sequences (3 to 75 tokens)."""
-    backbone = keras_hub_clip(SMALL, small_weights)
+    backbone = keras_hub_clip(model, weights)
     ids = token_ids((3, 10, 40, 75))
     outputs = reference_images(backbone, photographs)
     outputs["text"] = unit(np.asarray(backbone.get_text_embeddings(ids)))
     outputs["token_ids"] = ids
     return outputs
+
+
+@pytest.fixture(scope="module")
+def reference(small_weights, photographs):
+    return keras_hub_outputs(SMALL, small_weights, photographs)
 
 
 def run_graph(build, values, feed):
@@ -109,6 +119,20 @@ def test_the_text_tower_equals_keras_hub_s(small_weights, reference):
                      reference["token_ids"])
     assert_parity(ours, reference["text"])
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1, rtol=1e-6)
+
+
+def test_both_towers_with_the_exact_gelu_equal_keras_hub_s(small_weights, photographs):
+    """LAION's checkpoints' activation: the same weights, GELU in both towers' MLPs (keras-hub's CLIPBackbone built
+    with "gelu"), features different from QuickGELU's."""
+    expected = keras_hub_outputs(GELU_SMALL, small_weights, photographs)
+    values = clip.vision_variable_values(small_weights, GELU_SMALL, "embedding")
+    ours = run_graph(lambda images: clip.image_tower(images, GELU_SMALL, "embedding"), values, photographs)
+    assert_parity(ours, expected["embedding"])
+    text = run_graph(lambda ids: clip.text_tower(ids, GELU_SMALL), clip.text_variable_values(small_weights, GELU_SMALL),
+                     expected["token_ids"])
+    assert_parity(text, expected["text"])
+    quick = run_graph(lambda images: clip.image_tower(images, SMALL, "embedding"), values, photographs)
+    assert np.abs(quick - ours).max() > 100 * TOLERANCE  # the activation matters: QuickGELU is not GELU
 
 
 def test_the_text_tower_pools_the_end_token_and_sees_nothing_after_it(small_weights):
@@ -298,8 +322,8 @@ def test_bad_weights_and_arguments_are_one_line_naming_them(folder, tmp_path, gr
         clip.VIT_B32.feature_model("fc7", str(folder))
     with pytest.raises(ValueError, match="precision='fp8'"):
         clip.VIT_B32.feature_model(weights=str(folder), precision="fp8")
-    with pytest.raises(ValueError, match="model='clip_vit_l14'"):
-        clip.TextTower("clip_vit_l14", weights=str(folder))
+    with pytest.raises(ValueError, match="model='clip_vit_h14'"):
+        clip.TextTower("clip_vit_h14", weights=str(folder))
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "model.safetensors").symlink_to(folder / "model.safetensors")

@@ -21,13 +21,25 @@ def test_the_table_has_the_published_checkpoints_parameters(name, parameters, po
     assert len(names) == len(set(names)) == (5 + 12 * 16 + 3) + (2 + 12 * 16 + 3) + 1
 
 
+@pytest.mark.parametrize("name, parameters, positions", [("clip_vit_l14", 427_616_513, 257),
+                                                         ("clip_vit_l14_336", 427_944_193, 577)])
+def test_the_large_presets_have_transformers_counts(name, parameters, positions):
+    """transformers 5.24's CLIPModel counts 427,616,513 and 427,944,193 parameters for the configs of
+    openai/clip-vit-large-patch14 and -patch14-336 (QuickGELU: the count does not depend on it)."""
+    model = clip_layers.config(name)
+    assert vit_layers.size(clip_layers.parameters(model)) == clip_layers.PARAMETER_COUNT[name] == parameters
+    assert model.positions == positions and model.feature_size("embedding") == 768
+
+
 def test_the_endpoints_sizes_and_unknown_names():
     assert [clip_layers.VIT_B32.feature_size(endpoint) for endpoint in clip_layers.ENDPOINTS] == [768, 512]
     assert clip_layers.DEFAULT_LAYER == "embedding" and clip_layers.VIT_B16.grid == 14
     with pytest.raises(ValueError, match="layer='fc7'; expected one of pooled, embedding"):
         clip_layers.VIT_B32.feature_size("fc7")
-    with pytest.raises(ValueError, match="model='clip_vit_l14'; expected one of clip_vit_b32, clip_vit_b16"):
-        clip_layers.config("clip_vit_l14")
+    with pytest.raises(ValueError, match="model='clip_vit_h14'; expected one of clip, clip_vit_b32, clip_vit_b16, "
+                                         "clip_vit_l14, clip_vit_l14_336"):
+        clip_layers.config("clip_vit_h14")
+    assert clip_layers.config("clip") is None  # the family: the size is the checkpoint's config's
 
 
 def test_the_end_token_is_the_largest_id():

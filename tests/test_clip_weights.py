@@ -1,18 +1,19 @@
-"""CLIP's weight files: Hugging Face's and open_clip's safetensors layouts read alike and checked, the random
-command's folder, and the weights argument's hub checkpoints (imagenet's pinned commits, hf://) from a hub on
-loopback."""
+"""CLIP's weight files: Hugging Face's safetensors layout read and checked (open_clip's: test_open_clip_layout.py),
+the random command's folder with its config.json, and the weights argument's hub checkpoints (imagenet's pinned
+commits, hf://: a preset's fetched when first read, the family's at once with its config) from a hub on loopback."""
 
+import dataclasses
 import json
-
 import stat
 
 import numpy as np
 import pytest
 
 from models import weight_files
-from models.clip import clip_layers, clip_weights
+from models.clip import clip_config, clip_layers, clip_weights
 from models.clip.clip_tokenizer import Tokenizer, write_test_vocabulary
 from models.files import WeightsError
+from models.vit.vit_config import ConfigError
 from models.safetensors_files import read_tensors, write_tensors
 from models.vit.vit_layers import TransformerConfig
 from parallel.output.durable import new_file_mode
@@ -41,23 +42,10 @@ def test_hugging_face_s_layout_is_read_back_with_its_position_ids_left_out(weigh
     assert sorted(vision) == sorted(name for name, _ in clip_layers.vision_parameters(SMALL))
 
 
-def test_open_clip_s_layout_gives_the_same_arrays(weights, tmp_path):
-    path = tmp_path / "open_clip_model.safetensors"
-    clip_weights.write_checkpoint(weights, path, layout="open_clip", model=SMALL)
-    stored = read_tensors(path)
-    assert stored["visual.transformer.resblocks.1.attn.in_proj_weight"].shape == (48, 16)  # q, k, v stacked
-    assert stored["visual.proj"].shape == (16, 4) and stored["text_projection"].shape == (8, 4)  # x @ proj
-    assert "transformer.resblocks.0.mlp.c_fc.weight" in stored and "ln_final.bias" in stored
-    read = clip_weights.load_weights(path, SMALL, ("vision", "text"))
-    assert all(np.array_equal(read[name], weights[name]) for name in read) and len(read) == len(weights) - 1
-    np.testing.assert_array_equal(  # split back in the order q, k, v
-        read["vision_model.encoder.layers.1.self_attn.k_proj.weight"],
-        stored["visual.transformer.resblocks.1.attn.in_proj_weight"][16:32])
-
-
 def test_a_missing_array_a_wrong_shape_or_another_file_is_one_line_naming_it(weights, tmp_path):
     missing = tmp_path / "missing.safetensors"
-    write_tensors(missing, {name: array for name, array in weights.items() if "vision_model.encoder.layers.1.mlp.fc2" not in name})
+    write_tensors(missing, {name: array for name, array in weights.items()
+                            if "vision_model.encoder.layers.1.mlp.fc2" not in name})
     with pytest.raises(WeightsError, match=r"missing.safetensors has no array vision_model.encoder.layers.1.mlp.fc2"
                                            r".weight: it has 76 of clip_small's 78 arrays"):
         clip_weights.load_weights(missing, SMALL)
@@ -117,12 +105,15 @@ def test_the_random_command_writes_a_folder_as_the_published_checkpoint_s(tmp_pa
     folder = tmp_path / "clip-random"
     assert weight_files.main(["random", str(folder), "--model", "clip_vit_b32", "--seed", "1"]) == 0
     assert "RANDOM clip_vit_b32 weights (seed 1) in Hugging Face's folder" in capsys.readouterr().err
-    assert sorted(path.name for path in folder.iterdir()) == ["merges.txt", "model.safetensors", "tokenizer.json",
-                                                              "vocab.json"]
+    names = ["config.json", "merges.txt", "model.safetensors", "tokenizer.json", "vocab.json"]
+    assert sorted(path.name for path in folder.iterdir()) == names
     assert (folder / "model.safetensors").stat().st_size == 605_157_884
     # Readable as the tokenizer's files beside it are (0o644 under the usual umask): the library wrote it 0o600.
-    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == {
-        name: new_file_mode() for name in ("merges.txt", "model.safetensors", "tokenizer.json", "vocab.json")}
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == dict.fromkeys(
+        names, new_file_mode())
+    # Its config.json describes the preset: the family reads the folder at B/32's size.
+    assert clip_config.read_hf_config(folder / "config.json", "clip_vit_b32",
+                                      "openai/clip-vit-base-patch32") == clip_layers.VIT_B32
     tokenizer = Tokenizer.from_folder(folder)
     ids = tokenizer.encode(["a photo of a dog"])
     assert ids.shape == (1, 77) and ids[0].argmax() == np.count_nonzero(ids[0]) - 1  # the end token: the largest
@@ -161,13 +152,19 @@ def publish(hub, repo, commit, folder, config=None):
         hub.add(repo, commit, "config.json", json.dumps(config).encode(), lfs=False)
 
 
-def test_a_hub_checkpoint_is_named_now_and_fetched_with_its_tokenizer_files_when_first_read(fake_hub, weights,
-                                                                                            tmp_path):
-    folder = tmp_path / "published"
+def publish_small(hub, weights, folder):
+    """Serves SMALL's checkpoint (`weights`), its config.json and the tests' tokenizer files as owner/clip@COMMIT;
+    returns the folder written."""
     folder.mkdir()
     clip_weights.write_checkpoint(weights, folder / "model.safetensors", model=SMALL)
     write_test_vocabulary(folder)
-    publish(fake_hub, "owner/clip", COMMIT, folder, {"model_type": "clip"})
+    publish(hub, "owner/clip", COMMIT, folder, clip_config.hf_config(SMALL))
+    return folder
+
+
+def test_a_hub_checkpoint_is_named_now_and_fetched_with_its_tokenizer_files_when_first_read(fake_hub, weights,
+                                                                                            tmp_path):
+    folder = publish_small(fake_hub, weights, tmp_path / "published")
     source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, SMALL)
     assert source.identity == "hub owner/clip@%s model.safetensors, sha256 from the hub's X-Linked-Etag" % COMMIT
     assert source.files == () and fake_hub.requests == []  # nothing asked until the weights are read
@@ -207,11 +204,45 @@ def test_a_hub_checkpoint_of_another_family_or_without_a_commit_is_one_line(fake
     (folder / "model.safetensors").write_bytes(b"weights")
     publish(fake_hub, "facebook/dinov2-small", COMMIT, folder, {"model_type": "dinov2"})
     with pytest.raises(WeightsError, match=r"weights=hf://facebook/dinov2-small@%s is a dinov2 checkpoint \(its "
-                                           r"config's model_type\), not a clip one: pass --model dinov2_vits14 or "
-                                           r"dinov2_vitb14" % COMMIT):
+                                           r"config's model_type\), not a clip one: pass --model dinov2, which reads "
+                                           r"its size from the config" % COMMIT):
         clip_weights.Checkpoint("hf://facebook/dinov2-small@%s" % COMMIT, SMALL).path()
     with pytest.raises(WeightsError, match=r"weights=hf://openai/clip-vit-large-patch14 names no commit"):
         clip_weights.Checkpoint("hf://openai/clip-vit-large-patch14", SMALL)
     with pytest.raises(WeightsError, match=r"weights=imagenet: no commit of clip_small is pinned here; pass "
                                            r"hf://test/clip-small@COMMIT, or a downloaded folder"):
         clip_weights.Checkpoint("imagenet", SMALL)
+
+
+def test_the_family_s_hub_checkpoint_is_fetched_at_once_with_its_config_and_read_at_its_size(fake_hub, weights,
+                                                                                              tmp_path):
+    """--model clip --weights hf://ORG/NAME@COMMIT: the size is the config's, so the config comes with the weights
+    when the model is named, as a folder's is read; open_clip's files alike (its config's GELU); a preset's hub
+    checkpoint is checked against its config when read."""
+    folder = publish_small(fake_hub, weights, tmp_path / "published")
+    source = clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, None)
+    assert fake_hub.requests and dataclasses.replace(source.model, name=SMALL.name, hub_repo=SMALL.hub_repo) == SMALL
+    assert source.model.name == "clip" and source.path().parent == source.tokenizer_folder()
+    assert clip_weights.load_weights(source.path(), source.model).keys() == clip_weights.load_weights(
+        folder / "model.safetensors", SMALL).keys()
+    other = dataclasses.replace(SMALL, projection=8)
+    with pytest.raises(ConfigError, match=r"config.json: its projection is 4, where clip_small has 8: pass --model "
+                                          r"clip to read the size from the config"):
+        clip_weights.Checkpoint("hf://owner/clip@%s" % COMMIT, other).path()
+    laion = tmp_path / "laion"
+    laion.mkdir()
+    gelu = dataclasses.replace(SMALL, vision=dataclasses.replace(SMALL.vision, activation="gelu"),
+                               text=dataclasses.replace(SMALL.text, activation="gelu"))
+    clip_weights.write_checkpoint(weights, laion / "open_clip_model.safetensors", "open_clip", gelu)
+    (laion / "open_clip_config.json").write_text(json.dumps({"model_cfg": {
+        "embed_dim": 4, "vision_cfg": {"image_size": 224, "layers": 2, "width": 16, "head_width": 8, "mlp_ratio": 2,
+                                       "patch_size": 32},
+        "text_cfg": {"context_length": 77, "vocab_size": 600, "width": 8, "heads": 2, "layers": 2, "mlp_ratio": 2}}}))
+    publish(fake_hub, "laion/small", COMMIT, laion)
+    source = clip_weights.Checkpoint("hf://laion/small@%s" % COMMIT, None)
+    assert source.path().name == "open_clip_model.safetensors" and source.model.vision.activation == "gelu"
+    assert (source.model.vision, source.model.projection) == (gelu.vision, 4)
+    fake_hub.add("owner/bare", COMMIT, "model.safetensors", (folder / "model.safetensors").read_bytes())
+    with pytest.raises(WeightsError, match=r"model.safetensors: no config.json beside it: --model clip reads the size "
+                                           r"from the checkpoint's config"):
+        clip_weights.Checkpoint("hf://owner/bare@%s" % COMMIT, None)

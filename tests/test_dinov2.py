@@ -11,7 +11,7 @@ from PIL import Image
 
 import run_inference
 from models import registry
-from models.dinov2 import dinov2, dinov2_layers, dinov2_weights
+from models.dinov2 import dinov2, dinov2_config, dinov2_layers, dinov2_weights
 from models.dinov2.dinov2_layers import VITB14, VITS14, Variant
 from models.vit.vit_layers import TransformerConfig
 from outputs import job_outputs
@@ -126,8 +126,11 @@ def test_the_interpolation_is_keras_hub_s_with_its_kernel(keras_hub_model, check
 
 # ----------------------------------------------------------------------------- the graph and its files
 
-@pytest.mark.parametrize("variant, width", [(VITS14, 384), (VITB14, 768)])
+@pytest.mark.parametrize("variant, width", [(VITS14, 384), (VITB14, 768), (dinov2_layers.VITL14, 1024),
+                                            (dinov2_layers.VITG14_REG, 1536)])
 def test_the_real_sizes_have_their_published_parameters_and_no_weight_is_a_constant(graph, variant, width):
+    """Hugging Face's counts of its Dinov2Model (S/14, B/14 as published; L/14) and Dinov2WithRegistersModel (g/14,
+    SwiGLU and 4 registers), counted by transformers 5.24 for the hub's configs: the table has every array."""
     assert dinov2_layers.checkpoint_parameters(variant) + width == variant.parameter_count  # + the mask token
     output = dinov2.dinov2(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), variant, "class_and_patch_mean")
     assert output.shape.as_list() == [None, 2 * width] and output.dtype == tf.float32
@@ -136,7 +139,8 @@ def test_the_real_sizes_have_their_published_parameters_and_no_weight_is_a_const
         (variant.name + "/" + name, shape) for name, shape in dinov2_layers.variables(variant)]
     assert sum(v.shape.num_elements() for v in variables) == (
         variant.parameter_count - width - 37 * 37 * width + 16 * 16 * width)
-    assert graph.as_graph_def().ByteSize() < 500_000  # 88 or 346 MB of weights are nowhere in it
+    # Its ops only, about 40 KB a block: the weights (88 MB for S/14, 4.5 GB for g/14) are nowhere in it.
+    assert graph.as_graph_def().ByteSize() < 50_000 * variant.transformer.depth
 
 
 def test_bad_arguments_are_refused_naming_the_value(graph, tmp_path):
@@ -176,7 +180,7 @@ def test_a_hub_checkpoint_at_a_commit_is_read_and_checked_to_be_a_dinov2(fake_hu
     path = tmp_path / "model.safetensors"
     dinov2_weights.write_random(path, SMALL, seed=1)
     fake_hub.add("owner/dino", commit, "model.safetensors", path.read_bytes())
-    fake_hub.add("owner/dino", commit, "config.json", json.dumps({"model_type": "dinov2"}).encode(), lfs=False)
+    fake_hub.add("owner/dino", commit, "config.json", json.dumps(dinov2_config.hf_config(SMALL)).encode(), lfs=False)
     spec = dinov2.feature_model(SMALL, weights="hf://owner/dino@" + commit)
     assert spec.settings["weights"] == ("hub owner/dino@%s model.safetensors, sha256 from the hub's X-Linked-Etag"
                                         % commit) and spec.files == () and fake_hub.requests == []
@@ -186,8 +190,8 @@ def test_a_hub_checkpoint_at_a_commit_is_read_and_checked_to_be_a_dinov2(fake_hu
     fake_hub.add("owner/clip", commit, "config.json", json.dumps({"model_type": "clip"}).encode(), lfs=False)
     from models.files import WeightsError
     with pytest.raises(WeightsError, match=r"weights=hf://owner/clip@%s is a clip checkpoint \(its config's "
-                                           r"model_type\), not a dinov2 one: pass --model clip_vit_b32 or "
-                                           r"clip_vit_b16" % commit):
+                                           r"model_type\), not a dinov2 one: pass --model clip, which reads its size "
+                                           r"from the config" % commit):
         dinov2.feature_model(SMALL, weights="hf://owner/clip@" + commit).load_weights()
     with pytest.raises(WeightsError, match="weights=hf://owner/dino@main: 'main' is a branch or a tag"):
         dinov2.feature_model(SMALL, weights="hf://owner/dino@main")

@@ -116,7 +116,7 @@ def test_the_config_says_which_family_reads_the_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "dinov2"}))
     assert check_model_type(tmp_path, "dinov2", "hf://x/y") == "dinov2"
     with pytest.raises(WeightsError, match=r"weights=hf://x/y is a dinov2 checkpoint \(its config's model_type\), not "
-                                           r"a clip one: pass --model dinov2_vits14 or dinov2_vitb14"):
+                                           r"a clip one: pass --model dinov2, which reads its size from the config"):
         check_model_type(tmp_path, "clip", "hf://x/y")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(WeightsError, match="is a bert checkpoint .* no model here reads it"):

@@ -1,4 +1,6 @@
-"""The models by name: checks without TensorFlow, and VGG16's identity unchanged by the registry."""
+"""The models by name: checks without TensorFlow, VGG16's identity unchanged by the registry, and each model once
+through a path of the engine (tars, a store, Parquet, search, ranks, bf16, Ray's pickling), the families' own
+names (clip, dinov2: their size from the weights' config) included."""
 
 import subprocess
 import sys
@@ -205,3 +207,122 @@ def test_a_checkpoint_of_another_model_is_named_by_its_tensors_and_a_file_by_its
     assert registry.what_weights_are(tmp_path / "vgg16.npy") == "it is a NumPy .npy file (--model vgg16 reads those)"
     (tmp_path / "notes.txt").write_text("neither")
     assert registry.what_weights_are(tmp_path / "notes.txt") == registry.what_weights_are(tmp_path) == ""
+
+
+# A family's own name (clip, dinov2) reads its size from the weights' config: small sizes of the real layouts here.
+
+def small_open_clip(folder):
+    """A small CLIP in open_clip's layout: open_clip_model.safetensors, its open_clip_config.json (GELU, LAION's
+    default) and the tests' tokenizer files."""
+    import json
+    from models.clip import clip_layers, clip_weights
+    from models.clip.clip_tokenizer import write_test_vocabulary
+    from models.vit.vit_layers import TransformerConfig
+    model = clip_layers.Config("clip", "", 32, TransformerConfig(64, 2, 4, 128, "gelu", epsilon=1e-5),
+                               TransformerConfig(32, 2, 2, 64, "gelu", epsilon=1e-5), projection=16,
+                               vocabulary_size=4514)
+    folder.mkdir()
+    clip_weights.write_checkpoint(clip_weights.random_weights(model), folder / "open_clip_model.safetensors",
+                                  layout="open_clip", model=model)
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": {
+        "embed_dim": 16, "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "head_width": 16, "mlp_ratio": 2,
+                                        "patch_size": 32},
+        "text_cfg": {"context_length": 77, "vocab_size": 4514, "width": 32, "heads": 2, "layers": 2, "mlp_ratio": 2}},
+        "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}}))
+    write_test_vocabulary(folder)
+    return folder
+
+
+def test_the_clip_family_from_parquet_files_is_searched_by_a_sentence(photographs_folder, tmp_path, capsys):
+    import csv
+    import io
+    import run_inference
+    import search_features
+    from dataset_files import write_files
+    weights = small_open_clip(tmp_path / "laion-small")
+    files = write_files("img2dataset", photographs_folder, tmp_path / "parquet", 2, pattern="*.jpg")
+    assert run_inference.main(["--model", "clip", "--images", str(tmp_path / "parquet" / "*.parquet"), "--weights",
+                               str(weights), "--output", str(tmp_path / "f.npy"), "--devices", "cpu:0,cpu:1",
+                               "--batch-size", "1", "--quiet"]) == 0
+    assert len(files) == 2 and np.load(tmp_path / "f.npy").shape == (4, 16)
+    index = tmp_path / "f.index"
+    assert search_features.main(["--quiet", "index", str(tmp_path / "f.npy"), "--index", str(index)]) == 0
+    capsys.readouterr()
+    assert search_features.main(["neighbours", str(index), "--text", "a cup of coffee", "-k", "4", "--weights",
+                                 str(weights)]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 4 and len({row["path"] for row in rows}) == 4
+
+
+def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_in_a_store_and_in_bf16(photographs_folder, tmp_path,
+                                                                                           s3):
+    import dataclasses
+    import run_inference
+    from models.dinov2 import dinov2_layers, dinov2_weights
+    from models.vit.vit_layers import TransformerConfig
+    from outputs import job_outputs
+    from stores import write_tars
+    small = dataclasses.replace(dinov2_layers.VITS14_REG, name="dinov2",
+                                transformer=TransformerConfig(64, 2, 4, 256, layer_scale=True))
+    dinov2_weights.write_random_folder(tmp_path / "registers", small)
+    write_tars(photographs_folder, tmp_path / "shards", 2, pattern="*.jpg")
+
+    def run(output, *flags):
+        return run_inference.main(["--model", "dinov2", "--images", str(tmp_path / "shards" / "*.tar"), "--weights",
+                                   str(tmp_path / "registers"), "--output", str(output), "--devices", "cpu:0",
+                                   "--batch-size", "1", "--quiet", "--layer", "class_and_patch_mean", *flags])
+
+    assert run(tmp_path / "one.npy") == 0
+    for rank in range(3):
+        assert run(tmp_path / "three.npy", "--distributed", "static", "--rank", str(rank), "--world-size", "3",
+                   "--shard-size", "1") == 0
+    assert job_outputs(tmp_path / "three.npy") == job_outputs(tmp_path / "one.npy")
+    assert run(s3.url("registers.npy")) == 0
+    assert s3.filesystem.cat_file("%s/registers.npy" % s3.bucket) == (tmp_path / "one.npy").read_bytes()
+    assert run(tmp_path / "bf16.npy", "--precision", "bf16") == 0
+    reference, reduced = np.load(tmp_path / "one.npy"), np.load(tmp_path / "bf16.npy")
+    assert reference.shape == (4, 128) and not np.array_equal(reference, reduced)
+    cosine = (reference * reduced).sum(1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(reduced, axis=1)
+    assert cosine.min() >= 0.999, cosine
+
+
+def test_a_family_s_model_pickled_as_ray_ships_it_to_its_actors_computes_the_same(photographs, tmp_path):
+    """Ray sends a job's ModelSpec to each actor with its cloudpickle (the Config read from the weights' config
+    inside it), and the actor reads the weights on its node: the same features."""
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    from parallel import engine
+    from parallel.devices import resolve_devices
+    spec = registry.feature_model("clip", weights=str(small_open_clip(tmp_path / "laion-small")))
+    shipped = cloudpickle.loads(cloudpickle.dumps(spec))
+    assert shipped.settings == spec.settings and shipped.image_size == spec.image_size
+    features = []
+    for model in (spec, shipped):
+        with engine.DeviceRunner(model, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=5) as runner:
+            features.append(runner.run(photographs))
+    np.testing.assert_array_equal(features[0], features[1])
+
+
+def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(tmp_path):
+    """what_weights_are (the line refusing weights given to the wrong --model) knows the families: a folder whose
+    config names one, at a size no preset has, says which --model reads it; nothing for the family's own models."""
+    import dataclasses
+    from models.dinov2 import dinov2_layers, dinov2_weights
+    from models.vit.vit_layers import TransformerConfig
+    from siglip_files import write_small
+    laion = small_open_clip(tmp_path / "laion-small")
+    assert registry.what_weights_are(laion, "vgg16") == (
+        "it holds a CLIP checkpoint (open_clip_config.json): pass --model clip, which reads its size from it")
+    assert registry.what_weights_are(laion, "clip") == registry.what_weights_are(laion, "clip_vit_l14") == ""
+    small = dataclasses.replace(dinov2_layers.VITS14_REG, name="dinov2",
+                                transformer=TransformerConfig(32, 1, 2, 128, layer_scale=True))
+    dinov2_weights.write_random_folder(tmp_path / "registers", small)
+    assert registry.what_else(tmp_path / "registers" / "model.safetensors", "resnet50") == (
+        "; it holds a DINOv2 checkpoint (its config.json's model_type dinov2_with_registers): pass --model dinov2, "
+        "which reads its size from it")
+    siglip = write_small(tmp_path / "siglip2")
+    assert registry.what_weights_are(siglip, "clip") == (
+        "it holds a SigLIP or SigLIP 2 checkpoint (its config.json's model_type siglip): pass --model siglip, which "
+        "reads its size from it")
+    assert registry.what_weights_are(siglip, "siglip2_base_patch16_256") == ""
+    with pytest.raises(WeightsError, match="weights=.*siglip2 is a folder: it holds a SigLIP or SigLIP 2 checkpoint"):
+        registry.feature_model("vgg16", weights=str(siglip))

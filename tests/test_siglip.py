@@ -2,7 +2,7 @@
 the same weights, written offline in the publisher's layout; the engine's devices, precision and command line.
 
 The references' checkpoints are written by transformers itself (`SiglipModel(config).save_pretrained`, seeded, in a
-process of its own: tests/siglip_reference.py): the
+process of its own, the parity tests' one PyTorch child: tests/torch_references.py): the
 base sizes' widths (768, 12 heads, MLP 3072, patch 16 at 224 px) with 2 blocks instead of 12, and So400m's (1152,
 16 heads, MLP 4304, patch 14 at 384 px: a 27 x 27 grid, the last 6 pixels left out) with 2 blocks instead of 27,
 so that the whole file takes seconds; a vocabulary of 2,000 tokens. The code of every size is the same, with other
@@ -10,8 +10,6 @@ numbers (tests/test_siglip_layers.py pins the published sizes' parameter counts)
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +24,7 @@ from parallel.devices import resolve_devices
 from parallel.output import read_record
 from partition_graphs import CrossingRecorder
 from siglip_files import VOCABULARY, write_small
-
-TESTS = Path(__file__).resolve().parent
+from torch_references import assert_parity, run_references
 
 tf1 = tf.compat.v1
 TOLERANCE = 1e-5  # of the largest reference value
@@ -37,28 +34,21 @@ SO400M = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=2, num
 
 
 def references(requests, seed=0):
-    """transformers' SiglipModels (tests/siglip_reference.py, in one process of its own) saved with save_pretrained,
-    and their features: for each (folder, vision sizes, text sizes, images, ids, siglip2) {"pooled", "text"} (and,
-    with siglip2, Siglip2Model's on the same weights: {"siglip2_pooled", "siglip2_text"})."""
-    asked = []
+    """transformers' SiglipModels saved with save_pretrained, and their features, computed in the one PyTorch child
+    of the parity tests (tests/torch_references.py): for each (folder, vision sizes, text sizes, images, ids,
+    siglip2) {"pooled", "text"} (and, with siglip2, Siglip2Model's on the same weights: {"siglip2_pooled",
+    "siglip2_text"})."""
+    jobs = []
     for folder, vision, text, images, ids, siglip2 in requests:
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         np.save(folder.parent / (folder.name + "-images.npy"), images)
         np.save(folder.parent / (folder.name + "-ids.npy"), ids)
-        asked.append({"folder": str(folder), "seed": seed, "siglip2": siglip2, "vision": vision,
-                      "text": dict(text, vocab_size=VOCABULARY),
-                      "images": str(folder.parent / (folder.name + "-images.npy")),
-                      "ids": str(folder.parent / (folder.name + "-ids.npy"))})
-    request = Path(requests[0][0]).parent / "requests.json"
-    request.write_text(json.dumps(asked))
-    subprocess.run([sys.executable, str(TESTS / "siglip_reference.py"), str(request)], check=True)
-    found = []
-    for folder, *_, siglip2 in requests:
-        names = ("pooled", "text") + (("siglip2_pooled", "siglip2_text") if siglip2 else ())
-        found.append({name: np.load(Path(folder) / ("%s.npy" % (name if name.startswith("siglip2") else
-                                                                 "reference_" + name))) for name in names})
-    return found
+        jobs.append({"kind": "siglip", "folder": str(folder), "seed": seed, "siglip2": siglip2, "vision": vision,
+                     "text": dict(text, vocab_size=VOCABULARY),
+                     "images": str(folder.parent / (folder.name + "-images.npy")),
+                     "token_ids": str(folder.parent / (folder.name + "-ids.npy"))})
+    return run_references(jobs, Path(requests[0][0]).parent)
 
 
 def token_ids(rows=4, seed=1):
@@ -86,17 +76,6 @@ def run_graph(build, values, feed):
             for name, variable in variables.items():
                 variable.load(values[name], session)
             return session.run(output, {inputs: feed})
-
-
-def assert_parity(ours, expected):
-    """Within TOLERANCE of the largest reference value, and the rows differ far beyond it."""
-    assert ours.shape == expected.shape
-    scale = np.abs(expected).max()
-    assert np.abs(ours - expected).max() <= TOLERANCE * scale, np.abs(ours - expected).max() / scale
-    # Random weights could make this pass for nothing: different inputs differ far beyond the tolerance.
-    spread = min(np.abs(expected[i] - expected[j]).max() for i in range(len(expected))
-                 for j in range(i + 1, len(expected)))
-    assert spread >= 100 * TOLERANCE * scale, (spread, scale)
 
 
 def ours_on(folder, images, ids):
@@ -368,3 +347,26 @@ def test_a_caption_score_is_the_cosine_of_the_towers_alone_and_siglip_s_probabil
     scale, bias = (float(scalars[name].reshape(())) for name in ("logit_scale", "logit_bias"))
     logit = np.exp(scale) * rows.scores.astype(np.float64) + bias
     np.testing.assert_allclose(rows.probabilities, 1 / (1 + np.exp(-logit)), rtol=1e-6)
+
+
+def test_the_command_line_reads_an_hf_checkpoint_s_size_from_its_config(folder, photographs, tmp_path, fake_hub):
+    """`--model siglip --weights hf://ORG/NAME@COMMIT`: its config.json fetched with the weights, the size read from
+    it: the folder's features bit for bit; the output's settings name the hub's checkpoint and the size."""
+    from PIL import Image
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    for path in folder.iterdir():
+        fake_hub.add("owner/siglip2-small", commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
+    images = tmp_path / "images"
+    images.mkdir()
+    for index, image in enumerate(photographs[:3]):
+        Image.fromarray(image).save(images / ("%d.png" % index))
+    rows = {}
+    for name, weights in (("folder", str(folder)), ("hub", "hf://owner/siglip2-small@" + commit)):
+        output = tmp_path / ("%s.npy" % name)
+        assert run_inference.main(["--images", str(images), "--output", str(output), "--model", "siglip",
+                                   "--weights", weights, "--devices", "cpu:0", "--batch-size", "3", "--quiet"]) == 0
+        rows[name] = np.load(output)
+    np.testing.assert_array_equal(rows["hub"], rows["folder"])
+    settings = read_record(tmp_path / "hub.npy")["settings"]
+    assert settings["weights"].startswith("hub owner/siglip2-small@%s model.safetensors" % commit)
+    assert settings["size"] == read_record(tmp_path / "folder.npy")["settings"]["size"]

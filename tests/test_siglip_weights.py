@@ -54,3 +54,30 @@ def test_siglip_alone_has_no_random_weights_and_imagenet_is_a_preset_s(tmp_path,
     files = siglip_weights.hub_files(siglip_layers.preset("siglip_base_patch16_224"))
     assert sorted(files) == ["config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"]
     assert {file.revision for file in files.values()} == {"7fd15f0689c79d79e38b1c2e2e2370a7bf2761ed"}
+
+
+def test_the_family_s_hub_checkpoint_is_fetched_at_once_with_its_config_and_read_at_its_size(fake_hub, tmp_path):
+    """--model siglip --weights hf://ORG/NAME@COMMIT: the commit's config.json comes with the weights when the model
+    is named (the size is read from it, as from a folder's), its tokenizer files beside them; a named size's hub
+    checkpoint is fetched when read, and checked against its config then."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    folder = write_small(tmp_path / "published", siglip2=True)
+    for path in folder.iterdir():
+        fake_hub.add("owner/siglip", commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
+    checkpoint = siglip_weights.Checkpoint("hf://owner/siglip@%s" % commit, "siglip")
+    assert fake_hub.requests and siglip_layers.same_size(checkpoint.model, small_config())
+    assert checkpoint.files == () and checkpoint.identity.startswith("hub owner/siglip@%s model.safetensors" % commit)
+    assert checkpoint.path().read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert checkpoint.tokenizer_folder() == checkpoint.path().parent
+    assert Tokenizer.from_folder(checkpoint.tokenizer_folder()).siglip2
+    named = siglip_weights.Checkpoint("hf://owner/siglip@%s" % commit, "siglip2_base_patch16_256")
+    with pytest.raises(WeightsError, match=r"weights=hf://owner/siglip@%s: its config.json is not "
+                                           r"siglip2_base_patch16_256's size" % commit):
+        named.path()
+    fake_hub.add("owner/clip", commit, "model.safetensors", b"weights")
+    fake_hub.add("owner/clip", commit, "config.json", json.dumps({"model_type": "clip"}).encode(), lfs=False)
+    with pytest.raises(WeightsError, match=r"is a clip checkpoint \(its config's model_type\), not a siglip one: pass "
+                                           r"--model clip, which reads its size from the config"):
+        siglip_weights.Checkpoint("hf://owner/clip@%s" % commit, "siglip")
+    with pytest.raises(WeightsError, match="weights=hf://owner/siglip@main: 'main' is a branch or a tag"):
+        siglip_weights.Checkpoint("hf://owner/siglip@main", "siglip")

@@ -20,11 +20,13 @@ def clip_folder(tmp_path_factory):
 def test_which_outputs_take_a_sentence():
     assert shares_text_space({"model": "clip_vit_b32", "layer": "embedding"})
     assert shares_text_space({"model": "clip_vit_b16", "layer": "embedding", "weights": "x"})
+    assert shares_text_space({"model": "clip", "layer": "embedding"})  # the family, at its checkpoint's size
     for settings in ({"model": "clip_vit_b32", "layer": "pooled"}, {"model": "vgg16", "layer": "fc7"}, {}):
         assert not shares_text_space(settings)
     check_text_queries({"model": "clip_vit_b16", "layer": "embedding"})
-    with pytest.raises(ValueError, match=r"needs an output of a model with a text tower \(clip_vit_b32, "
-                                         r"clip_vit_b16, siglip and its sizes\); this output's model is 'vgg16'$"):
+    with pytest.raises(ValueError, match=r"needs an output of a model with a text tower \(clip, clip_vit_b32, "
+                                         r"clip_vit_b16, clip_vit_l14, clip_vit_l14_336, siglip and its sizes\); "
+                                         r"this output's model is 'vgg16'$"):
         check_text_queries({"model": "vgg16", "layer": "fc7"})
     with pytest.raises(ValueError, match="needs clip_vit_b32's layer embedding .*; this output holds layer 'pooled'"):
         check_text_queries({"model": "clip_vit_b32", "layer": "pooled"})

@@ -1,6 +1,7 @@
 """The transformer pieces against a NumPy transcription of the same equations on a small random config: the patch
-embedding, class token and positions (or positions alone), blocks with each activation, LayerScale and a causal mask,
-the attention-pooling head; the variables' names (the table's), dtypes and that no weight is a constant."""
+embedding, class token and positions (or positions alone), register tokens, blocks with each activation, a gated
+(SwiGLU) MLP, LayerScale and a causal mask, the attention-pooling head; the variables' names (the table's), dtypes
+and that no weight is a constant."""
 
 import math
 
@@ -29,6 +30,8 @@ def numpy_activation(x, name):
         return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
     if name == "gelu_tanh":  # PyTorch's gelu(approximate="tanh")
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    if name == "silu":
+        return x / (1 + np.exp(-x))
     return x / (1 + np.exp(-1.702 * x))
 
 
@@ -50,7 +53,10 @@ def numpy_block(x, weights, prefix, config, mask):
     branch = dense(attended.transpose(0, 2, 1, 3).reshape(x.shape), "attention/output")
     h = x + (branch * w("layer_scale_1/gamma") if config.layer_scale else branch)
     hidden = dense(numpy_layer_norm(h, w("layer_norm_2/gamma"), w("layer_norm_2/beta"), config.epsilon), "mlp/fc1")
-    branch = dense(numpy_activation(hidden, config.activation), "mlp/fc2")
+    if config.gated:  # SwiGLU: the first half gates the second
+        hidden, values = np.split(hidden, 2, axis=-1)
+    hidden = numpy_activation(hidden, config.activation)
+    branch = dense(hidden * values if config.gated else hidden, "mlp/fc2")
     return h + (branch * w("layer_scale_2/gamma") if config.layer_scale else branch)
 
 
@@ -77,6 +83,7 @@ def run(graph, output, values, feed):
     (TransformerConfig(32, 2, 4, 64, "gelu", layer_scale=True, epsilon=1e-6), False),
     (TransformerConfig(32, 2, 2, 48, "quick_gelu", layer_scale=False, epsilon=1e-5), True),
     (TransformerConfig(32, 2, 4, 48, "gelu_tanh", layer_scale=False, epsilon=1e-6), False),
+    (TransformerConfig(32, 2, 4, 40, "silu", layer_scale=True, epsilon=1e-6, gated=True), False),  # DINOv2 g/14's
 ])
 def test_a_transformer_is_the_equations(graph, config, causal):
     rng = np.random.default_rng(0)
@@ -172,6 +179,28 @@ def test_attention_pooling_is_the_equations(graph):
     scale = np.abs(reference).max()
     assert np.abs(ours - reference).max() <= TOLERANCE * scale
     assert np.abs(reference[0] - reference[1]).max() >= 100 * TOLERANCE * scale
+
+
+def test_a_gated_mlp_s_first_layer_gives_both_halves():
+    """fc1 of a gated MLP (DINOv2 g/14's fused weights_in) holds the gate's and the values' columns."""
+    names = dict(vit_layers.block_variables(TransformerConfig(32, 1, 4, 40, "silu", gated=True), 0))
+    assert names["block_0/mlp/fc1/kernel"] == (32, 80) and names["block_0/mlp/fc2/kernel"] == (40, 32)
+    assert dict(vit_layers.block_variables(TransformerConfig(32, 1, 4, 40), 0))["block_0/mlp/fc1/kernel"] == (32, 40)
+
+
+def test_register_tokens_go_after_the_class_token_without_positions(graph):
+    rng = np.random.default_rng(2)
+    tokens = rng.standard_normal((2, 5, 8)).astype(np.float32)  # the class token and 4 patches, positions added
+    placeholder = tf1.placeholder(tf.float32, [None, 5, 8])
+    assert vit.register_tokens(placeholder, 0) is placeholder
+    output = vit.register_tokens(placeholder, 3)
+    registers = rng.standard_normal((3, 8)).astype(np.float32)
+    ours = run(graph, output, {"register_tokens": registers}, {placeholder: tokens})
+    assert ours.shape == (2, 8, 8)
+    np.testing.assert_array_equal(ours[:, 0], tokens[:, 0])
+    np.testing.assert_array_equal(ours[:, 1:4], np.stack([registers] * 2))
+    np.testing.assert_array_equal(ours[:, 4:], tokens[:, 1:])
+    assert vit_layers.embedding_variables(8, 3, 4, registers=3)[-1] == ("register_tokens", (3, 8))
 
 
 def test_bf16_keeps_layer_norms_in_float32_and_the_graph_small(graph):

@@ -1,9 +1,10 @@
-"""CLIP ViT-B/32 and ViT-B/16 (OpenAI, 2021) from raw TensorFlow ops: the image tower as the engine's model,
-and the text tower (its own Graph and Session) for search by text; built from the table in `clip_layers.py`,
-equal to Hugging Face's `CLIPModel` and keras-hub's `CLIPBackbone` on the same weights.
+"""CLIP at any size (OpenAI's B/32, B/16, L/14; open_clip's LAION checkpoints) from raw TensorFlow ops: the image
+tower as the engine's model, and the text tower (its own Graph and Session) for search by text; built from a
+`clip_layers.Config` (a preset, or the checkpoint's config read by `clip_config.py`), equal to Hugging Face's
+`CLIPModel`, open_clip's `CLIP` and keras-hub's `CLIPBackbone` on the same weights. B/32's sizes:
 
     images uint8 [N, 224, 224, 3] RGB (the reader resized the short side to 224, bicubic, and cropped the centre)
-      -> (x / 255 - OpenAI mean) / std, on the device
+      -> (x / 255 - mean) / std (OpenAI's, or the config's), on the device
       -> patch embedding, class token, position embeddings, pre-LayerNorm, 12 pre-LN blocks (QuickGELU)
       -> class token, post-LayerNorm                                          = pooled    [N, 768]
       -> visual projection, L2-normalised                                     = embedding [N, 512]
@@ -26,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.clip import clip_layers
-from models.clip.clip_layers import ENDPOINTS, LAYER_NORM_EPSILON
+from models.clip.clip_layers import ENDPOINTS
 from models.clip.clip_tokenizer import Tokenizer
 from models.clip.clip_weights import Checkpoint, load_weights
 from models.common import check_endpoint, compute_dtype
@@ -35,12 +36,9 @@ from parallel.model import ModelSpec, TextSpec
 
 tf1 = tf.compat.v1
 
-# OpenAI's preprocessing (CLIP's `_transform`, Hugging Face's CLIPImageProcessor): on 0..1.
-RGB_MEAN = (0.48145466, 0.4578275, 0.40821073)
-RGB_STD = (0.26862954, 0.26130258, 0.27577711)
-RESIZE_FILTER, RESIZE_SHORT_SIDE = "bicubic", 224
-PREPROCESSING = ("short side to 224 (bicubic), centre 224x224; (RGB / 255 - OpenAI mean 0.48145466, 0.4578275, "
-                 "0.40821073) / std 0.26862954, 0.26130258, 0.27577711")
+# OpenAI's preprocessing (CLIP's `_transform`, Hugging Face's CLIPImageProcessor): on 0..1. A model's own are
+# its Config's (an open_clip checkpoint's config may give others), and its Config's `preprocessing` words them.
+RGB_MEAN, RGB_STD = clip_layers.OPENAI_MEAN, clip_layers.OPENAI_STD
 
 # The lengths the text tower is built for (and the context length): most queries are a few words, and a
 # causal tower computes the same end token's embedding on the first L positions as on all 77, in a fraction
@@ -50,20 +48,21 @@ TEXT_LENGTHS = (8, 16, 24, 32, 48)
 
 # ----------------------------------------------------------------------------- the graph
 
-def preprocess(images, dtype=tf.float32):
-    """OpenAI's normalisation, in the graph: the host feeds uint8.
+def preprocess(images, dtype=tf.float32, mean=RGB_MEAN, std=RGB_STD):
+    """The normalisation (OpenAI's by default), in the graph: the host feeds uint8.
 
     Args:
       images: uint8 [N, H, W, 3] RGB.
       dtype: compute dtype of the result.
+      mean, std: per RGB channel, on 0..1 (a Config's `mean` and `std`).
 
     Returns:
-      dtype [N, H, W, 3]: (images / 255 - RGB_MEAN) / RGB_STD, computed in float32.
+      dtype [N, H, W, 3]: (images / 255 - mean) / std, computed in float32.
     """
     if images.dtype != tf.uint8:
         raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
     pixels = tf.cast(images, tf.float32) * (1.0 / 255.0)
-    return tf.cast((pixels - tf.constant(RGB_MEAN, tf.float32)) / tf.constant(RGB_STD, tf.float32), dtype)
+    return tf.cast((pixels - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32), dtype)
 
 
 def causal_mask(length):
@@ -77,7 +76,7 @@ def image_tower(images, model=clip_layers.VIT_B32, endpoint="embedding", dtype=t
     """Builds the image tower up to `endpoint` under variable scope `scope` (default: the model's name).
 
     Args:
-      images: uint8 [N, 224, 224, 3] RGB.
+      images: uint8 [N, S, S, 3] RGB, S the model's image_size (224).
       model: a clip_layers.Config.
       endpoint: one of ENDPOINTS.
       dtype: compute dtype (tf.float32, tf.float16 or tf.bfloat16); the variables are created in it (the
@@ -85,22 +84,22 @@ def image_tower(images, model=clip_layers.VIT_B32, endpoint="embedding", dtype=t
       scope: variable scope of the weights.
 
     Returns:
-      float32 [N, 768] for pooled, [N, 512] (unit length) for embedding.
+      float32 [N, vision width] for pooled (768), [N, projection] (512, unit length) for embedding.
     """
     check_endpoint(endpoint, ENDPOINTS)
     size = (model.image_size, model.image_size)
     if images.shape.rank != 4 or tuple(images.shape[1:]) != size + (3,):
         raise ValueError("images must be [N, %d, %d, 3]; got %s" % (size + (images.shape,)))
-    width = model.vision.width
+    width, epsilon = model.vision.width, model.vision.epsilon
     with tf1.variable_scope(scope or model.name), tf1.variable_scope("vision"):
-        net = vit.patch_embedding(preprocess(images, dtype), model.patch_size, width, bias=False)
+        net = vit.patch_embedding(preprocess(images, dtype, model.mean, model.std), model.patch_size, width, bias=False)
         net = vit.class_token_and_positions(net)
-        net = vit.layer_norm(net, *vit.layer_norm_variables("pre_layer_norm", width), LAYER_NORM_EPSILON)
+        net = vit.layer_norm(net, *vit.layer_norm_variables("pre_layer_norm", width), epsilon)
         last = model.vision.depth - 1
         net = vit.transformer(net, model.vision, depth=last)
         with tf1.variable_scope("block_%d" % last):
             net = class_token_block(net, model.vision)
-        net = vit.layer_norm(net, *vit.layer_norm_variables("post_layer_norm", width), LAYER_NORM_EPSILON)
+        net = vit.layer_norm(net, *vit.layer_norm_variables("post_layer_norm", width), epsilon)
         if endpoint == "embedding":
             net = _projected(net, width, model.projection)
         return tf.cast(net, tf.float32, name="features")
@@ -166,7 +165,7 @@ def text_tower(token_ids, model=clip_layers.VIT_B32, dtype=tf.float32, scope=Non
       scope: variable scope of the weights.
 
     Returns:
-      float32 [N, 512], unit length: the text embedding, in the image tower's space.
+      float32 [N, projection] (512), unit length: the text embedding, in the image tower's space.
     """
     length = token_ids.shape[1] if token_ids.shape.rank == 2 else None
     if length is None or length > model.context_length:
@@ -182,7 +181,7 @@ def text_tower(token_ids, model=clip_layers.VIT_B32, dtype=tf.float32, scope=Non
         # Only the end token's position is used, and a LayerNorm is per position: take it first.
         ends = tf.argmax(token_ids, axis=1, output_type=tf.int32)
         net = vit.layer_norm(tf.gather(net, ends, batch_dims=1),
-                             *vit.layer_norm_variables("final_layer_norm", width), LAYER_NORM_EPSILON)
+                             *vit.layer_norm_variables("final_layer_norm", width), model.text.epsilon)
         return tf.identity(_projected(net, width, model.projection), name="embedding")
 
 
@@ -250,7 +249,12 @@ def text_variable_values(weights, model=clip_layers.VIT_B32, scope=None):
 # ----------------------------------------------------------------------------- the image model
 
 class ImageModel:
-    """One CLIP model's image tower for the registry (`models.clip.clip:VIT_B32`): `feature_model`."""
+    """One CLIP model's image tower for the registry (`models.clip.clip:VIT_B32`): `feature_model`.
+
+    Args:
+      model: a preset's clip_layers.Config, or None: the family (`FAMILY`, "clip"), whose size, activation and
+        preprocessing are those of the checkpoint's own config (config.json, open_clip_config.json).
+    """
 
     def __init__(self, model):
         self.model = model
@@ -261,21 +265,27 @@ class ImageModel:
         Args:
           endpoint: one of ENDPOINTS (default embedding: the projected class token, unit length, 512 floats).
           weights: "imagenet" (the published checkpoint from the hub, at a pinned commit), a folder holding
-            model.safetensors (or open_clip_model.safetensors), or a .safetensors file; read once, when the
-            engine asks.
+            model.safetensors and config.json (or open_clip_model.safetensors and open_clip_config.json), or a
+            .safetensors file (its config beside it); read once, when the engine asks.
           precision: one of PRECISION_NAMES; outputs are float32 either way.
           cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
 
         Returns:
-          parallel.model.ModelSpec, whose reader resizes the short side to 224 (bicubic) and crops the centre.
+          parallel.model.ModelSpec, whose reader resizes the short side to the image size (224; bicubic) and
+          crops the centre. The family's settings record the architecture its config gave ("architecture").
 
         Raises:
-          ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a checkpoint.
+          ValueError: an unknown endpoint or precision; WeightsError: a weights path that is not a checkpoint;
+            ConfigError: a config the code cannot run (one line naming the field).
         """
         check_endpoint(endpoint, ENDPOINTS)
         dtype = compute_dtype(precision)
-        model = self.model
-        source = Checkpoint(weights, model, cache_dir)
+        source = Checkpoint(weights, self.model, cache_dir)
+        model = source.model
+        settings = {"model": model.name, "layer": endpoint, "weights": source.identity, "precision": precision,
+                    "preprocessing": model.preprocessing}
+        if self.model is None:  # the size is the checkpoint's: a job's identity holds it
+            settings["architecture"] = model.describe()
 
         def read_weights():
             return vision_variable_values(load_weights(source.path(), model, ("vision",)), model, endpoint)
@@ -286,17 +296,16 @@ class ImageModel:
             image_size=(model.image_size, model.image_size),
             load_weights=read_weights,
             output_name=endpoint,
-            settings={"model": model.name, "layer": endpoint, "weights": source.identity, "precision": precision,
-                      "preprocessing": PREPROCESSING},
+            settings=settings,
             files=source.files,
-            resize_filter=RESIZE_FILTER,
-            resize_short_side=RESIZE_SHORT_SIDE,
+            resize_filter=model.resize_filter,
+            resize_short_side=model.image_size,
             text=self._text_model(source, dtype) if endpoint == "embedding" else None)
 
     def _text_model(self, source, dtype):
         """The text tower as the engine's TextSpec, in the `embedding` layer's space: the weights and tokenizer files
         of `source` (a Checkpoint), read when first asked."""
-        model, tokenizer = self.model, []  # read on first use, where it is used (a Ray actor's: pickled empty)
+        model, tokenizer = source.model, []  # read on first use, where it is used (a Ray actor's: pickled empty)
 
         def tokenize(sentences):
             tokenizer[:] = tokenizer or [Tokenizer.from_folder(source.tokenizer_folder(), model.context_length)]
@@ -308,8 +317,11 @@ class ImageModel:
                         lengths, used_positions=lambda ids: np.asarray(ids).argmax(axis=1) + 1)  # up to its end token
 
 
+FAMILY = ImageModel(None)
 VIT_B32 = ImageModel(clip_layers.VIT_B32)
 VIT_B16 = ImageModel(clip_layers.VIT_B16)
+VIT_L14 = ImageModel(clip_layers.VIT_L14)
+VIT_L14_336 = ImageModel(clip_layers.VIT_L14_336)
 
 
 # ----------------------------------------------------------------------------- the text tower
@@ -330,7 +342,7 @@ class TextTower:
     def __init__(self, model_name, weights="imagenet", precision="fp32", cache_dir=None):
         """
         Args:
-          model_name: "clip_vit_b32" or "clip_vit_b16".
+          model_name: a preset ("clip_vit_b32", ...) or the family ("clip": the size the weights' config gives).
           weights: as `ImageModel.feature_model`'s.
           precision: one of PRECISION_NAMES.
           cache_dir: the hub's cache folder for "imagenet".

@@ -8,29 +8,30 @@ The two layouts hold the same arrays under other names:
   self_attn.{q,k,v,out}_proj.{weight,bias}`, `...mlp.fc1`, `visual_projection.weight` [512, 768], ...
   The conversion of OpenAI's checkpoints also stores the buffers `*.embeddings.position_ids` (int64 0, 1, 2,
   ...): not read.
-- open_clip (`CLIP` of github:mlfoundations/open_clip, src/open_clip/model.py and transformer.py):
-  `visual.conv1.weight`, `visual.class_embedding`, `visual.positional_embedding`, `visual.ln_pre`,
-  `visual.transformer.resblocks.<i>.{ln_1, attn.in_proj_weight [3W, W] (q, k, v stacked), attn.in_proj_bias,
-  attn.out_proj, ln_2, mlp.c_fc, mlp.c_proj}`, `visual.ln_post`, `visual.proj` [768, 512] (applied as
-  x @ proj: the transpose of Hugging Face's), and for the text tower `token_embedding.weight`,
-  `positional_embedding`, `transformer.resblocks.<i>...`, `ln_final`, `text_projection` [512, 512] (x @ it).
-The layout is told by the names; open_clip's is renamed into Hugging Face's, so everything downstream reads one.
-open_clip's file does not say which activation its MLPs use: it is read as OpenAI's architecture (QuickGELU),
-which is right for OpenAI's weights and wrong for checkpoints trained with GELU (LAION's, open_clip's default).
+- open_clip (`CLIP` of github:mlfoundations/open_clip): `visual.conv1.weight`, `visual.transformer.resblocks.<i>.
+  attn.in_proj_weight` (q, k, v stacked), `visual.proj` [768, 512] (x @ proj), `token_embedding.weight`, ...:
+  `open_clip_layout.py` names them all.
+The layout is told by the names; open_clip's is renamed into Hugging Face's, so everything downstream reads one
+(open_clip's CustomTextCLIP keeps the text tower's names under `text.`: read alike). The size, activation and
+preprocessing are the checkpoint's own config's (`clip_config.py`: config.json beside Hugging Face's file,
+open_clip_config.json beside open_clip's: LAION's checkpoints use the exact GELU, OpenAI's QuickGELU); a preset
+(clip_vit_b32, ...) given a file without one reads it at the preset's size, OpenAI's architecture.
 
 No TensorFlow here, so that
 
     python -m models.weight_files random clip-random --model clip_vit_b32
 
 starts at once: it writes a folder in Hugging Face's layout, `model.safetensors` with seeded RANDOM weights
-shaped as the published checkpoint's. Features computed with them are meaningless.
+shaped as the published checkpoint's, and its config.json. Features computed with them are meaningless.
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
 
-from models.clip import clip_layers
+from models.clip import clip_config, clip_layers
+from models.clip.open_clip_layout import from_open_clip, to_open_clip
 from models.registry import layout_of_file, what_else
 from models.files import WeightsError, fingerprint
 from models.hub_checkpoint import (HubCheckpoint, check_model_type, hub_checkpoint, hub_checkpoint_folder,
@@ -64,7 +65,7 @@ def load_weights(path, model, towers=("vision",)):
         (of another CLIP model?); the message names the file, the array and the shapes.
     """
     tensors = read_tensors(path)
-    if "visual.conv1.weight" in tensors or "token_embedding.weight" in tensors:
+    if {"visual.conv1.weight", "token_embedding.weight", "text.token_embedding.weight"} & set(tensors):
         tensors = from_open_clip(tensors, model, path)
     parts = {"vision": clip_layers.vision_parameters(model), "text": clip_layers.text_parameters(model),
              "logit_scale": (clip_layers.LOGIT_SCALE,)}
@@ -96,90 +97,6 @@ def _checked(tensors, expected, path, model):
             raise WeightsError("weights=%s: %s is %s, not floats" % (path, name, array.dtype))
         weights[name] = np.asarray(array, dtype=np.float32, order="C")  # not ascontiguousarray: it makes [] [1]
     return weights
-
-
-def _open_clip_block(source, target):
-    """{open_clip name: (Hugging Face names, how)} of one residual block: "split" for the fused q, k, v."""
-    pairs = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "attn.out_proj": "self_attn.out_proj",
-             "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
-    names = {}
-    for ours, theirs in pairs.items():
-        for kind in ("weight", "bias"):
-            names["%s%s.%s" % (source, ours, kind)] = ("%s%s.%s" % (target, theirs, kind),)
-    for kind in ("weight", "bias"):
-        names["%sattn.in_proj_%s" % (source, kind)] = tuple(
-            "%sself_attn.%s_proj.%s" % (target, projection, kind) for projection in "qkv")
-    return names
-
-
-def open_clip_names(model):
-    """How open_clip's names become Hugging Face's: {open_clip name: (Hugging Face names, ...)}.
-
-    A name with three targets is the fused in_proj (q, k, v stacked on the first axis); `visual.proj` and
-    `text_projection` are transposed.
-    """
-    names = {"visual.conv1.weight": ("vision_model.embeddings.patch_embedding.weight",),
-             "visual.class_embedding": ("vision_model.embeddings.class_embedding",),
-             "visual.positional_embedding": ("vision_model.embeddings.position_embedding.weight",),
-             "visual.proj": ("visual_projection.weight",),
-             "token_embedding.weight": ("text_model.embeddings.token_embedding.weight",),
-             "positional_embedding": ("text_model.embeddings.position_embedding.weight",),
-             "text_projection": ("text_projection.weight",),
-             "logit_scale": ("logit_scale",)}
-    for ours, theirs in (("visual.ln_pre", "vision_model.pre_layrnorm"),
-                         ("visual.ln_post", "vision_model.post_layernorm"),
-                         ("ln_final", "text_model.final_layer_norm")):
-        for kind in ("weight", "bias"):
-            names["%s.%s" % (ours, kind)] = ("%s.%s" % (theirs, kind),)
-    for index in range(model.vision.depth):
-        names.update(_open_clip_block("visual.transformer.resblocks.%d." % index,
-                                      "vision_model.encoder.layers.%d." % index))
-    for index in range(model.text.depth):
-        names.update(_open_clip_block("transformer.resblocks.%d." % index, "text_model.encoder.layers.%d." % index))
-    return names
-
-
-def from_open_clip(tensors, model, path="<arrays>"):
-    """open_clip's arrays renamed (and split, transposed) into Hugging Face's layout.
-
-    Args:
-      tensors: {open_clip name: array}, as `read_tensors` gives them.
-      model: a `clip_layers.Config`.
-      path: the file, for messages.
-
-    Returns:
-      {Hugging Face name: array}: those of `tensors` that open_clip's CLIP has (others, e.g. `attn_mask`
-      buffers, are left out).
-
-    Raises:
-      WeightsError: a fused in_proj whose first axis is not three times its width.
-    """
-    converted = {}
-    for source, targets in open_clip_names(model).items():
-        if source not in tensors:
-            continue  # reported, with the Hugging Face name, by the check of the arrays needed
-        array = tensors[source]
-        if source in ("visual.proj", "text_projection"):
-            array = array.T
-        if len(targets) == 1:
-            converted[targets[0]] = array
-            continue
-        if array.shape[0] % 3:
-            raise WeightsError("weights=%s: %s has shape %s: not q, k and v stacked (a first axis of 3 x width)"
-                               % (path, source, tuple(array.shape)))
-        converted.update(zip(targets, np.split(array, 3, axis=0)))
-    return converted
-
-
-def to_open_clip(weights, model):
-    """Hugging Face's arrays in open_clip's layout (the inverse of `from_open_clip`), e.g. for tests."""
-    arrays = {}
-    for source, targets in open_clip_names(model).items():
-        if not all(target in weights for target in targets):
-            continue
-        array = weights[targets[0]] if len(targets) == 1 else np.concatenate([weights[name] for name in targets])
-        arrays[source] = np.asarray(array.T if source in ("visual.proj", "text_projection") else array, order="C")
-    return arrays
 
 
 # ----------------------------------------------------------------------------- writing
@@ -245,6 +162,11 @@ def write_checkpoint(weights, path, layout="hf", model=None):
         raise ValueError("layout=%r; expected 'hf' or 'open_clip'" % (layout,))
 
 
+def write_hf_config(folder, model):
+    """Writes `model`'s config.json (Hugging Face's, `clip_config.hf_config`) into `folder`."""
+    (Path(folder) / "config.json").write_text(json.dumps(clip_config.hf_config(model), indent=2) + "\n")
+
+
 class RandomFiles:
     """The `random` command's writer for one CLIP model (the registry's `weights` entry).
 
@@ -252,7 +174,8 @@ class RandomFiles:
       RANDOM_SUFFIXES: {"": a folder in Hugging Face's layout, ".safetensors": the checkpoint alone}.
     """
 
-    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, %s)" % (HF_FILE, ", ".join((TOKENIZER_JSON,) + TOKENIZER_FILES)),
+    RANDOM_SUFFIXES = {"": "Hugging Face's folder (%s, config.json, %s)"
+                           % (HF_FILE, ", ".join((TOKENIZER_JSON,) + TOKENIZER_FILES)),
                        ".safetensors": "Hugging Face's %s" % HF_FILE}
 
     def __init__(self, model):
@@ -265,9 +188,9 @@ class RandomFiles:
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the model to `path`: a folder (the path has no extension) holding
-        model.safetensors and the tests' tokenizer.json, vocab.json and merges.txt (a real prefix of CLIP's merges:
-        `models.clip.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M (B/32) or 150 M
-        (B/16) float32 parameters, about 600 MB. The folder is made whole or not at all."""
+        model.safetensors, its config.json and the tests' tokenizer.json, vocab.json and merges.txt (a real prefix
+        of CLIP's merges: `models.clip.clip_tokenizer.write_test_vocabulary`), or the .safetensors file alone. 151 M
+        (B/32) or 150 M (B/16) float32 parameters, about 600 MB. The folder is made whole or not at all."""
         from models.clip.clip_tokenizer import write_test_vocabulary
 
         path = Path(path)
@@ -278,6 +201,7 @@ class RandomFiles:
         path.mkdir()
         try:
             write_checkpoint(weights, path / HF_FILE, model=self.model)
+            write_hf_config(path, self.model)
             write_test_vocabulary(path)
         except BaseException:
             for child in path.iterdir():
@@ -286,8 +210,10 @@ class RandomFiles:
             raise
 
 
-VIT_B32 = RandomFiles(clip_layers.VIT_B32)
+VIT_B32 = RandomFiles(clip_layers.VIT_B32)  # the family's too: `random --model clip` writes B/32's size
 VIT_B16 = RandomFiles(clip_layers.VIT_B16)
+VIT_L14 = RandomFiles(clip_layers.VIT_L14)
+VIT_L14_336 = RandomFiles(clip_layers.VIT_L14_336)
 
 
 # ----------------------------------------------------------------------------- the weights argument
@@ -303,32 +229,77 @@ VIT_B16 = RandomFiles(clip_layers.VIT_B16)
 PINNED_COMMITS = {"clip_vit_b32": "c237dc49a33fc61debc9276459120b7eac67e7ef",
                   "clip_vit_b16": "57c216476eefef5ab752ec549e440a49ae4ae5f3"}
 _RANDOM_COMMAND = "python -m models.weight_files random clip-random --model %s"
-_HUB_FILES = ("config.json", TOKENIZER_JSON) + TOKENIZER_FILES  # beside the weights, when the commit has them
+# beside the weights, when the commit has them: the configs the size is read from, the tokenizer's files
+_HUB_FILES = ("config.json", clip_config.OPEN_CLIP_CONFIG_FILE, TOKENIZER_JSON) + TOKENIZER_FILES
 
 
 def hub_checkpoint_of(model, weights="imagenet"):
-    """The HubCheckpoint that `weights` names for `model` (a clip_layers.Config): "imagenet", its pinned commit,
-    or "hf://ORG/NAME@COMMIT".
+    """The HubCheckpoint that `weights` names for `model` (a clip_layers.Config, or None for the family): "imagenet",
+    a preset's pinned commit, or "hf://ORG/NAME@COMMIT".
 
     Raises:
-      WeightsError: a model without a pinned commit, or an hf:// form that names none (models.hub_checkpoint).
+      WeightsError: "imagenet" for the family or a model without a pinned commit, or an hf:// form that names
+        none (models.hub_checkpoint).
     """
-    what, command = "CLIP %s checkpoint's" % model.name, _RANDOM_COMMAND % model.name
+    name = clip_layers.FAMILY if model is None else model.name
+    what, command = "CLIP %s checkpoint's" % name, _RANDOM_COMMAND % name
     if weights != "imagenet":
         return hub_checkpoint(weights, what, command)
+    if model is None:
+        raise WeightsError("weights=imagenet: --model %s reads its size from the checkpoint's config; pass "
+                           "hf://ORG/NAME@COMMIT or a checkpoint's folder as published (model.safetensors and "
+                           "config.json, or open_clip_model.safetensors and open_clip_config.json), or a preset's "
+                           "--model (%s)" % (clip_layers.FAMILY, ", ".join(clip_layers.CONFIGS)))
     if model.name not in PINNED_COMMITS:
         raise WeightsError("weights=imagenet: no commit of %s is pinned here; pass hf://%s@COMMIT, or a downloaded "
                            "folder, --weights FOLDER" % (model.name, model.hub_repo))
     return HubCheckpoint(model.hub_repo, PINNED_COMMITS[model.name], what, command)
 
 
+def _in_folder(folder, model, weights):
+    """The checkpoint file of a folder: model.safetensors, or open_clip_model.safetensors.
+
+    Both: Hugging Face's, unless its config.json is another library's (timm's repositories of CLIP keep their
+    model.safetensors beside open_clip's files), or is missing where the family needs a config.
+    """
+    found = [folder / name for name in (HF_FILE, OPEN_CLIP_FILE) if (folder / name).is_file()]
+    if not found:
+        raise WeightsError("weights=%s is a folder without %s or %s" % (weights, HF_FILE, OPEN_CLIP_FILE))
+    if len(found) == 2 and not clip_config.is_hf_clip(folder) and (
+            model is None or (folder / "config.json").is_file()):
+        found.reverse()
+    return found[0]
+
+
+def _sized(path, model):
+    """The Config of checkpoint `path`: its config's (open_clip_config.json beside open_clip_model.safetensors,
+    config.json beside any other), checked against the preset `model`; the preset where there is no config."""
+    layout = "open_clip" if path.name == OPEN_CLIP_FILE else "hf"
+    read = clip_config.read_checkpoint_config(path, layout)
+    if model is None:
+        if read is None:
+            raise WeightsError("weights=%s: no %s beside it: --model %s reads the size from the checkpoint's config "
+                               "(pass its folder as published, or a preset's --model: %s)"
+                               % (path, clip_config.checkpoint_config(path, layout).name, clip_layers.FAMILY,
+                                  ", ".join(clip_layers.CONFIGS)))
+        return read
+    return model if read is None else clip_config.agreeing(model, read, clip_config.checkpoint_config(path, layout))
+
+
 class Checkpoint:
     """A CLIP model's `weights` argument: "imagenet" (the published checkpoint at its pinned commit) or
-    "hf://ORG/NAME@COMMIT", fetched into huggingface_hub's cache with their tokenizer files when first read; a
-    folder in Hugging Face's layout (model.safetensors, or open_clip_model.safetensors, with tokenizer.json, or
-    vocab.json and merges.txt); or a .safetensors file (the tokenizer's files then looked for beside it).
+    "hf://ORG/NAME@COMMIT", fetched into huggingface_hub's cache with their configs and tokenizer files; a folder
+    as published (model.safetensors and config.json, or open_clip's open_clip_model.safetensors and
+    open_clip_config.json, with tokenizer.json, or vocab.json and merges.txt); or a .safetensors file (its config
+    and the tokenizer's files then looked for beside it).
+
+    A preset's hub checkpoint is fetched when it is first read (its config then checked against the preset); the
+    family's at once, with its config, since the size to build is the config's.
 
     Attributes:
+      model: the clip_layers.Config to build: the preset's (checked against the checkpoint's config, when it
+        has one), or, for the family, the one the checkpoint's config describes.
+      hub: the HubCheckpoint, or None for a local file.
       identity: its part of a job's identity (the hub's repository, commit and file, or the file's fingerprint).
       files: the local files it reads, which a job never writes over: () for the hub's.
     """
@@ -337,30 +308,33 @@ class Checkpoint:
         """
         Args:
           weights: "imagenet", "hf://ORG/NAME@COMMIT", a folder or a .safetensors file.
-          model: the clip_layers.Config.
+          model: the clip_layers.Config of a preset, or None: the family (clip_layers.FAMILY), whose size the
+            checkpoint's config gives.
           cache_dir: the hub's cache folder for the hub's checkpoints (default: huggingface_hub's).
 
         Raises:
-          WeightsError: a path that is neither a file nor a folder holding a checkpoint; a hub checkpoint not
-            pinned to a commit. (The hub's files are fetched when they are first read, not here.)
+          WeightsError: a path that is neither a file nor a folder holding a checkpoint; "imagenet" for the family
+            or a model without a pinned commit; a hub checkpoint not pinned to a commit; the family without a
+            config beside the checkpoint.
+          ConfigError: a config the code cannot run, or another size than the preset's (one line naming the field).
         """
-        self.model, self._cache_dir, self._folder = model, cache_dir, None
+        self.model, self._cache_dir, self._folder, self._hub_path = model, cache_dir, None, None
         self.hub = hub_checkpoint_of(model, weights) if weights == "imagenet" or is_hub_weights(weights) else None
         if self.hub is not None:
             self.identity, self.files = self.hub.file(HF_FILE).identity, ()
+            if model is None:  # the size to build is the config's: fetched now, with the weights
+                self.path()
             return
         path = Path(weights)
         if path.is_dir():
-            found = [path / name for name in (HF_FILE, OPEN_CLIP_FILE) if (path / name).is_file()]
-            if not found:
-                raise WeightsError("weights=%s is a folder without %s or %s" % (weights, HF_FILE, OPEN_CLIP_FILE))
-            path = found[0]
+            path = _in_folder(path, model, weights)
         elif not path.is_file():
             raise WeightsError("weights=%s is neither a file nor a folder (pass a folder holding %s, the file "
                                "itself, 'imagenet' or hf://ORG/NAME@COMMIT)" % (weights, HF_FILE))
         elif layout_of_file(path):  # an .npy, an .h5: said now, not as a safetensors header's length
             raise WeightsError("weights=%s is not a safetensors file: %s" % (weights, layout_of_file(path)))
         self._path = path
+        self.model = _sized(path, model)
         self.identity, self.files = fingerprint(path), (str(path),)
 
     def _hub_folder(self):
@@ -373,11 +347,14 @@ class Checkpoint:
 
     def path(self):
         """The checkpoint to read: the hub's (model.safetensors, else open_clip_model.safetensors; downloaded if
-        absent), else the file."""
+        absent, and the model read from, or checked against, its config), else the file."""
         if self.hub is None:
             return self._path
-        folder = self._hub_folder()
-        return next(folder / name for name in (HF_FILE, OPEN_CLIP_FILE) if (folder / name).is_file())
+        if self._hub_path is None:
+            path = _in_folder(self._hub_folder(), self.model, self.hub.weights)
+            self.model = _sized(path, self.model)
+            self._hub_path = path
+        return self._hub_path
 
     def tokenizer_folder(self):
         """The folder of the tokenizer's files that came with the weights (fetched for the hub's): tokenizer.json,

@@ -1,5 +1,6 @@
-"""DINOv2's weight files: Hugging Face's `model.safetensors` (facebook/dinov2-small, -base), read, checked and mapped
-onto the graph's variables, the position embeddings interpolated on the host; and random ones written.
+"""DINOv2's weight files: Hugging Face's `model.safetensors` (facebook/dinov2-small, -base, -large, -giant and
+dinov2-with-registers-*), read, checked and mapped onto the graph's variables, the position embeddings interpolated
+on the host; and random ones written (a file, or a folder with its config.json).
 
 Hugging Face's names (PyTorch layouts: a Linear's weight is [outputs, inputs], a Conv2d's [outputs, 3, 14, 14]):
 
@@ -9,11 +10,18 @@ Hugging Face's names (PyTorch layouts: a Linear's weight is [outputs, inputs], a
     encoder.layer.<i>.attention.output.dense.weight, .bias     encoder.layer.<i>.layer_scale1.lambda1
     encoder.layer.<i>.norm2.weight, .bias         encoder.layer.<i>.mlp.fc1.weight, .bias, mlp.fc2.weight, .bias
     encoder.layer.<i>.layer_scale2.lambda1        layernorm.weight, .bias
+    g/14's SwiGLU MLP: encoder.layer.<i>.mlp.weights_in.weight [2 x hidden, C] (the gate's rows, then the
+    values'), .bias, mlp.weights_out.weight [C, hidden], .bias (transformers 5 splits weights_in into gate_proj
+    and up_proj when it loads the file, and writes it back fused)
+    with registers: embeddings.register_tokens [1, 4, C]
 
 The position embeddings are stored for 518 px (37 x 37 patches); a 224 px image has 16 x 16. They are
 interpolated once, here, in float64 NumPy, as Hugging Face's `Dinov2Embeddings.interpolate_pos_encoding` does
 (PyTorch's `F.interpolate(size=(16, 16), mode="bicubic", align_corners=False, antialias=False)`: the cubic
-convolution kernel with a = -0.75, taps beyond the border clamped to it, sample i at (i + 0.5) * 37 / 16 - 0.5).
+convolution kernel with a = -0.75, taps beyond the border clamped to it, sample i at (i + 0.5) * 37 / 16 - 0.5);
+for the checkpoints with registers with `antialias=True`, as `Dinov2WithRegistersEmbeddings` does (PyTorch's
+antialiased bicubic, Pillow's: the kernel with a = -0.5 stretched by 37 / 16, centred at (i + 0.5) * 37 / 16,
+the taps inside the grid only, renormalised).
 Two other references differ, and are not followed: keras-hub's `DINOV2Embedding` on TensorFlow resizes with
 `tf.image.resize` (a = -0.5, taps beyond the border dropped and the rest renormalised: `method="keras_hub"`
 here reproduces it, for its parity test), and Meta's original code samples at 37 / 16.1 (its 0.1 offset).
@@ -21,17 +29,19 @@ here reproduces it, for its parity test), and Meta's original code samples at 37
 No TensorFlow, so that `python -m models.weight_files random OUT.safetensors --model dinov2_vits14` starts at once.
 """
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from models.dinov2.dinov2_layers import GRID, SOURCE_GRID, VITB14, VITS14, variables
+from models.dinov2 import dinov2_layers
+from models.dinov2.dinov2_config import hf_config
+from models.dinov2.dinov2_layers import GRID, INTERPOLATIONS, VITB14, VITS14, variables
 from models.files import WeightsError
 from models.registry import what_else
 from models.safetensors_files import read_tensors, write_tensors
 
-INTERPOLATIONS = ("torch", "keras_hub")
 FILE_NAME = "model.safetensors"
 
 
@@ -51,11 +61,14 @@ def resize_matrix(source, target, method="torch"):
     Args:
       source, target: lengths.
       method: "torch": a = -0.75, taps beyond the border clamped to it (PyTorch's upsample_bicubic2d);
-        "keras_hub": a = -0.5, taps beyond the border dropped and the others renormalised (TensorFlow's
-        ResizeBicubic with half-pixel centres, which keras-hub's DINOv2 uses on TensorFlow).
+        "torch_antialias": PyTorch's with antialias=True (`_antialiased`); "keras_hub": a = -0.5, taps beyond the
+        border dropped and the others renormalised (TensorFlow's ResizeBicubic with half-pixel centres, which
+        keras-hub's DINOv2 uses on TensorFlow).
     """
     if method not in INTERPOLATIONS:
         raise ValueError("method=%r; expected one of %s" % (method, ", ".join(INTERPOLATIONS)))
+    if method == "torch_antialias":
+        return _antialiased(source, target)
     a = -0.75 if method == "torch" else -0.5
     matrix = np.zeros((target, source))
     for row in range(target):
@@ -67,6 +80,24 @@ def resize_matrix(source, target, method="torch"):
             matrix[row, min(max(tap, 0), source - 1)] += _cubic(position - tap, a)
         if method == "keras_hub":
             matrix[row] /= matrix[row].sum()
+    return matrix
+
+
+def _antialiased(source, target):
+    """PyTorch's bicubic resize with antialias=True (aten's _upsample_bicubic2d_aa, after Pillow's resampling):
+    output i is centred at (i + 0.5) * scale in input coordinates (scale = source / target); when downsampling
+    (scale > 1) the kernel (a = -0.5) is stretched by scale, its support 2 x scale; the taps are the input
+    samples within it (none beyond the border), their weights renormalised to sum to 1."""
+    scale = source / target
+    support, stretch = (2 * scale, 1 / scale) if scale >= 1 else (2.0, 1.0)
+    matrix = np.zeros((target, source))
+    for row in range(target):
+        centre = scale * (row + 0.5)
+        first = max(int(centre - support + 0.5), 0)
+        last = min(int(centre + support + 0.5), source)
+        for tap in range(first, last):
+            matrix[row, tap] = _cubic((tap - centre + 0.5) * stretch, -0.5)
+        matrix[row] /= matrix[row].sum()
     return matrix
 
 
@@ -111,25 +142,29 @@ def hub_names(variant):
     for projection in ("query", "key", "value"):
         for kind, suffix in (("kernel", "weight"), ("bias", "bias")):
             parts["attention/%s/%s" % (projection, kind)] = "attention.attention.%s.%s" % (projection, suffix)
+    # g/14's SwiGLU: its fused gate and values, and its output (our fc1, fc2)
+    layers = {"fc1": "weights_in", "fc2": "weights_out"} if variant.transformer.gated else {"fc1": "fc1", "fc2": "fc2"}
     for kind in ("kernel", "bias"):
-        for layer in ("fc1", "fc2"):
-            parts["mlp/%s/%s" % (layer, kind)] = "mlp.%s.%s" % (layer, "weight" if kind == "kernel" else "bias")
+        for ours, theirs in layers.items():
+            parts["mlp/%s/%s" % (ours, kind)] = "mlp.%s.%s" % (theirs, "weight" if kind == "kernel" else "bias")
+    if variant.registers:
+        names["register_tokens"] = "embeddings.register_tokens"
     for index in range(variant.transformer.depth):
         for ours, theirs in parts.items():
             names["block_%d/%s" % (index, ours)] = "encoder.layer.%d.%s" % (index, theirs)
     return {name: names[name] for name, _ in variables(variant)}
 
 
-def _hub_shape(name, shape):
+def _hub_shape(name, shape, variant):
     """The shape Hugging Face stores our variable `name` of `shape` in (at 518 px for the positions)."""
     if name == "patch_embedding/kernel":
         return (shape[3], 3, shape[0], shape[1])
     if name.endswith("kernel"):
         return shape[::-1]
-    if name == "class_token":
-        return (1, 1) + shape
+    if name in ("class_token", "register_tokens"):
+        return (1,) + ((1,) + shape if name == "class_token" else shape)
     if name == "position_embedding":
-        return (1, 1 + SOURCE_GRID * SOURCE_GRID, shape[1])
+        return (1, 1 + variant.source_grid ** 2, shape[1])
     return shape
 
 
@@ -141,6 +176,8 @@ def _ours(name, array):
         return np.ascontiguousarray(array.T)
     if name == "class_token":
         return array.reshape(-1)
+    if name == "register_tokens":
+        return array.reshape(array.shape[-2:])
     return array
 
 
@@ -158,14 +195,15 @@ def resolve(path):
     return path
 
 
-def load_weights(path, variant, scope=None, interpolation="torch"):
+def load_weights(path, variant, scope=None, interpolation=None):
     """Reads a DINOv2 checkpoint, checks every tensor and shape, and maps it onto the graph's variables.
 
     Args:
       path: a model.safetensors in Hugging Face's layout (F32, F16 or BF16), or a folder holding one.
       variant: a dinov2_layers.Variant: the size the file must have.
       scope: the variable scope the graph was built under (default: the variant's name).
-      interpolation: how the position embeddings are resized from 37 x 37 to 16 x 16 (`resize_matrix`).
+      interpolation: how the position embeddings are resized from 37 x 37 to 16 x 16 (`resize_matrix`);
+        default the variant's (PyTorch's bicubic; antialiased for the checkpoints with registers).
 
     Returns:
       {"dinov2_vits14/patch_embedding/kernel": float32 [14, 14, 3, 384], ...,
@@ -177,7 +215,7 @@ def load_weights(path, variant, scope=None, interpolation="torch"):
     """
     path = resolve(path)
     tensors = read_tensors(path)
-    scope = scope or variant.name
+    scope, interpolation = scope or variant.name, interpolation or variant.interpolation
     class_token = tensors.get("embeddings.cls_token")
     if class_token is not None and class_token.shape[-1:] != (variant.width,):
         raise WeightsError("weights=%s: tensor embeddings.cls_token has shape %s; %s needs %s%s"
@@ -191,21 +229,20 @@ def load_weights(path, variant, scope=None, interpolation="torch"):
             raise WeightsError("weights=%s has no tensor %s: it has %d of %s's %d tensors (not a Hugging Face "
                                "DINOv2 checkpoint?)%s" % (path, hub_name, known, variant.title, len(variables(variant)),
                                                           what_else(path, variant.name)))
-        array, expected = tensors[hub_name], _hub_shape(name, shape)
+        array, expected = tensors[hub_name], _hub_shape(name, shape, variant)
         if tuple(array.shape) != expected:
             raise WeightsError("weights=%s: tensor %s has shape %s; %s needs %s%s"
                                % (path, hub_name, tuple(array.shape), variant.title, expected, ""))
         array = _ours(name, array)
         if name == "position_embedding":
-            array = interpolate_positions(array, GRID, interpolation)
+            array = interpolate_positions(array, variant.grid, interpolation)
         values["%s/%s" % (scope, name)] = np.ascontiguousarray(array, dtype=np.float32)
     return values
 
 
 def _other_size(class_token):
     """" (the file is DINOv2 ViT-S/14's?)" when the class token has the width of another size, else ""."""
-    from models.dinov2.dinov2_layers import VARIANTS
-    widths = {variant.width: variant.title for variant in VARIANTS.values()}
+    widths = {variant.width: variant.title for variant in dinov2_layers.VARIANTS.values() if not variant.registers}
     width = class_token.shape[-1] if class_token.ndim else None
     return " (the file is %s's?)" % widths[width] if width in widths else ""
 
@@ -229,8 +266,8 @@ def random_tensors(variant, seed=0):
     """
     rng = np.random.default_rng(seed)
     tensors = {}
-    for name, shape in variables(variant, SOURCE_GRID):
-        hub_name, hub_shape = hub_names(variant)[name], _hub_shape(name, shape)
+    for name, shape in variables(variant, variant.source_grid):
+        hub_name, hub_shape = hub_names(variant)[name], _hub_shape(name, shape, variant)
         if name.endswith("kernel"):
             fan_in = int(np.prod(shape[:-1]))
             array = rng.standard_normal(hub_shape, dtype=np.float32) * np.float32(1 / math.sqrt(fan_in))
@@ -238,7 +275,7 @@ def random_tensors(variant, seed=0):
             array = rng.uniform(0.05, 0.3, hub_shape).astype(np.float32)
         elif name.endswith("gamma"):
             array = rng.uniform(0.5, 1.5, hub_shape).astype(np.float32)
-        elif name in ("class_token", "position_embedding"):
+        elif name in ("class_token", "position_embedding", "register_tokens"):
             array = (rng.standard_normal(hub_shape) * 0.5).astype(np.float32)
         else:
             array = rng.uniform(-0.2, 0.2, hub_shape).astype(np.float32)
@@ -252,6 +289,21 @@ def write_random(path, variant, seed=0):
     write_tensors(path, random_tensors(variant, seed), {"format": "pt"})
 
 
+def write_random_folder(folder, variant, seed=0):
+    """Writes a folder as Hugging Face's of `variant`: model.safetensors (seeded random) and config.json, whole
+    or not at all (the folder must not exist)."""
+    folder = Path(folder)
+    folder.mkdir()
+    try:
+        write_random(folder / FILE_NAME, variant, seed)
+        (folder / "config.json").write_text(json.dumps(hf_config(variant), indent=2) + "\n")
+    except BaseException:
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()
+        raise
+
+
 class RandomFiles:
     """The `random` command's writer for one DINOv2 size (the registry's `models.dinov2.dinov2_weights:VITS14`).
 
@@ -259,7 +311,8 @@ class RandomFiles:
       RANDOM_SUFFIXES: the layout each suffix is written in.
     """
 
-    RANDOM_SUFFIXES = {".safetensors": "Hugging Face's model.safetensors"}
+    RANDOM_SUFFIXES = {".safetensors": "Hugging Face's model.safetensors",
+                       "": "Hugging Face's folder (model.safetensors, config.json)"}
 
     def __init__(self, variant):
         self.variant = variant
@@ -267,12 +320,23 @@ class RandomFiles:
     def tensors(self):
         """{name: shape} of the tensors of Hugging Face's checkpoint of this size: what tells its checkpoints from
         the others' (`models.registry.holder`)."""
-        return {hub_names(self.variant)[name]: _hub_shape(name, shape) for name, shape in variables(self.variant)}
+        return {hub_names(self.variant)[name]: _hub_shape(name, shape, self.variant)
+                for name, shape in variables(self.variant)}
 
     def write_random(self, path, seed=0):
-        """Writes seeded random weights of this size to `path` in Hugging Face's model.safetensors layout."""
-        write_random(path, self.variant, seed)
+        """Writes seeded random weights of this size to `path`: Hugging Face's model.safetensors, or a folder
+        holding it and its config.json (a path without extension)."""
+        if Path(path).suffix:
+            write_random(path, self.variant, seed)
+        else:
+            write_random_folder(path, self.variant, seed)
 
 
-VITS14_FILES = RandomFiles(VITS14)
+VITS14_FILES = RandomFiles(VITS14)  # the family's too: `random --model dinov2` writes S/14's size
 VITB14_FILES = RandomFiles(VITB14)
+VITL14_FILES = RandomFiles(dinov2_layers.VITL14)
+VITG14_FILES = RandomFiles(dinov2_layers.VITG14)
+VITS14_REG_FILES = RandomFiles(dinov2_layers.VITS14_REG)
+VITB14_REG_FILES = RandomFiles(dinov2_layers.VITB14_REG)
+VITL14_REG_FILES = RandomFiles(dinov2_layers.VITL14_REG)
+VITG14_REG_FILES = RandomFiles(dinov2_layers.VITG14_REG)

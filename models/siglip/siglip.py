@@ -212,8 +212,10 @@ class ImageModel:
 
         Args:
           endpoint: one of ENDPOINTS (default embedding: the pooling head's output, unit length).
-          weights: "imagenet" (a preset's published checkpoint, from the hub at a pinned commit) or a folder in
-            transformers' layout (config.json, model.safetensors); read once, when the engine asks.
+          weights: "imagenet" (a preset's published checkpoint, from the hub at a pinned commit),
+            "hf://ORG/NAME@COMMIT" (a checkpoint of the hub at a commit; for `siglip` fetched now with its config.json,
+            the size read from it) or a folder in transformers' layout (config.json, model.safetensors); read once,
+            when the engine asks.
           precision: one of PRECISION_NAMES; outputs are float32 either way.
           cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
 

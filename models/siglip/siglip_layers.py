@@ -27,10 +27,10 @@ vision tower's patch). A field whose value the graph cannot compute is refused i
 """
 
 import dataclasses
-import json
 from pathlib import Path
 
 from models.files import WeightsError
+from models.vit.vit_config import ConfigError, Section, hf_transformer, read_config as read_config_file
 from models.vit.vit_layers import TransformerConfig
 
 # What a user may ask for of the image tower.
@@ -42,16 +42,12 @@ DEFAULT_LAYER = "embedding"
 CONFIG_FILE = "config.json"
 LAYER_NORM_EPSILON = 1e-6
 
-# transformers' defaults of the fields a config.json may leave out (SiglipTextConfig, SiglipVisionConfig).
-TEXT_DEFAULTS = {"vocab_size": 32000, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
-                 "num_attention_heads": 12, "max_position_embeddings": 64, "hidden_act": "gelu_pytorch_tanh",
-                 "layer_norm_eps": 1e-6, "projection_size": None}
-VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
-                   "num_channels": 3, "image_size": 224, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh",
-                   "layer_norm_eps": 1e-6, "vision_use_head": True}
-# transformers' activation names (ACT2FN) that the blocks compute, as `models.vit.vit.activation` names them:
-# "gelu_new" and "gelu_pytorch_tanh" are one function, GELU's tanh approximation.
-ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu", "quick_gelu": "quick_gelu"}
+# transformers' defaults of a tower's fields a config.json may leave out (SiglipTextConfig, SiglipVisionConfig, the
+# same for both towers); the others' defaults are where they are read (vocab_size 32000, max_position_embeddings 64,
+# image_size 224, patch_size 16, projection_size the text tower's width).
+TEXT_DEFAULTS = VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                                   "num_attention_heads": 12, "hidden_act": "gelu_pytorch_tanh",
+                                   "layer_norm_eps": 1e-6}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,39 +112,9 @@ class Config:
 
 # ----------------------------------------------------------------------------- config.json
 
-def _field(section, defaults, key, where):
-    value = section.get(key, defaults[key])
-    if key in ("layer_norm_eps",):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise WeightsError("%s.%s=%r: expected a positive number" % (where, key, value))
-        return float(value)
-    if key in ("hidden_act", "vision_use_head", "projection_size"):
-        return value
-    if key == "image_size" and isinstance(value, (list, tuple)) and len(value) == 2:
-        if value[0] != value[1]:
-            raise WeightsError("%s.image_size=%r: only square images are supported" % (where, value))
-        value = value[0]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise WeightsError("%s.%s=%r: expected a positive whole number" % (where, key, value))
-    return value
-
-
-def _transformer(section, defaults, where):
-    activation = _field(section, defaults, "hidden_act", where)
-    if activation not in ACTIVATIONS:
-        raise WeightsError("%s.hidden_act=%r is not supported; expected one of %s" % (
-            where, activation, ", ".join(ACTIVATIONS)))
-    width, heads = _field(section, defaults, "hidden_size", where), _field(section, defaults, "num_attention_heads",
-                                                                          where)
-    if width % heads:
-        raise WeightsError("%s.hidden_size=%d is not a multiple of num_attention_heads=%d" % (where, width, heads))
-    return TransformerConfig(width, _field(section, defaults, "num_hidden_layers", where), heads,
-                             _field(section, defaults, "intermediate_size", where), activation=ACTIVATIONS[activation],
-                             epsilon=_field(section, defaults, "layer_norm_eps", where))
-
-
 def config_from_dict(data, name="siglip", where=CONFIG_FILE):
-    """The Config a config.json's content describes, as transformers' SiglipConfig reads it.
+    """The Config a config.json's content describes, as transformers' SiglipConfig reads it, field by field through
+    `models.vit.vit_config` (the reader CLIP's and DINOv2's configs go through).
 
     Args:
       data: the parsed config.json ({"model_type": "siglip", "text_config": {...}, "vision_config": {...}}).
@@ -156,60 +122,49 @@ def config_from_dict(data, name="siglip", where=CONFIG_FILE):
       where: the file, for messages.
 
     Raises:
-      WeightsError: one line naming the field (and the file) that cannot be computed: another model_type (SigLIP 2's
+      ConfigError: one line naming the file and the field that cannot be computed: another model_type (SigLIP 2's
         NaFlex "siglip2", CLIP's ...), an activation the blocks lack, a vision tower without its pooling head, a
-        channel count other than 3, sizes that do not divide.
+        channel count other than 3, sizes that do not divide or do not fit together.
     """
     if not isinstance(data, dict):
-        raise WeightsError("%s holds a JSON %s, not a model's config" % (where, type(data).__name__))
-    model_type = data.get("model_type")
+        raise ConfigError("%s holds a JSON %s, not a model's config" % (where, type(data).__name__))
+    config = Section(data, where, "", FAMILY)
+    model_type = config.get("model_type", None)
     if model_type != "siglip":
-        hint = (": SigLIP 2's NaFlex checkpoints (variable resolution) are not supported, its fixed-resolution ones "
-                "(model_type 'siglip') are" if model_type == "siglip2" else "")
-        raise WeightsError("%s: model_type=%r is not SigLIP's ('siglip')%s" % (where, model_type, hint))
-    text, vision = data.get("text_config") or {}, data.get("vision_config") or {}
-    if not isinstance(text, dict) or not isinstance(vision, dict):
-        raise WeightsError("%s: text_config and vision_config must be JSON objects" % where)
-    if _field(vision, VISION_DEFAULTS, "num_channels", where + " vision_config") != 3:
-        raise WeightsError("%s: vision_config.num_channels=%r; only RGB (3) is supported" % (
-            where, vision.get("num_channels")))
-    if vision.get("vision_use_head", True) is not True:
-        raise WeightsError("%s: vision_config.vision_use_head=%r: the image embedding is the attention-pooling head's "
-                           "output, which this checkpoint lacks" % (where, vision.get("vision_use_head")))
-    vision_tower = _transformer(vision, VISION_DEFAULTS, where + " vision_config")
-    text_tower = _transformer(text, TEXT_DEFAULTS, where + " text_config")
-    projection = text.get("projection_size")
-    if projection is None:
-        projection = text_tower.width
-    elif isinstance(projection, bool) or not isinstance(projection, int) or projection < 1:
-        raise WeightsError("%s: text_config.projection_size=%r: expected a positive whole number" % (where, projection))
-    sizes = dict(patch_size=_field(vision, VISION_DEFAULTS, "patch_size", where + " vision_config"),
-                 image_size=_field(vision, VISION_DEFAULTS, "image_size", where + " vision_config"),
-                 vocabulary_size=_field(text, TEXT_DEFAULTS, "vocab_size", where + " text_config"),
-                 context_length=_field(text, TEXT_DEFAULTS, "max_position_embeddings", where + " text_config"))
+        raise config.refuse("model_type", "SigLIP 2's NaFlex checkpoints (variable resolution) are not supported, "
+                                          "its fixed-resolution ones (model_type 'siglip') are"
+                            if model_type == "siglip2" else "not SigLIP's config ('siglip'; pass the --model of "
+                                                            "its family)")
+    text, vision = config.section("text_config", {}), config.section("vision_config", {})
+    vision.expect("num_channels", (3,), 3, "siglip runs RGB images")
+    vision.expect("vision_use_head", (True,), True, "the image embedding is the attention-pooling head's output, "
+                                                    "which this checkpoint lacks")
+    text_tower = hf_transformer(text, **TEXT_DEFAULTS)
     try:
-        return Config(name, vision_tower, text_tower, projection=projection, **sizes)
+        return Config(name, hf_transformer(vision, **VISION_DEFAULTS), text_tower,
+                      patch_size=vision.square("patch_size", 16), image_size=vision.square("image_size", 224),
+                      vocabulary_size=text.integer("vocab_size", 32000),
+                      context_length=text.integer("max_position_embeddings", 64),
+                      projection=text.integer("projection_size", text_tower.width))
     except WeightsError as error:  # sizes that do not fit together
-        raise WeightsError("%s: %s" % (where, error)) from None
+        raise ConfigError("%s: %s" % (where, error)) from None
 
 
 def read_config(path, name="siglip"):
     """The Config of a checkpoint's config.json (`path`: the file, or the folder holding it).
 
     Raises:
-      WeightsError: no such file, not JSON, or a config `config_from_dict` refuses (one line naming the file).
+      WeightsError: no such file; ConfigError: not JSON, or a config `config_from_dict` refuses (one line naming
+        the file).
     """
     path = Path(path)
     if path.is_dir():
         path = path / CONFIG_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.is_file():
         raise WeightsError("weights=%s: no %s beside the checkpoint (SigLIP's size is read from it)"
-                           % (path.parent, CONFIG_FILE)) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise WeightsError("%s is not a readable JSON config (%s)" % (path, error)) from None
-    return config_from_dict(data, name, str(path))
+                           % (path.parent, CONFIG_FILE))
+    section = read_config_file(path, FAMILY)
+    return config_from_dict(section.values, name, str(path))
 
 
 # ----------------------------------------------------------------------------- the checkpoint's names and shapes

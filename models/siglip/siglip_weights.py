@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from models.files import WeightsError, fingerprint
+from models.hub_checkpoint import check_model_type, hub_checkpoint, hub_checkpoint_folder, is_hub_weights
 from models.hub_download import HubFile, hub_file
 from models.safetensors_files import read_tensors, write_tensors
 from models.siglip import siglip_layers
 from models.siglip.siglip_layers import CONFIG_FILE
+from models.vit.vit_config import hf_activation
 
 HF_FILE = "model.safetensors"
 SPIECE_FILE = "spiece.model"              # SigLIP's SentencePiece model
@@ -127,9 +129,9 @@ def config_dict(model):
     """A config.json's content for `model`, in transformers' layout (every size written out), as
     `SiglipConfig(...).to_dict()` would hold it: what the random command writes beside its weights."""
     def tower(config, model_type):
-        activation = {value: key for key, value in reversed(tuple(siglip_layers.ACTIVATIONS.items()))}[config.activation]
         return {"model_type": model_type, "hidden_size": config.width, "intermediate_size": config.mlp_width,
-                "num_hidden_layers": config.depth, "num_attention_heads": config.heads, "hidden_act": activation,
+                "num_hidden_layers": config.depth, "num_attention_heads": config.heads,
+                "hidden_act": hf_activation(config.activation),
                 "layer_norm_eps": config.epsilon}
     text = dict(tower(model.text, "siglip_text_model"), vocab_size=model.vocabulary_size,
                 max_position_embeddings=model.context_length, projection_size=model.projection)
@@ -158,6 +160,12 @@ class RandomFiles:
 
     def __init__(self, name):
         self.name = name
+
+    def tensors(self):
+        """{name: shape} of the preset's image tower and token embeddings in transformers' checkpoint: what tells its
+        checkpoints from the others' (`models.registry.holder`; the vocabulary tells SigLIP 2 from SigLIP)."""
+        model = siglip_layers.preset(self.name).config
+        return dict(siglip_layers.vision_parameters(model) + siglip_layers.text_parameters(model)[:1])
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of the preset to the folder `path` (made whole or not at all), with a small
@@ -209,39 +217,49 @@ def hub_files(preset):
 
 class Checkpoint:
     """A SigLIP model's `weights` argument: "imagenet" (a preset's published files, from the hub's cache or
-    downloaded into it at the pinned commit), or a folder in transformers' layout (config.json, model.safetensors,
-    and spiece.model or tokenizer.json for the text tower).
+    downloaded into it at the pinned commit), "hf://ORG/NAME@COMMIT" (a checkpoint of the hub at a commit, its files
+    fetched into huggingface_hub's cache), or a folder in transformers' layout (config.json, model.safetensors, and
+    spiece.model or tokenizer.json for the text tower).
 
     Attributes:
-      model: the siglip_layers.Config: the preset's, or the folder's config.json's (checked to be the preset's when
-        `name` is one).
+      model: the siglip_layers.Config: the preset's, or the checkpoint's config.json's (checked to be the preset's
+        when `name` is one: a folder's now, a hub checkpoint's when it is fetched, as the weights are read).
       identity: its part of a job's identity (the hub file's repository and commit, or the file's fingerprint).
-      files: the local files it reads, which a job never writes over: () for "imagenet".
-      folder: the folder of its config and tokenizer files (downloaded for "imagenet" when asked: `tokenizer_folder`).
+      files: the local files it reads, which a job never writes over: () for the hub's.
+      folder: the folder of its config and tokenizer files (downloaded for the hub's when asked: `tokenizer_folder`).
     """
 
     def __init__(self, weights, name, cache_dir=None):
         """
         Args:
-          weights: "imagenet" or a folder (or the model.safetensors in one).
-          name: the registry's name: "siglip" (the size from the folder's config.json) or a preset's.
-          cache_dir: the hub's cache folder for "imagenet" (default: huggingface_hub's).
+          weights: "imagenet", "hf://ORG/NAME@COMMIT", or a folder (or the model.safetensors in one).
+          name: the registry's name: "siglip" (the size from the checkpoint's config.json: an hf:// checkpoint's
+            fetched now, with the weights) or a preset's.
+          cache_dir: the hub's cache folder for the hub's checkpoints (default: huggingface_hub's).
 
         Raises:
           WeightsError: "imagenet" for "siglip" (no size named); a path that is not a folder holding
-            model.safetensors and config.json; a folder whose config.json is not the preset's size.
+            model.safetensors and config.json; an hf:// form that names no commit; a folder whose config.json is not
+            the preset's size. ConfigError: a config.json this code cannot compute (one line naming the field).
         """
-        self.name, self._cache_dir = name, cache_dir
+        self.name, self._cache_dir, self.hub, self.folder = name, cache_dir, None, None
         self.imagenet = weights == "imagenet"
         self._preset = siglip_layers.PRESETS.get(name)
         if self.imagenet:
             if self._preset is None:
                 raise WeightsError("weights=imagenet: --model %s reads its size from a checkpoint; pass --weights "
-                                   "FOLDER (config.json, model.safetensors and the tokenizer's files), or name a "
-                                   "size (--model %s, ...)" % (name, next(iter(siglip_layers.PRESETS))))
+                                   "FOLDER (config.json, model.safetensors and the tokenizer's files) or "
+                                   "hf://ORG/NAME@COMMIT, or name a size (--model %s, ...)"
+                                   % (name, next(iter(siglip_layers.PRESETS))))
             self._hub = hub_files(self._preset)
             self.model = self._preset.config
             self.identity, self.files = self._hub[HF_FILE].identity, ()
+            return
+        if is_hub_weights(weights):
+            self.hub = hub_checkpoint(weights, "SigLIP %s checkpoint's" % name, _RANDOM_COMMAND % name)
+            self.identity, self.files = self.hub.file(HF_FILE).identity, ()
+            # The family's size is the config's: fetched now, with the weights; a preset's when it is read.
+            self.model = self._preset.config if self._preset is not None else self._hub_folder()[1]
             return
         path = Path(weights)
         if path.is_file() and path.name == HF_FILE:
@@ -251,19 +269,35 @@ class Checkpoint:
                                "files)" % (weights, CONFIG_FILE, HF_FILE))
         if not (path / HF_FILE).is_file():
             raise WeightsError("weights=%s is a folder without %s" % (weights, HF_FILE))
-        model = siglip_layers.read_config(path, name)
-        if self._preset is not None and not siglip_layers.same_size(model, self._preset.config):
-            raise WeightsError("weights=%s: its %s is not %s's size (%s); pass --model siglip to take the size from "
-                               "it" % (weights, CONFIG_FILE, name, self._preset.config.describe()))
-        self.model, self.folder = model, path
+        self.model, self.folder = self._sized(path, weights), path
         self.identity, self.files = fingerprint(path / HF_FILE), (str(path / HF_FILE), str(path / CONFIG_FILE))
 
+    def _sized(self, folder, weights):
+        """The Config of `folder`'s config.json, checked to be the preset's size when the name is a preset's."""
+        model = siglip_layers.read_config(folder, self.name)
+        if self._preset is not None and not siglip_layers.same_size(model, self._preset.config):
+            raise WeightsError("weights=%s: its %s is not %s's size (%s); pass --model siglip to take the size from "
+                               "it" % (weights, CONFIG_FILE, self.name, self._preset.config.describe()))
+        return model
+
+    def _hub_folder(self):
+        """(folder, Config) of the hf:// checkpoint: its files fetched once, its config's model type and size
+        checked."""
+        if self.folder is None:
+            folder = hub_checkpoint_folder(self.hub, (HF_FILE,), cache_dir=self._cache_dir)
+            check_model_type(folder, siglip_layers.FAMILY, self.hub.weights)
+            self._hub_model, self.folder = self._sized(folder, self.hub.weights), folder
+        return self.folder, self._hub_model
+
     def path(self):
-        """model.safetensors: the hub's cache file for "imagenet" (downloaded if absent), else the folder's."""
-        return hub_file(self._hub[HF_FILE], self._cache_dir) if self.imagenet else self.folder / HF_FILE
+        """model.safetensors: the hub's cache file for "imagenet" and hf:// (downloaded if absent), else the
+        folder's."""
+        if self.imagenet:
+            return hub_file(self._hub[HF_FILE], self._cache_dir)
+        return (self._hub_folder()[0] if self.hub is not None else self.folder) / HF_FILE
 
     def tokenizer_folder(self):
-        """The folder of the tokenizer's files that came with the weights (downloaded for "imagenet").
+        """The folder of the tokenizer's files that came with the weights (downloaded for the hub's).
 
         Raises:
           WeightsError: neither spiece.model nor tokenizer.json is beside the checkpoint.
@@ -271,7 +305,9 @@ class Checkpoint:
         if self.imagenet:
             folders = {hub_file(file, self._cache_dir).parent for name, file in self._hub.items() if name != HF_FILE}
             return folders.pop()  # one commit, one snapshot folder
-        if not any((self.folder / name).is_file() for name in (SPIECE_FILE, TOKENIZER_FILE)):
+        folder = self._hub_folder()[0] if self.hub is not None else self.folder
+        if not any((folder / name).is_file() for name in (SPIECE_FILE, TOKENIZER_FILE)):
             raise WeightsError("weights=%s: no %s or %s beside it (the tokenizer's files that come with the "
-                               "checkpoint)" % (self.folder, SPIECE_FILE, TOKENIZER_FILE))
-        return self.folder
+                               "checkpoint)" % (self.hub.weights if self.hub is not None else folder, SPIECE_FILE,
+                                                TOKENIZER_FILE))
+        return folder

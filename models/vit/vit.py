@@ -11,10 +11,12 @@ A block (as in DINOv2, CLIP and keras-hub's versions of them):
 
     h   = x + layer_scale_1 * attention(layer_norm_1(x))         (layer_scale_* only with layer_scale)
     out = h + layer_scale_2 * fc2(activation(fc1(layer_norm_2(h))))
+    gated (SwiGLU): fc1 gives [a, b] (2 x mlp_width): fc2(activation(a) * b), activation silu (DINOv2 g/14)
 
 attention: multi-head self-attention, query/key/value/output projections with biases, softmax(q k^T / sqrt(d)
 + mask) v, with an optional additive mask (CLIP's causal text tower; SigLIP's text tower has none); activation:
-the exact GELU (erf), QuickGELU x * sigmoid(1.702 x) (OpenAI's CLIP) or GELU's tanh approximation (SigLIP).
+the exact GELU (erf), QuickGELU x * sigmoid(1.702 x) (OpenAI's CLIP), GELU's tanh approximation (SigLIP) or SiLU
+x * sigmoid(x) (SwiGLU's gate).
 
 The attention-pooling head (big_vision's MAPHead, transformers' SiglipMultiheadAttentionPoolingHead):
 
@@ -125,6 +127,26 @@ def positions(tokens):
     return tokens + _variable("position_embedding", [count, width], tokens.dtype)
 
 
+def register_tokens(tokens, count):
+    """Puts `count` register tokens (variable register_tokens [count, width]) after the class token: learnt
+    tokens without position embeddings, which the blocks attend to and nothing reads out (DINOv2 with registers).
+
+    Args:
+      tokens: [N, 1 + T, width], the class token first (position embeddings already added).
+      count: registers; 0 returns the tokens as they are.
+
+    Returns:
+      [N, 1 + count + T, width] of the tokens' dtype.
+    """
+    if not count:
+        return tokens
+    width = tokens.shape[2]
+    registers = _variable("register_tokens", [count, width], tokens.dtype)
+    batch = tf.shape(tokens)[0]
+    registers = tf.tile(tf.reshape(registers, [1, count, width]), tf.stack([batch, 1, 1]))
+    return tf.concat([tokens[:, :1], registers, tokens[:, 1:]], axis=1)
+
+
 def _dense(rows, name, inputs, outputs):
     """rows [M, inputs] @ <name>/kernel [inputs, outputs] + <name>/bias [outputs]."""
     with tf1.variable_scope(name):
@@ -140,14 +162,17 @@ def dense(rows, name, inputs, outputs):
 
 
 def activation(inputs, name):
-    """The MLP's activation: "gelu" (exact, erf), "quick_gelu" (x * sigmoid(1.702 x)) or "gelu_tanh" (GELU's tanh
-    approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): PyTorch's gelu(approximate="tanh"))."""
+    """The MLP's activation: "gelu" (exact, erf), "quick_gelu" (x * sigmoid(1.702 x)), "gelu_tanh" (GELU's tanh
+    approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): PyTorch's gelu(approximate="tanh")) or "silu"
+    (x * sigmoid(x))."""
     if name == "gelu":
         return tf.nn.gelu(inputs, approximate=False)
     if name == "gelu_tanh":
         return tf.nn.gelu(inputs, approximate=True)
     if name == "quick_gelu":
         return inputs * tf.sigmoid(tf.constant(1.702, inputs.dtype) * inputs)
+    if name == "silu":
+        return inputs * tf.sigmoid(inputs)
     raise ValueError("activation=%r; expected one of %s" % (name, ", ".join(ACTIVATIONS)))
 
 
@@ -208,10 +233,23 @@ def block(tokens, config, mask=None):
     normalized = layer_norm(tokens, *layer_norm_variables("layer_norm_1", width), config.epsilon)
     tokens = tokens + _scaled(attention(normalized, config.heads, mask), "layer_scale_1", config)
     rows = layer_norm(tf.reshape(tokens, [-1, width]), *layer_norm_variables("layer_norm_2", width), config.epsilon)
+    return tokens + _scaled(tf.reshape(mlp(rows, config), tf.shape(tokens)), "layer_scale_2", config)
+
+
+def mlp(rows, config):
+    """The block's MLP (variables mlp/fc1, mlp/fc2) on rows [M, width]: fc2(activation(fc1(rows))), or gated
+    (SwiGLU): fc1's 2 x mlp_width outputs split in halves a, b, fc2(activation(a) * b).
+
+    Returns:
+      [M, width] of the rows' dtype.
+    """
+    hidden = config.mlp_width
     with tf1.variable_scope("mlp"):
-        rows = _dense(activation(_dense(rows, "fc1", width, config.mlp_width), config.activation), "fc2",
-                      config.mlp_width, width)
-    return tokens + _scaled(tf.reshape(rows, tf.shape(tokens)), "layer_scale_2", config)
+        if not config.gated:
+            return _dense(activation(_dense(rows, "fc1", config.width, hidden), config.activation), "fc2",
+                          hidden, config.width)
+        gate, values = tf.split(_dense(rows, "fc1", config.width, 2 * hidden), 2, axis=1)
+        return _dense(activation(gate, config.activation) * values, "fc2", hidden, config.width)
 
 
 def transformer(tokens, config, mask=None, depth=None):
@@ -232,13 +270,6 @@ def transformer(tokens, config, mask=None, depth=None):
         with tf1.variable_scope("block_%d" % index):
             tokens = block(tokens, config, mask)
     return tokens
-
-
-def _mlp(rows, config):
-    """fc2(activation(fc1(rows))) under variable scope "mlp": rows [M, width] -> [M, width]."""
-    with tf1.variable_scope("mlp"):
-        return _dense(activation(_dense(rows, "fc1", config.width, config.mlp_width), config.activation), "fc2",
-                      config.mlp_width, config.width)
 
 
 def attention_pooling(tokens, config):
@@ -272,4 +303,4 @@ def attention_pooling(tokens, config):
             weights = tf.cast(weights, tokens.dtype)
         pooled = _dense(tf.reshape(tf.matmul(weights, value), [-1, width]), "output", width, width)
     normalized = layer_norm(pooled, *layer_norm_variables("layer_norm", width), config.epsilon)
-    return pooled + _mlp(normalized, config)
+    return pooled + mlp(normalized, config)

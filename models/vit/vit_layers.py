@@ -12,7 +12,8 @@ when it is read):
     block_<i>/attention/output/kernel, bias         (the same)
     block_<i>/layer_scale_1/gamma                   [width]          (only with layer_scale: DINOv2)
     block_<i>/layer_norm_2/gamma, beta              [width]          (float32)
-    block_<i>/mlp/fc1/kernel, bias                  [width, mlp_width], [mlp_width]
+    block_<i>/mlp/fc1/kernel, bias                  [width, mlp_width], [mlp_width]   ([width, 2 * mlp_width],
+                                                                       [2 * mlp_width] when gated: SwiGLU)
     block_<i>/mlp/fc2/kernel, bias                  [mlp_width, width], [width]
     block_<i>/layer_scale_2/gamma                   [width]          (only with layer_scale)
 
@@ -23,6 +24,7 @@ and an image tower's embeddings:
     class_token                                     [width]
     position_embedding                              [1 + patches, width]  ([patches, width] without a class
                                                                            token: SigLIP)
+    register_tokens                                 [registers, width]   (only with registers: DINOv2's)
 
 and a multi-head attention-pooling head (MAP: SigLIP's image tower), under its scope ("head/"):
 
@@ -35,8 +37,9 @@ and a multi-head attention-pooling head (MAP: SigLIP's image tower), under its s
 import dataclasses
 
 # exact GELU (erf); x * sigmoid(1.702 x), OpenAI's CLIP; GELU's tanh approximation (PyTorch's
-# gelu(approximate="tanh"), transformers' "gelu_pytorch_tanh"), SigLIP's
-ACTIVATIONS = ("gelu", "quick_gelu", "gelu_tanh")
+# gelu(approximate="tanh"), transformers' "gelu_pytorch_tanh"), SigLIP's; x * sigmoid(x), the gate of SwiGLU
+# (DINOv2 g/14)
+ACTIVATIONS = ("gelu", "quick_gelu", "gelu_tanh", "silu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +54,8 @@ class TransformerConfig:
       activation: one of ACTIVATIONS.
       layer_scale: each branch is scaled by a learnt per-channel gamma before it is added (DINOv2's LayerScale).
       epsilon: of every LayerNorm.
+      gated: the MLP is gated (SwiGLU, DINOv2 g/14's): fc1 gives 2 x mlp_width channels, the activation of the
+        first half times the second half goes into fc2.
     """
 
     width: int
@@ -60,6 +65,7 @@ class TransformerConfig:
     activation: str = "gelu"
     layer_scale: bool = False
     epsilon: float = 1e-6
+    gated: bool = False
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -72,13 +78,14 @@ class TransformerConfig:
 def block_variables(config, index):
     """((name, shape), ...) of block `index`, in the order above ("block_0/layer_norm_1/gamma", ...)."""
     width, hidden = config.width, config.mlp_width
+    fc1 = 2 * hidden if config.gated else hidden
     names = [("layer_norm_1/gamma", (width,)), ("layer_norm_1/beta", (width,))]
     for projection in ("query", "key", "value", "output"):
         names += [("attention/%s/kernel" % projection, (width, width)), ("attention/%s/bias" % projection, (width,))]
     if config.layer_scale:
         names.append(("layer_scale_1/gamma", (width,)))
     names += [("layer_norm_2/gamma", (width,)), ("layer_norm_2/beta", (width,)),
-              ("mlp/fc1/kernel", (width, hidden)), ("mlp/fc1/bias", (hidden,)),
+              ("mlp/fc1/kernel", (width, fc1)), ("mlp/fc1/bias", (fc1,)),
               ("mlp/fc2/kernel", (hidden, width)), ("mlp/fc2/bias", (width,))]
     if config.layer_scale:
         names.append(("layer_scale_2/gamma", (width,)))
@@ -90,15 +97,27 @@ def transformer_variables(config):
     return tuple(variable for index in range(config.depth) for variable in block_variables(config, index))
 
 
-def embedding_variables(width, patch, patches, patch_bias=True, class_token=True):
+def embedding_variables(width, patch, patches, patch_bias=True, class_token=True, registers=0):
     """((name, shape), ...) of an image tower's embeddings: `patches` patches of patch x patch pixels, a class
-    token before them or not (SigLIP has none)."""
+    token before them or not (SigLIP has none), and `registers` register tokens (Darcet et al., "Vision
+    Transformers Need Registers", 2023)."""
     names = [("patch_embedding/kernel", (patch, patch, 3, width))]
     if patch_bias:
         names.append(("patch_embedding/bias", (width,)))
     if not class_token:
         return tuple(names + [("position_embedding", (patches, width))])
-    return tuple(names + [("class_token", (width,)), ("position_embedding", (1 + patches, width))])
+    names += [("class_token", (width,)), ("position_embedding", (1 + patches, width))]
+    if registers:
+        names.append(("register_tokens", (registers, width)))
+    return tuple(names)
+
+
+def describe(config):
+    """The transformer's size in words, for a job's settings: "width 1024, 24 blocks, 16 heads, MLP 4096, gelu,
+    LayerNorm epsilon 1e-05" (and ", LayerScale", ", gated" where they hold)."""
+    return "width %d, %d blocks, %d heads, MLP %d, %s%s%s, LayerNorm epsilon %s" % (
+        config.width, config.depth, config.heads, config.mlp_width, config.activation,
+        ", gated" if config.gated else "", ", LayerScale" if config.layer_scale else "", config.epsilon)
 
 
 def attention_pooling_variables(config):
