@@ -245,9 +245,18 @@ def start_store():
     store().mkdir(BUCKET)
 
 
+_STORE = []
+
+
 def store():
+    """The driver's filesystem of the store, made once (each one made costs 0.3 s of CPU: polled every 0.2 s for
+    the interrupt, they took the cores the workers were starting on), its cached listings dropped: a call sees
+    the store as it is now."""
     import s3fs
-    return s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], skip_instance_cache=True)
+    if not _STORE:
+        _STORE.append(s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], skip_instance_cache=True))
+    _STORE[0].invalidate_cache()
+    return _STORE[0]
 
 
 def main():

@@ -36,7 +36,7 @@ class _OneFileServer:
 
         self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d/%s" % (self.server.server_port, imagenet_download.VGG16_FILE.name)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self):
         self.server.shutdown()

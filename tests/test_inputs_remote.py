@@ -210,7 +210,7 @@ def versioned_server(tmp_path):
         ("127.0.0.1", 0), lambda *args, **kwargs: _Versioned(*args, directory=str(root), **kwargs))
     server.failures, server.refused, server.root = {}, [], root
     server.url = "http://127.0.0.1:%d" % server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield server
     finally:
