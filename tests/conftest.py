@@ -42,15 +42,17 @@ from hub_server import fake_hub  # noqa: F401,E402 -- a Hugging Face hub on loop
 
 tf1 = tf.compat.v1
 
-# The modules that take longest, longest first (wall seconds in their test process, whole suite, load average 7:
-# Ray's 365, then 126 down to 67), run before the rest. A module goes to one test process whole (setup.cfg:
+# The modules that take longest, longest first (wall seconds in their test process, whole suite after the merges of
+# 2026-11-28, load average 8 to 10: Ray's 726, then 226 down to 63), run before the rest. A module goes to one test process whole (setup.cfg:
 # loadscope, and --no-loadscope-reorder: without it, modules go out by their number of tests): a long module
 # handed out last ends the run alone (Ray's started 196 s in and ended it, 365 s later, while the two other
 # processes had finished).
-LONGEST_FIRST = ("test_ray_job.py", "test_run_inference.py", "test_efficientnet.py", "test_assembly.py",
-                 "test_siglip.py", "test_output_writers.py", "test_inputs_streamed.py", "test_resnet.py",
-                 "test_convnext.py", "test_distributed.py", "test_signals.py", "test_store_shards.py",
-                 "test_dinov2.py", "test_store_inputs.py")
+LONGEST_FIRST = ("test_ray_job.py", "test_run_inference.py", "test_assembly.py", "test_store_shards.py",
+                 "test_signals.py", "test_siglip.py", "test_efficientnet.py", "test_registry.py",
+                 "test_inputs_streamed.py", "test_text_pass.py", "test_convnext.py", "test_protocol.py",
+                 "test_resnet.py", "test_search_service.py", "test_distributed.py", "test_clip_config.py",
+                 "test_output_writers.py", "test_vgg16.py", "test_dinov2_config.py", "test_store_inputs.py",
+                 "test_dinov2.py")
 
 
 def pytest_collection_modifyitems(items):
