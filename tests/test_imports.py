@@ -100,8 +100,8 @@ SHARED = {"parallel", "parallel.lazy", "parallel.locations", "parallel.messages"
 # which model a file it refuses belongs to.
 MODELS_SHARED = {"models.common", "models.files", "models.hub_checkpoint", "models.hub_download",
                  "models.imagenet_download", "models.keras_h5", "models.registry", "models.safetensors_files",
-                 "models.text_tokenizer", "models.vit.vit", "models.vit.vit_config", "models.vit.vit_layers",
-                 "parallel.model"}
+                 "models.text_tokenizer", "models.text_tower", "models.vit.vit", "models.vit.vit_config",
+                 "models.vit.vit_layers", "parallel.model"}
 MAY_IMPORT = {
     "parallel.devices": SHARED,
     "parallel.inputs": SHARED | {"parallel.output", "parallel.output.durable"},

@@ -31,6 +31,7 @@ from models.clip.clip_layers import ENDPOINTS
 from models.clip.clip_tokenizer import Tokenizer
 from models.clip.clip_weights import Checkpoint, load_weights
 from models.common import check_endpoint, compute_dtype
+from models.text_tower import HostTextTower
 from models.vit import vit
 from parallel.model import ModelSpec, TextSpec
 
@@ -326,7 +327,7 @@ VIT_L14_336 = ImageModel(clip_layers.VIT_L14_336)
 
 # ----------------------------------------------------------------------------- the text tower
 
-class TextTower:
+class TextTower(HostTextTower):
     """CLIP's text tower in a Graph and Session of its own, for search by text.
 
         with TextTower("clip_vit_b32", weights="clip-random") as tower:
@@ -352,61 +353,5 @@ class TextTower:
             files beside them.
         """
         source = Checkpoint(weights, clip_layers.config(model_name), cache_dir)
-        self.model, self.context_length, self.identity = source.model, source.model.context_length, source.identity
-        self.tokenizer_folder = source.tokenizer_folder()
-        self._spec = ImageModel(source.model)._text_model(source, compute_dtype(precision))  # the engine runs it too
-        values = self._spec.load_weights()
-        self._graph = tf.Graph()
-        with self._graph.as_default():
-            # One tower per length, the same variables: a row runs on the shortest that holds its end token.
-            self._token_ids, self._embedding = {}, {}
-            for length in self._spec.lengths:
-                self._token_ids[length] = tf1.placeholder(tf.int32, (None, length), "token_ids_%d" % length)
-                self._embedding[length] = self._spec.fn(self._token_ids[length])
-            variables = {variable.op.name: variable for variable in tf1.global_variables()}
-            feeds = {name: tf1.placeholder(variable.dtype.base_dtype, variable.shape) for name, variable
-                     in variables.items()}
-            assign = tf.group(*[variables[name].assign(feeds[name]) for name in variables])
-        self._graph.finalize()
-        self._session = tf1.Session(graph=self._graph)
-        self._session.run(assign, {feeds[name]: np.asarray(values[name], feeds[name].dtype.as_numpy_dtype)
-                                   for name in variables})
-
-    def embed(self, token_ids):
-        """The sentences' embeddings.
-
-        Args:
-          token_ids: int32 [N, 77] as CLIP's tokenizer makes them (models.clip.clip_tokenizer).
-
-        Returns:
-          float32 [N, 512], unit length.
-
-        Raises:
-          ValueError: ids of another shape, or outside the vocabulary (naming the value received).
-        """
-        token_ids = np.asarray(token_ids)
-        if token_ids.ndim != 2 or token_ids.shape[1] != self.context_length:
-            raise ValueError("token_ids must be [N, %d]; got shape %s" % (self.context_length, token_ids.shape))
-        if not token_ids.size:
-            return np.zeros((0, self.model.projection), np.float32)
-        if token_ids.min() < 0 or token_ids.max() >= self.model.vocabulary_size:
-            raise ValueError("token_ids must be in 0 .. %d; got %d .. %d" % (
-                self.model.vocabulary_size - 1, token_ids.min(), token_ids.max()))
-        spec = self._spec  # each row on the shortest length that holds its end token: rows of one length together
-        lengths = np.asarray(spec.lengths)[np.searchsorted(spec.lengths, spec.used_positions(token_ids))]
-        embeddings = np.empty((len(token_ids), self.model.projection), np.float32)
-        for length in np.unique(lengths):
-            rows = lengths == length
-            embeddings[rows] = self._session.run(
-                self._embedding[length], {self._token_ids[length]: token_ids[rows, :length].astype(np.int32)})
-        return embeddings
-
-    def close(self):
-        """Releases the Session."""
-        self._session.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
+        spec = ImageModel(source.model)._text_model(source, compute_dtype(precision))  # the engine runs it too
+        super().__init__(spec, source.model, source.identity, source.tokenizer_folder())

@@ -30,6 +30,7 @@ from models.siglip import siglip_layers
 from models.siglip.siglip_layers import ENDPOINTS, FAMILY, PRESETS
 from models.siglip.siglip_tokenizer import Tokenizer
 from models.siglip.siglip_weights import Checkpoint, load_weights, logits
+from models.text_tower import HostTextTower
 from models.vit import vit
 from parallel.model import ModelSpec, TextSpec
 
@@ -281,7 +282,7 @@ def __getattr__(name):
 
 # ----------------------------------------------------------------------------- the text tower
 
-class TextTower:
+class TextTower(HostTextTower):
     """SigLIP's text tower in a Graph and Session of its own, for search by text.
 
         with TextTower("siglip", weights="siglip-folder") as tower:
@@ -310,57 +311,10 @@ class TextTower:
             files beside them.
         """
         source = Checkpoint(weights, ImageModel(model_name).name, cache_dir)
-        model = self.model = source.model
-        self.context_length, self.identity = model.context_length, source.identity
-        self.tokenizer_folder = source.tokenizer_folder()
-        self._spec = ImageModel._text_model(source, compute_dtype(precision))  # the engine runs it too
-        values = self._spec.load_weights()
-        self._graph = tf.Graph()
-        with self._graph.as_default():
-            self._token_ids = tf1.placeholder(tf.int32, (None, model.context_length), "token_ids")
-            self._embedding = self._spec.fn(self._token_ids)
-            variables = {variable.op.name: variable for variable in tf1.global_variables()}
-            feeds = {name: tf1.placeholder(variable.dtype.base_dtype, variable.shape) for name, variable
-                     in variables.items()}
-            assign = tf.group(*[variables[name].assign(feeds[name]) for name in variables])
-        self._graph.finalize()
-        self._session = tf1.Session(graph=self._graph)
-        self._session.run(assign, {feeds[name]: np.asarray(values[name], feeds[name].dtype.as_numpy_dtype)
-                                   for name in variables})
-
-    def embed(self, token_ids):
-        """The sentences' embeddings.
-
-        Args:
-          token_ids: int32 [N, L] as SigLIP's tokenizer makes them (models.siglip.siglip_tokenizer).
-
-        Returns:
-          float32 [N, W], unit length.
-
-        Raises:
-          ValueError: ids of another shape, or outside the vocabulary (naming the value received).
-        """
-        token_ids = np.asarray(token_ids)
-        if token_ids.ndim != 2 or token_ids.shape[1] != self.context_length:
-            raise ValueError("token_ids must be [N, %d]; got shape %s" % (self.context_length, token_ids.shape))
-        if not token_ids.size:
-            return np.zeros((0, self.model.projection), np.float32)
-        if token_ids.min() < 0 or token_ids.max() >= self.model.vocabulary_size:
-            raise ValueError("token_ids must be in 0 .. %d; got %d .. %d" % (
-                self.model.vocabulary_size - 1, token_ids.min(), token_ids.max()))
-        return self._session.run(self._embedding, {self._token_ids: token_ids.astype(np.int32)})
+        spec = ImageModel._text_model(source, compute_dtype(precision))  # the engine runs it too
+        super().__init__(spec, source.model, source.identity, source.tokenizer_folder())
 
     def probability(self, cosines):
         """SigLIP's probability that an image and a sentence go together, from their cosine: float64
         sigmoid(exp(logit_scale) * cosine + logit_bias), the shape of `cosines`."""
         return self._spec.probability(cosines)
-
-    def close(self):
-        """Releases the Session."""
-        self._session.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
