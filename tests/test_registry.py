@@ -326,3 +326,38 @@ def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(t
     assert registry.what_weights_are(siglip, "siglip2_base_patch16_256") == ""
     with pytest.raises(WeightsError, match="weights=.*siglip2 is a folder: it holds a SigLIP or SigLIP 2 checkpoint"):
         registry.feature_model("vgg16", weights=str(siglip))
+
+
+def test_the_siglip_family_in_tars_over_three_ranks_and_as_ray_ships_it(photographs_folder, photographs, tmp_path):
+    """`--model siglip` (its size from config.json) over tars: three static ranks write one process's output, and its
+    ModelSpec pickled as Ray ships it to an actor computes the same features."""
+    import run_inference
+    from outputs import job_outputs
+    from parallel import engine
+    from parallel.devices import resolve_devices
+    from siglip_files import write_small
+    from stores import write_tars
+    weights = write_small(tmp_path / "siglip2")
+    write_tars(photographs_folder, tmp_path / "shards", 2, pattern="*.jpg")
+
+    def run(output, *flags):
+        return run_inference.main(["--model", "siglip", "--images", str(tmp_path / "shards" / "*.tar"), "--weights",
+                                   str(weights), "--output", str(output), "--devices", "cpu:0", "--batch-size", "1",
+                                   "--quiet", *flags])
+
+    assert run(tmp_path / "one.npy") == 0
+    for rank in range(3):
+        assert run(tmp_path / "three.npy", "--distributed", "static", "--rank", str(rank), "--world-size", "3",
+                   "--shard-size", "1") == 0
+    assert job_outputs(tmp_path / "three.npy") == job_outputs(tmp_path / "one.npy")
+    rows = np.load(tmp_path / "one.npy")
+    assert rows.shape[0] == 4 and np.abs(rows[0] - rows[1:]).max() > 1e-2  # different images, different rows
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    from PIL import Image
+    spec = registry.feature_model("siglip", weights=str(weights))
+    images = np.stack([np.asarray(Image.fromarray(image).resize(spec.image_size)) for image in photographs])
+    features = []
+    for model in (spec, cloudpickle.loads(cloudpickle.dumps(spec))):
+        with engine.DeviceRunner(model, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=5) as runner:
+            features.append(runner.run(images))
+    np.testing.assert_array_equal(features[0], features[1])
