@@ -26,7 +26,7 @@ published checkpoints have it.
 
 import dataclasses
 
-from models.vit.vit_layers import TransformerConfig, describe
+from models.vit.vit_layers import TransformerConfig, describe, hf_block_parameters
 
 # What a user may ask for of the image tower (the command line offers these).
 #   pooled:    the class token after the post-LayerNorm, before the projection (768 floats);
@@ -139,19 +139,6 @@ def config(name):
         raise ValueError("model=%r; expected one of %s" % (name, ", ".join((FAMILY,) + tuple(CONFIGS)))) from None
 
 
-def _block(prefix, width, mlp_width):
-    """One pre-LN transformer block's parameters, Hugging Face's names under `prefix`."""
-    parameters = []
-    for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        parameters += [("%sself_attn.%s.weight" % (prefix, projection), (width, width)),
-                       ("%sself_attn.%s.bias" % (prefix, projection), (width,))]
-    parameters += [(prefix + "layer_norm1.weight", (width,)), (prefix + "layer_norm1.bias", (width,)),
-                   (prefix + "mlp.fc1.weight", (mlp_width, width)), (prefix + "mlp.fc1.bias", (mlp_width,)),
-                   (prefix + "mlp.fc2.weight", (width, mlp_width)), (prefix + "mlp.fc2.bias", (width,)),
-                   (prefix + "layer_norm2.weight", (width,)), (prefix + "layer_norm2.bias", (width,))]
-    return parameters
-
-
 def vision_parameters(model):
     """The image tower's parameters: ((Hugging Face name, shape), ...), PyTorch's layouts ([out, in] for a
     linear layer's weight, [out, in, P, P] for the patch convolution), in the order of the checkpoint's model.
@@ -167,7 +154,7 @@ def vision_parameters(model):
                   # Hugging Face's spelling: "pre_layrnorm".
                   (prefix + "pre_layrnorm.weight", (width,)), (prefix + "pre_layrnorm.bias", (width,))]
     for index in range(model.vision.depth):
-        parameters += _block("%sencoder.layers.%d." % (prefix, index), width, model.vision.mlp_width)
+        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, model.vision.mlp_width)
     parameters += [(prefix + "post_layernorm.weight", (width,)), (prefix + "post_layernorm.bias", (width,)),
                    ("visual_projection.weight", (model.projection, width))]
     return tuple(parameters)
@@ -180,7 +167,7 @@ def text_parameters(model):
     parameters = [(prefix + "embeddings.token_embedding.weight", (model.vocabulary_size, width)),
                   (prefix + "embeddings.position_embedding.weight", (model.context_length, width))]
     for index in range(model.text.depth):
-        parameters += _block("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
+        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
     parameters += [(prefix + "final_layer_norm.weight", (width,)), (prefix + "final_layer_norm.bias", (width,)),
                    ("text_projection.weight", (model.projection, width))]
     return tuple(parameters)

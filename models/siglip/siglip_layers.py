@@ -31,7 +31,7 @@ from pathlib import Path
 
 from models.files import WeightsError
 from models.vit.vit_config import ConfigError, Section, hf_transformer, read_config as read_config_file
-from models.vit.vit_layers import TransformerConfig
+from models.vit.vit_layers import TransformerConfig, hf_block_parameters
 
 # What a user may ask for of the image tower.
 #   pooled:    the attention-pooling head's output (transformers' pooler_output, get_image_features);
@@ -169,18 +169,6 @@ def read_config(path, name="siglip"):
 
 # ----------------------------------------------------------------------------- the checkpoint's names and shapes
 
-def _block(prefix, width, mlp_width):
-    """One pre-LN block's parameters, transformers' names under `prefix`, PyTorch's layouts."""
-    parameters = []
-    for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        parameters += [("%sself_attn.%s.weight" % (prefix, projection), (width, width)),
-                       ("%sself_attn.%s.bias" % (prefix, projection), (width,))]
-    return parameters + [(prefix + "layer_norm1.weight", (width,)), (prefix + "layer_norm1.bias", (width,)),
-                         (prefix + "mlp.fc1.weight", (mlp_width, width)), (prefix + "mlp.fc1.bias", (mlp_width,)),
-                         (prefix + "mlp.fc2.weight", (width, mlp_width)), (prefix + "mlp.fc2.bias", (width,)),
-                         (prefix + "layer_norm2.weight", (width,)), (prefix + "layer_norm2.bias", (width,))]
-
-
 def vision_parameters(model):
     """The image tower's parameters: ((transformers' name, shape), ...), PyTorch's layouts ([out, in] for a linear
     layer, [out, in, P, P] for the patch convolution; the head's nn.MultiheadAttention packs q, k, v in
@@ -191,7 +179,7 @@ def vision_parameters(model):
                   (prefix + "embeddings.patch_embedding.bias", (width,)),
                   (prefix + "embeddings.position_embedding.weight", (model.positions, width))]
     for index in range(model.vision.depth):
-        parameters += _block("%sencoder.layers.%d." % (prefix, index), width, hidden)
+        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, hidden)
     head = prefix + "head."
     parameters += [(prefix + "post_layernorm.weight", (width,)), (prefix + "post_layernorm.bias", (width,)),
                    (head + "probe", (1, 1, width)),
@@ -211,7 +199,7 @@ def text_parameters(model):
     parameters = [(prefix + "embeddings.token_embedding.weight", (model.vocabulary_size, width)),
                   (prefix + "embeddings.position_embedding.weight", (model.context_length, width))]
     for index in range(model.text.depth):
-        parameters += _block("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
+        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
     return tuple(parameters + [(prefix + "final_layer_norm.weight", (width,)),
                                (prefix + "final_layer_norm.bias", (width,)),
                                (prefix + "head.weight", (model.projection, width)),

@@ -141,3 +141,16 @@ def size(variables):
             count *= dimension
         total += count
     return total
+
+
+def hf_block_parameters(prefix, width, mlp_width):
+    """One pre-LN transformer block's parameters as transformers names them under `prefix` (CLIP's and SigLIP's
+    encoder layers): [(name, shape), ...], PyTorch's layouts ([out, in] for a linear layer's weight)."""
+    parameters = []
+    for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        parameters += [("%sself_attn.%s.weight" % (prefix, projection), (width, width)),
+                       ("%sself_attn.%s.bias" % (prefix, projection), (width,))]
+    return parameters + [(prefix + "layer_norm1.weight", (width,)), (prefix + "layer_norm1.bias", (width,)),
+                         (prefix + "mlp.fc1.weight", (mlp_width, width)), (prefix + "mlp.fc1.bias", (mlp_width,)),
+                         (prefix + "mlp.fc2.weight", (width, mlp_width)), (prefix + "mlp.fc2.bias", (width,)),
+                         (prefix + "layer_norm2.weight", (width,)), (prefix + "layer_norm2.bias", (width,))]
