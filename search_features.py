@@ -142,6 +142,13 @@ def parse_args(argv=None):
     export.add_argument("--threshold", type=_cosine, help="with a QUERY or --text: the cosine a row must reach")
     export.add_argument("--min-caption-score", type=_cosine, metavar="S", help="the caption score a row must reach")
     export.add_argument("--removals", metavar="PARQUET", help="leave out the rows this removals file removes")
+    export.add_argument("--label", action="append", default=[], metavar="NAME",
+                        help="the rows with this label among their best (the job's --labels); repeat for any of "
+                             "several")
+    export.add_argument("--label-rank", type=at_least_one, default=1, metavar="K",
+                        help="with --label: how many of a row's best labels count (default: %(default)s, its best)")
+    export.add_argument("--min-label-score", type=_cosine, metavar="S",
+                        help="with --label: the cosine the label must have with the image")
     export.add_argument("--out", metavar="PARQUET", help="default: INDEX/export.parquet")
     export.add_argument("--images-out", metavar="FOLDER", help="the images as WebDataset tars (resumed if killed)")
     export.add_argument("--shard-size", type=at_least_one, default=10_000, metavar="N",
@@ -172,6 +179,8 @@ def parse_args(argv=None):
     serve.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
                        help="no line a request on stderr (as --quiet before the command)")
     args = parser.parse_args(argv)
+    if args.command == "export" and not args.label and (args.label_rank != 1 or args.min_label_score is not None):
+        parser.error("export: --label-rank and --min-label-score bound a --label NAME: give one")
     if args.command == "neighbours" and not args.queries and not args.text and not args.caption:
         parser.error("neighbours: give a QUERY, --text SENTENCE or --caption SENTENCE")
     for flag in ("text", "caption"):

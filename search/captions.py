@@ -6,18 +6,24 @@
     captions = Captions(index)
     lists = captions.ranked(unit_vectors, k, min_score=0.28)   # [[(key, cosine)]] best first, against the captions
     allowed = caption_filter(index, 0.28)   # bool [N]: the rows whose caption score is 0.28 or more
+    labels, scores = label_selection(index, LabelBound(("dog", "cat"), rank=2))  # the rows labelled so (--labels)
     found = neighbours(index, unit_vectors, k, to_captions, min_score)  # [[(key, score)]]: the index's or captions'
 
 A caption score is the cosine of a row's caption, embedded by the model's text tower, and its image's
 embedding (LAION kept the pairs of CLIP ViT-B/32 at 0.28 and above); NaN for a row without one (no caption, a
 caption that failed, an image that failed). This is the one module that knows where an output keeps them.
 
+A label bound (`LabelBound`) selects the rows one of whose `rank` best labels (`--labels`: zero-shot, each
+row's from its image alone) is one of the names given, with a cosine of at least `min_score` when one is given.
+
 A query (an image's vector or a sentence's, normalised: `search.queries`) is compared with the rows' captions
 exactly, a row group of the text file at a time (memory: one group and the k best per query): image to text
 and text to text, where the index answers image to image and text to image.
 """
 
+import dataclasses
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -35,19 +41,30 @@ def text_file(index):
 def _checked(index, name, what):
     """The path of the indexed output's text file, when it holds the column `name` (its schema alone read);
     SearchError (one line, naming `what`) when the job gave none."""
-    import pyarrow.parquet as pq
-    path = text_file(index)
-    if not Path(path).is_file():
-        raise SearchError("%s has no %s: its job embedded no captions (run_inference.py --text-column NAME gives "
-                          "each row one, in %s)" % (index.meta["source"]["output"], what, Path(path).name))
-    try:
-        names = pq.read_schema(path).names
-    except (OSError, ValueError) as error:
-        raise SearchError("%s cannot be read: %s" % (path, error)) from None
+    path, names = text_file(index), _schema_names(index, what)
     if name not in names:
+        if name.startswith("label"):
+            raise SearchError("%s has no %s: its job was run without --labels (%s holds its captions only)" % (
+                index.meta["source"]["output"], what, Path(path).name))
         raise SearchError("%s has no %s: its job was run without --text-column (%s holds %s)" % (
             index.meta["source"]["output"], what, Path(path).name, "its labels only"))
     return path
+
+
+def _schema_names(index, what):
+    """The column names of the indexed output's text file; SearchError (one line, naming `what`) without one."""
+    import pyarrow.parquet as pq
+    path = text_file(index)
+    if not Path(path).is_file():
+        flag = "--labels FILE gives each row its labels" if what == "labels" else \
+            "--text-column NAME gives each row one"
+        raise SearchError("%s has no %s: its job embedded no %s (run_inference.py %s, in %s)" % (
+            index.meta["source"]["output"], what, "labels" if what == "labels" else "captions", flag,
+            Path(path).name))
+    try:
+        return pq.read_schema(path).names
+    except (OSError, ValueError) as error:
+        raise SearchError("%s cannot be read: %s" % (path, error)) from None
 
 
 def _column(index, name, what):
@@ -89,6 +106,86 @@ def caption_filter(index, min_score, scores=None):
     scores = caption_scores(index) if scores is None else scores
     with np.errstate(invalid="ignore"):
         return scores >= min_score
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelBound:
+    """The rows one of whose `rank` best labels (`run_inference.py --labels`) is one of `names`, with a cosine of at
+    least `min_score` when it is not None (export --label NAME --label-rank K --min-label-score S)."""
+
+    names: tuple
+    rank: int = 1
+    min_score: Optional[float] = None
+
+    def __post_init__(self):
+        if not self.names or any(not isinstance(name, str) or not name.strip() for name in self.names):
+            raise SearchError("labels %r: give each a label's name" % (tuple(self.names),))
+        if not isinstance(self.rank, int) or self.rank < 1:
+            raise SearchError("label rank %r: give 1 or more" % (self.rank,))
+
+
+def check_labels(index, bound):
+    """Raises SearchError (one line) unless the indexed output's rows have labels, at least `bound.rank` each:
+    what a command that selects by them asks before any work (the text file's schema alone is read)."""
+    names = _schema_names(index, "labels")
+    kept = sum(1 for name in names if name.startswith("label_score_"))
+    if not kept:
+        _checked(index, "label_1", "labels")
+    if bound.rank > kept:
+        raise SearchError("--label-rank %d: the rows of %s have their best %d labels only (its job's --labels-top)"
+                          % (bound.rank, index.meta["source"]["output"], kept))
+
+
+def label_selection(index, bound):
+    """Each row's label among `bound` (`LabelBound`), read a row group of the text file at a time.
+
+    Args:
+      index: a loaded `search.index.Index`.
+      bound: the names, how many of a row's best labels count, and the least cosine.
+
+    Returns:
+      (labels: object [N] in the index's row order, the best-ranked of a row's labels that `bound` selects, None
+      where none; scores: float32 [N], its cosine with the image, NaN where none).
+
+    Raises:
+      SearchError: the output has no labels or fewer than `bound.rank` a row (`check_labels`); a name that no row
+        has among its best `bound.rank` labels (a typo: the names the rows have are listed).
+    """
+    import pyarrow.parquet as pq
+    check_labels(index, bound)
+    path, wanted = text_file(index), np.array(list(bound.names), object)
+    found, seen = {}, set()
+    columns = ["key_bytes"] + ["label_%d" % (rank + 1) for rank in range(bound.rank)] + [
+        "label_score_%d" % (rank + 1) for rank in range(bound.rank)]
+    with pq.ParquetFile(path) as file:
+        for group in range(file.num_row_groups):
+            table = file.read_row_group(group, columns=columns)
+            chosen = np.full(table.num_rows, None, object)
+            scores = np.full(table.num_rows, np.nan, np.float32)
+            for rank in range(bound.rank):  # best first: a row keeps its best-ranked label that is selected
+                names = np.asarray(table.column("label_%d" % (rank + 1)).to_pylist(), object)
+                seen.update(name for name in names if name is not None)
+                cosines = np.asarray(table.column("label_score_%d" % (rank + 1)).to_numpy(zero_copy_only=False),
+                                     np.float32)
+                match = np.isin(names, wanted) & (chosen == None)  # noqa: E711 -- elementwise on objects
+                if bound.min_score is not None:
+                    with np.errstate(invalid="ignore"):
+                        match &= cosines >= bound.min_score
+                chosen[match], scores[match] = names[match], cosines[match]
+            keys = table.column("key_bytes").to_pylist()
+            for place in np.flatnonzero(chosen != None).tolist():  # noqa: E711
+                found[keys[place].decode("utf-8", "surrogateescape")] = (chosen[place], scores[place])
+    unknown = [name for name in bound.names if name not in seen]
+    if unknown:
+        raise SearchError("--label %r: no row of %s has it among its best %d label%s (they have: %s)" % (
+            unknown[0], index.meta["source"]["output"], bound.rank, "" if bound.rank == 1 else "s",
+            ", ".join(sorted(seen)[:12]) + (", ..." if len(seen) > 12 else "")))
+    labels = np.full(len(index), None, object)
+    scores = np.full(len(index), np.nan, np.float32)
+    for row, path in enumerate(index.paths):
+        if path in found:
+            labels[row], scores[row] = found[path]
+    return labels, scores
 
 
 class Captions:

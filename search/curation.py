@@ -3,6 +3,7 @@
     duplicates INDEX --threshold 0.9 [--removals FILE --keep-rule RULE]  pairs.csv, groups.csv, what to remove
     duplicates INDEX --against OTHER [--removals FILE]                    the rows with a near-copy in OTHER
     export INDEX [QUERY ...] [--text S] [--threshold T] [--min-caption-score S] [--removals FILE]
+           [--label NAME ... [--label-rank K] [--min-label-score S]]
            [--out PARQUET] [--images-out FOLDER]                           the rows selected, and their images
 
 Each takes the parsed flags (`args`), the index loaded, and the command line's hooks: `progress` (its bars),
@@ -70,14 +71,18 @@ def export_command(args, index, query_vectors, progress, say, writing):
     Args:
       query_vectors: callable() -> float32 [Q, D] normalised vectors of the queries given (None: none given).
     """
-    from search.captions import check_caption_scores
+    from search.captions import LabelBound, check_caption_scores, check_labels
     from search.export import export
     out = Path(args.out or index.folder / "export.parquet")
     if args.min_caption_score is not None:
         check_caption_scores(index)  # an output without caption scores: said before a query is embedded
+    labels = None
+    if args.label:
+        labels = LabelBound(tuple(args.label), args.label_rank, args.min_label_score)
+        check_labels(index, labels)  # so is an output without labels
     queries = query_vectors() if args.queries or args.text else None
     summary = writing(export, index, out, queries, threshold=args.threshold, min_caption_score=args.min_caption_score,
-                      removals=args.removals, images_out=args.images_out, shard_size=args.shard_size,
+                      removals=args.removals, labels=labels, images_out=args.images_out, shard_size=args.shard_size,
                       progress=progress, say=say)
     progress.close()
     failed = len(summary["failed"])

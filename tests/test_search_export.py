@@ -1,11 +1,12 @@
-"""search/export.py, search/export_tars.py and `export`: the rows selected (a query and a threshold, a removals file)
-as Parquet; their images as WebDataset tars that a job reads as its input, each image the bytes its row was
+"""search/export.py, search/export_tars.py and `export`: the rows selected (a query and a threshold, a removals file,
+labels) as Parquet; their images as WebDataset tars that a job reads as its input, each image the bytes its row was
 computed from (the features of a job over the export are those of the rows selected), resumed after a kill
 without writing a finished tar again; an image that changed is not written."""
 
 import json
 import os
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -18,6 +19,8 @@ from search import export_tars
 from search.export import select_rows
 from search.index import Index
 from search.removals import table_columns, write_removals
+from parallel.output.text_rows import TEXT_SUFFIX, TextRows, write_rows
+from search.kinds import SearchError
 from search_data import SETTINGS, clustered, near_copy, write_npy
 from services import kept_job, png  # noqa: F401 -- kept_job: a fixture
 
@@ -49,10 +52,11 @@ def _members(tar_path):
 def test_rows_near_a_query_and_not_removed_are_selected(folder_job, tmp_path):
     index, _ = folder_job
     unit = index.stored(range(len(index)))
-    rows, scores, captions = select_rows(index, unit[[4]], threshold=0.5)
+    selection = select_rows(index, unit[[4]], threshold=0.5)
     expected = np.flatnonzero(unit @ unit[4] >= 0.5)
-    assert rows.tolist() == expected.tolist() and 11 in rows.tolist() and captions is None
-    np.testing.assert_allclose(scores, (unit @ unit[4])[expected], atol=1e-6)
+    assert selection.rows.tolist() == expected.tolist() and 11 in selection.rows.tolist()
+    assert selection.captions is None and selection.labels is None
+    np.testing.assert_allclose(selection.scores, (unit @ unit[4])[expected], atol=1e-6)
     write_removals(tmp_path / "r.parquet", table_columns([1, 1], ["img/00004.jpg", "img/00011.jpg"],
                                                          ["img/00004.jpg", "img/00004.jpg"], [False, True],
                                                          [np.nan, 0.99]), {})
@@ -75,6 +79,86 @@ def test_a_selection_that_needs_what_is_not_given_is_refused_first(folder_job, t
         error = capsys.readouterr().err
         assert error.count("\n") == 1 and words in error, error
     assert not (tmp_path / "e.parquet").exists() and not (tmp_path / "tars").exists()
+
+
+NAMES = ("cat", "dog", "car", "tree", "boat")
+
+
+def _labelled(index, failed=5):
+    """Writes a text file of labels (the best 3 of NAMES a row, cosines falling, row `failed` a failed image's)
+    beside the indexed output, as a job run with --labels --labels-top 3 does; returns (labels, scores) by row."""
+    random = np.random.default_rng(7)
+    labels = [tuple(random.permutation(NAMES)[:3].tolist()) for _ in range(len(index))]
+    scores = np.sort(random.uniform(0.05, 0.35, (len(index), 3)).astype(np.float32), axis=1)[:, ::-1].copy()
+    labels[failed], scores[failed] = None, np.nan
+    write_rows(Path(index.meta["source"]["output"] + TEXT_SUFFIX), TextRows(list(index.paths), labels=labels,
+                                                                       label_scores=scores))
+    return labels, scores
+
+
+def _by_hand(labels, scores, names, rank, least=-1.0):
+    """{row: (label, score)}: each row's best-ranked label of `names` among its best `rank`, at `least` or more."""
+    chosen = {}
+    for row, row_labels in enumerate(labels):
+        for place in range(rank if row_labels else 0):
+            if row_labels[place] in names and scores[row, place] >= least:
+                chosen[row] = (row_labels[place], float(scores[row, place]))
+                break
+    return chosen
+
+
+def test_rows_are_selected_by_their_labels_as_by_hand(folder_job, tmp_path):
+    index, _ = folder_job
+    labels, scores = _labelled(index)
+    for flags, names, rank, least in (
+            (["--label", "dog"], {"dog"}, 1, -1.0),
+            (["--label", "dog", "--label", "car", "--label-rank", "2"], {"dog", "car"}, 2, -1.0),
+            (["--label", "tree", "--label-rank", "3", "--min-label-score", "0.2"], {"tree"}, 3, 0.2),
+            (["--label", "boat", "--label", "cat", "--label", "car", "--label-rank", "3"], {"boat", "cat", "car"}, 3,
+             -1.0)):  # rows with two of them (asserted below): each its best-ranked
+        expected = _by_hand(labels, scores, names, rank, least)
+        assert 0 < len(expected) < len(index), flags  # each selection leaves rows out, the failed one at least
+        assert _export(index.folder, *flags, "--out", tmp_path / "e.parquet") == 0
+        table = pq.read_table(tmp_path / "e.parquet")
+        assert table.column("row").to_pylist() == sorted(expected), flags
+        assert table.column("label").to_pylist() == [expected[row][0] for row in sorted(expected)]
+        np.testing.assert_array_equal(table.column("label_score").to_numpy(),
+                                      np.float32([expected[row][1] for row in sorted(expected)]))
+    assert sum(len({"boat", "cat", "car"} & set(names)) > 1 for names in labels if names) > 2
+    near = select_rows(index, index.stored([4]), threshold=0.5, labels=jobs_label_bound(("dog", "cat"), 3))
+    both = set(_by_hand(labels, scores, {"dog", "cat"}, 3)) & set(np.flatnonzero(
+        index.stored(range(len(index))) @ index.stored([4])[0] >= 0.5).tolist())
+    assert near.rows.tolist() == sorted(both) and near.scores is not None
+
+
+def jobs_label_bound(names, rank):
+    from search.captions import LabelBound
+    return LabelBound(names, rank)
+
+
+def test_a_label_selection_that_cannot_be_made_is_refused_first(folder_job, tmp_path, capsys):
+    index, _ = folder_job
+    assert _export(index.folder, "--label", "dog", "--out", tmp_path / "e.parquet") == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "has no labels: its job embedded no labels (run_inference.py --labels FILE" \
+        in error, error
+    for flags in (["--min-label-score", "0.2"], ["--label-rank", "2"]):
+        with pytest.raises(SystemExit) as stopped:
+            _export(index.folder, *flags, "--out", tmp_path / "e.parquet")
+        error = capsys.readouterr().err
+        assert stopped.value.code == 2 and error.count("\n") == 1 and "--label-rank and --min-label-score bound a " \
+            "--label NAME" in error, error
+    _labelled(index)
+    for argv, words in ((["--label", "dgo"], "--label 'dgo': no row of %s has it among its best 1 label (they "
+                                            "have: boat, car, cat, dog, tree)" % index.meta["source"]["output"]),
+                        (["--label", "dog", "--label-rank", "4"], "--label-rank 4: the rows of %s have their best "
+                                                                   "3 labels only" % index.meta["source"]["output"])):
+        assert _export(index.folder, *argv, "--out", tmp_path / "e.parquet", "--images-out", tmp_path / "tars") == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and words in error, error
+    assert not (tmp_path / "e.parquet").exists() and not (tmp_path / "tars").exists()
+    with pytest.raises(SearchError, match="label rank 0: give 1 or more"):
+        jobs_label_bound(("dog",), 0)
 
 
 def test_images_are_written_as_webdataset_tars_and_a_killed_export_resumes(folder_job, tmp_path, monkeypatch):
