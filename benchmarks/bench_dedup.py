@@ -3,6 +3,7 @@
     python benchmarks/bench_dedup.py --rows 1000000      # ~20 minutes on 2 cores: 2 GB of vectors, 4 GB of disk
     python benchmarks/bench_dedup.py --rows 10000000     # hours: 20 GB of vectors, about 32 GB of disk
     python benchmarks/bench_dedup.py --rows 20000 --sample 200 --kind exact   # a quick check of the script
+    python benchmarks/bench_dedup.py --rows 1000000 --nprobe 8 --reuse-index  # the index above, searched again
 
 The collection (`write_collection`): --rows synthetic vectors of --dims floats (512), clustered (a cluster of
 about CLUSTER_ROWS rows around a random centre; two rows of one cluster score about 0.5), and PLANTED of them
@@ -136,6 +137,9 @@ def main(argv=None):
     parser.add_argument("--nprobe", type=int, help="duplicates: IVF lists visited a row (default: the index's)")
     parser.add_argument("--sample", type=int, default=1000, help="rows whose exact pairs measure the recall")
     parser.add_argument("--workdir", default=str(ROOT / "results" / "bench_dedup"))
+    parser.add_argument("--reuse-index", action="store_true",
+                        help="an index of this collection and kind already in --workdir is searched, not built again "
+                             "(a sweep of --nprobe); its build's figures are those of results.json's run")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -148,8 +152,11 @@ def main(argv=None):
         results["write seconds"] = round(time.monotonic() - started, 1)
     index = workdir / ("vectors-%d-%d.%s.index" % (args.rows, args.dims, args.kind))
     removals = index / "removals.parquet"
-    results["index seconds"], results["index CPU seconds"], results["index peak MiB"] = run_stage(
-        ["index", str(output), "--index", str(index), "--kind", args.kind, "--overwrite"])
+    if args.reuse_index and (index / "index.json").exists():
+        results["index"] = "reused"
+    else:
+        results["index seconds"], results["index CPU seconds"], results["index peak MiB"] = run_stage(
+            ["index", str(output), "--index", str(index), "--kind", args.kind, "--overwrite"])
     results["duplicates seconds"], results["duplicates CPU seconds"], results["duplicates peak MiB"] = run_stage(
         ["duplicates", str(index), "--threshold", str(args.threshold), "--neighbours", str(args.neighbours),
          "--removals", str(removals)] + (["--nprobe", str(args.nprobe)] if args.nprobe else []))

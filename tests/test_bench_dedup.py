@@ -29,3 +29,26 @@ def test_a_quick_run_reports_time_memory_and_recall(tmp_path):
     assert all(results[stage + " peak MiB"] > 50 and results[stage + " seconds"] > 0
                for stage in ("index", "duplicates", "export"))
     assert results["removed"] >= results["planted"] * 0.9 and (tmp_path / "results.json").is_file()
+
+
+def test_reuse_index_searches_the_index_in_the_workdir_without_building_it(tmp_path, monkeypatch):
+    bench_dedup.write_collection(tmp_path / "vectors-300-8.npy", 300, 8)
+    (tmp_path / "vectors-300-8.ivfpq.index").mkdir()
+    (tmp_path / "vectors-300-8.ivfpq.index" / "index.json").write_text("{}")
+    stages = []
+
+    class Searched(Exception):
+        pass
+
+    def run_stage(argv):
+        stages.append(argv[0])
+        raise Searched  # the stages after it need a real index: what is asked of the first is the point
+
+    monkeypatch.setattr(bench_dedup, "run_stage", run_stage)
+    argv = ["--rows", "300", "--dims", "8", "--nprobe", "4", "--workdir", str(tmp_path)]
+    for flags, first in ((["--reuse-index"], "duplicates"), ([], "index")):
+        try:
+            bench_dedup.main(argv + flags)
+        except Searched:
+            pass
+        assert stages.pop() == first
