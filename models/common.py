@@ -1,6 +1,6 @@
-"""What every model's graph module shares: the precisions' dtypes, the checks of a layer and a precision, and
-what "weights" means (Keras's cache file for "imagenet", the hub's file at a pinned commit for a transformer's, else
-a file identified by its content).
+"""What every model's graph module shares: the precisions' dtypes, the checks of a layer, a precision and the
+images, and what "weights" means (Keras's cache file for "imagenet", the hub's file at a pinned commit for a
+transformer's, else a file identified by its content).
 """
 
 from pathlib import Path
@@ -23,6 +23,18 @@ def check_endpoint(endpoint, endpoints):
     """ValueError naming `endpoint` and the model's `endpoints` unless it is one of them."""
     if endpoint not in endpoints:
         raise ValueError("layer=%r; expected one of %s" % (endpoint, ", ".join(endpoints)))
+
+
+def check_uint8_images(images):
+    """ValueError naming the dtype and shape received unless `images` is a uint8 tensor (RGB [N, H, W, 3])."""
+    if images.dtype != tf.uint8:
+        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+
+
+def check_image_size(images, size):
+    """ValueError naming the shape received unless `images` is [N, H, W, 3] for `size` (H, W)."""
+    if images.shape.rank != 4 or tuple(images.shape[1:]) != tuple(size) + (3,):
+        raise ValueError("images must be [N, %d, %d, 3]; got %s" % (tuple(size) + (images.shape,)))
 
 
 def compute_dtype(precision):

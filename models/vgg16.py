@@ -20,7 +20,7 @@ vgg16.npy, Keras's h5), and "imagenet" is fetched by `imagenet_download.py`.
 
 import tensorflow as tf
 
-from models.common import Weights, check_endpoint, compute_dtype
+from models.common import Weights, check_endpoint, check_image_size, check_uint8_images, compute_dtype
 from models.imagenet_download import VGG16_FILE
 from models.vgg16_layers import CONV_BLOCKS, ENDPOINTS, IMAGE_SIZE, LAYERS
 from models.weight_files import load_weights
@@ -66,8 +66,7 @@ def preprocess(images, dtype=tf.float32):
       dtype [N, H, W, 3] BGR with the ImageNet mean subtracted (Keras's
       `preprocess_input(mode="caffe")`, tensorflow-vgg's preprocessing of 0..255 input).
     """
-    if images.dtype != tf.uint8:
-        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    check_uint8_images(images)
     bgr = tf.reverse(tf.cast(images, tf.float32), axis=[-1])
     return tf.cast(bgr - tf.constant(BGR_MEAN, tf.float32), dtype)
 
@@ -86,8 +85,7 @@ def vgg16(images, endpoint="fc7", dtype=tf.float32, scope="vgg16"):
       float32 [N, 7, 7, 512] for pool5, [N, 4096] for fc6 ... relu7, [N, 1000] for fc8, prob.
     """
     _check_endpoint(endpoint)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != IMAGE_SIZE + (3,):
-        raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
+    check_image_size(images, IMAGE_SIZE)
     needed = {layer.name for layer in layers_for(endpoint)}
     endpoints = {}
     with tf1.variable_scope(scope):

@@ -30,7 +30,7 @@ from models.clip import clip_layers
 from models.clip.clip_layers import ENDPOINTS
 from models.clip.clip_tokenizer import Tokenizer
 from models.clip.clip_weights import Checkpoint, load_weights
-from models.common import check_endpoint, compute_dtype
+from models.common import check_endpoint, check_image_size, check_uint8_images, compute_dtype
 from models.text_tower import HostTextTower
 from models.vit import vit
 from parallel.model import ModelSpec, TextSpec
@@ -60,8 +60,7 @@ def preprocess(images, dtype=tf.float32, mean=RGB_MEAN, std=RGB_STD):
     Returns:
       dtype [N, H, W, 3]: (images / 255 - mean) / std, computed in float32.
     """
-    if images.dtype != tf.uint8:
-        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    check_uint8_images(images)
     pixels = tf.cast(images, tf.float32) * (1.0 / 255.0)
     return tf.cast((pixels - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32), dtype)
 
@@ -88,9 +87,7 @@ def image_tower(images, model=clip_layers.VIT_B32, endpoint="embedding", dtype=t
       float32 [N, vision width] for pooled (768), [N, projection] (512, unit length) for embedding.
     """
     check_endpoint(endpoint, ENDPOINTS)
-    size = (model.image_size, model.image_size)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != size + (3,):
-        raise ValueError("images must be [N, %d, %d, 3]; got %s" % (size + (images.shape,)))
+    check_image_size(images, (model.image_size, model.image_size))
     width, epsilon = model.vision.width, model.vision.epsilon
     with tf1.variable_scope(scope or model.name), tf1.variable_scope("vision"):
         net = vit.patch_embedding(preprocess(images, dtype, model.mean, model.std), model.patch_size, width, bias=False)

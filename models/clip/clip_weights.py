@@ -37,6 +37,7 @@ from models.files import WeightsError, fingerprint
 from models.hub_checkpoint import (HubCheckpoint, check_model_type, hub_checkpoint, hub_checkpoint_folder,
                                    is_hub_weights)
 from models.safetensors_files import read_tensors, write_tensors
+from models.vit.vit_layers import random_hf_array
 
 HF_FILE = "model.safetensors"                   # Hugging Face's name of the checkpoint in its repository
 OPEN_CLIP_FILE = "open_clip_model.safetensors"  # open_clip's
@@ -122,17 +123,7 @@ def random_weights(model, seed=0):
     def array(name, shape):
         if name == "logit_scale":
             return np.asarray(np.log(100.0), np.float32)
-        if "norm" in name:
-            if name.endswith("weight"):
-                return rng.uniform(0.5, 1.5, shape).astype(np.float32)
-            return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-        if "embedding" in name and "patch_embedding" not in name:
-            return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.5)
-        if name.endswith("bias"):
-            return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-        fan_in = int(np.prod(shape[1:]))  # PyTorch's [out, in, ...]
-        gain = 0.5 if ("out_proj" in name or "fc2" in name) else 1.0
-        return rng.standard_normal(shape, dtype=np.float32) * np.float32(gain / np.sqrt(fan_in))
+        return random_hf_array(rng, name, shape)
 
     return {name: array(name, shape) for name, shape in clip_layers.parameters(model)}
 

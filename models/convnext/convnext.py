@@ -37,7 +37,7 @@ Which Keras output each endpoint equals:
 
 import tensorflow as tf
 
-from models.common import Weights, check_endpoint, compute_dtype
+from models.common import Weights, check_endpoint, check_image_size, check_uint8_images, compute_dtype
 from models.convnext.convnext_layers import (BODY, CLASSES, DEPTHS, ENDPOINTS, HEAD_DENSE, HEAD_LAYER_NORM, IMAGE_SIZE,
                                              LAYER_NORM_EPSILON, WIDTHS)
 from models.convnext.convnext_weights import FULL_FILE, NOTOP_FILE, load_weights
@@ -107,8 +107,7 @@ def preprocess(images, dtype=tf.float32):
     Returns:
       dtype [N, H, W, 3]: (images - RGB_MEAN) / RGB_STD, computed in float32.
     """
-    if images.dtype != tf.uint8:
-        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    check_uint8_images(images)
     pixels = tf.cast(images, tf.float32)
     return tf.cast((pixels - tf.constant(RGB_MEAN, tf.float32)) / tf.constant(RGB_STD, tf.float32), dtype)
 
@@ -170,8 +169,7 @@ def convnext_tiny(images, endpoint="avg_pool", dtype=tf.float32, scope=NAME):
       float32 [N, 7, 7, 768] for stage_3, [N, 768] for avg_pool, [N, 1000] for logits and predictions.
     """
     _check_endpoint(endpoint)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != IMAGE_SIZE + (3,):
-        raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
+    check_image_size(images, IMAGE_SIZE)
     with tf1.variable_scope(scope):
         net = preprocess(images, dtype)
         variables = {layer.name: _variables(layer, dtype) for layer in layers_for(endpoint)}

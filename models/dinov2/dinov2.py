@@ -26,7 +26,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from models.common import HubWeights, check_endpoint, compute_dtype
+from models.common import HubWeights, check_endpoint, check_image_size, check_uint8_images, compute_dtype
 from models.dinov2 import dinov2_config, dinov2_layers
 from models.dinov2.dinov2_layers import ENDPOINTS, FAMILY, IMAGE_SIZE, RESIZE_SHORT_SIDE, feature_size
 from models.dinov2.dinov2_weights import load_weights, resolve
@@ -64,8 +64,7 @@ def preprocess(images, dtype=tf.float32):
     Returns:
       dtype [N, H, W, 3]: (images / 255 - RGB_MEAN) / RGB_STD, computed in float32.
     """
-    if images.dtype != tf.uint8:
-        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    check_uint8_images(images)
     mean = tf.constant([255 * value for value in RGB_MEAN], tf.float32)
     scale = tf.constant([1 / (255 * value) for value in RGB_STD], tf.float32)
     return tf.cast((tf.cast(images, tf.float32) - mean) * scale, dtype)
@@ -85,8 +84,7 @@ def dinov2(images, variant, endpoint="class_token", dtype=tf.float32, scope=None
       float32 [N, width] for class_token, [N, 2 * width] for class_and_patch_mean.
     """
     check_endpoint(endpoint, ENDPOINTS)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != IMAGE_SIZE + (3,):
-        raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
+    check_image_size(images, IMAGE_SIZE)
     with tf1.variable_scope(scope or variant.name):
         tokens = vit.patch_embedding(preprocess(images, dtype), variant.patch, variant.width)
         tokens = vit.register_tokens(vit.class_token_and_positions(tokens), variant.registers)

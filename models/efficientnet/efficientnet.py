@@ -33,7 +33,7 @@ weights=PATH. So the ImageNet file given by path, or a copy of it offline, gives
 import numpy as np
 import tensorflow as tf
 
-from models.common import Weights, check_endpoint, compute_dtype
+from models.common import Weights, check_endpoint, check_image_size, check_uint8_images, compute_dtype
 from models.efficientnet.efficientnet_layers import (BATCH_NORM_EPSILON, BLOCKS, ENDPOINTS, FEATURE_SIZES, IMAGE_SIZE,
                                                      IMAGENET_STDDEV_RGB, NORMALIZATION_EPSILON, needs_top)
 from models.efficientnet.efficientnet_weights import load_weights, looks_like_keras_imagenet_file
@@ -131,8 +131,7 @@ def preprocess(images, dtype=tf.float32):
       `preprocess/mean`, `preprocess/divisor` (max(sqrt(variance), 1e-7)) and `preprocess/rescale`
       [3] loaded from the weights file's Normalization (see `variable_values`).
     """
-    if images.dtype != tf.uint8:
-        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    check_uint8_images(images)
     with tf1.variable_scope("preprocess"):
         mean, divisor, rescale = (tf1.get_variable(name, [3], tf.float32, tf1.zeros_initializer())
                                   for name in ("mean", "divisor", "rescale"))
@@ -159,8 +158,7 @@ def efficientnet_b0(images, endpoint="avg_pool", dtype=tf.float32, scope=NAME):
     convolution with its bias and activation, which it cannot with explicit padding.
     """
     _check_endpoint(endpoint)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != IMAGE_SIZE + (3,):
-        raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
+    check_image_size(images, IMAGE_SIZE)
     with tf1.variable_scope(scope):
         net = preprocess(images, dtype)
         net = _swish(_conv(net, "stem_conv", (3, 3, 3, BLOCKS[0].filters_in), dtype, strides=2))

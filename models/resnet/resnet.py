@@ -24,7 +24,7 @@ is fetched into Keras's cache by `imagenet_download.keras_file`.
 import numpy as np
 import tensorflow as tf
 
-from models.common import Weights, check_endpoint, compute_dtype
+from models.common import Weights, check_endpoint, check_image_size, compute_dtype
 from models.imagenet_download import KERAS_APPLICATIONS, KerasFile
 from models.resnet.resnet_layers import (BATCH_NORM_EPSILON, BLOCKS, CONVS, ENDPOINTS, IMAGE_SIZE, OUTPUT_CHANNELS,
                                          OUTPUT_SIDE, PREDICTIONS, STEM, TOP_ENDPOINTS)
@@ -98,8 +98,7 @@ def resnet50(images, endpoint="avg_pool", dtype=tf.float32, scope="resnet50"):
       float32 [N, 7, 7, 2048] for conv5_block3_out, [N, 2048] for avg_pool, [N, 1000] for predictions.
     """
     _check_endpoint(endpoint)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != IMAGE_SIZE + (3,):
-        raise ValueError("images must be [N, 224, 224, 3]; got %s" % (images.shape,))
+    check_image_size(images, IMAGE_SIZE)
     with tf1.variable_scope(scope):
         net = tf.nn.relu(_conv(_pad(preprocess(images, dtype), 3), STEM, dtype), name="conv1_relu")
         # Zero padding before the max-pool is -inf padding here: the ReLU's outputs are >= 0.

@@ -25,7 +25,7 @@ from host arrays (`vision_variable_values`, `text_variable_values`), never embed
 import numpy as np
 import tensorflow as tf
 
-from models.common import check_endpoint, compute_dtype
+from models.common import check_endpoint, check_image_size, check_uint8_images, compute_dtype
 from models.siglip import siglip_layers
 from models.siglip.siglip_layers import ENDPOINTS, FAMILY, PRESETS
 from models.siglip.siglip_tokenizer import Tokenizer
@@ -54,8 +54,7 @@ def preprocess(images, dtype=tf.float32):
     Returns:
       dtype [N, H, W, 3]: (images / 255 - 0.5) / 0.5, computed in float32 as transformers' processor computes it.
     """
-    if images.dtype != tf.uint8:
-        raise ValueError("images must be uint8 [N, H, W, 3] RGB; got %s %s" % (images.dtype.name, images.shape))
+    check_uint8_images(images)
     pixels = tf.cast(images, tf.float32) * (1.0 / 255.0)
     return tf.cast((pixels - tf.constant(RGB_MEAN, tf.float32)) / tf.constant(RGB_STD, tf.float32), dtype)
 
@@ -75,9 +74,7 @@ def image_tower(images, model, endpoint="embedding", dtype=tf.float32, scope=Non
       float32 [N, W]: the pooling head's output (pooled), or it L2-normalised (embedding).
     """
     check_endpoint(endpoint, ENDPOINTS)
-    size = (model.image_size, model.image_size)
-    if images.shape.rank != 4 or tuple(images.shape[1:]) != size + (3,):
-        raise ValueError("images must be [N, %d, %d, 3]; got %s" % (size + (images.shape,)))
+    check_image_size(images, (model.image_size, model.image_size))
     width, side = model.vision.width, model.grid * model.patch_size
     with tf1.variable_scope(scope or model.name), tf1.variable_scope("vision"):
         pixels = preprocess(images, dtype)

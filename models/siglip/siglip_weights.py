@@ -30,6 +30,7 @@ from models.safetensors_files import read_tensors, write_tensors
 from models.siglip import siglip_layers
 from models.siglip.siglip_layers import CONFIG_FILE
 from models.vit.vit_config import hf_activation
+from models.vit.vit_layers import random_hf_array
 
 HF_FILE = "model.safetensors"
 SPIECE_FILE = "spiece.model"              # SigLIP's SentencePiece model
@@ -110,17 +111,9 @@ def random_weights(model, seed=0):
             return np.full(shape, np.log(10.0), np.float32)
         if name == "logit_bias":
             return np.full(shape, -10.0, np.float32)
-        if "norm" in name:
-            if name.endswith("weight"):
-                return rng.uniform(0.5, 1.5, shape).astype(np.float32)
-            return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-        if ("embedding" in name and "patch_embedding" not in name) or name.endswith("probe"):
+        if name.endswith("probe"):  # the pooling head's query: an embedding's scale
             return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.5)
-        if name.endswith("bias"):
-            return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-        fan_in = int(np.prod(shape[1:]))  # PyTorch's [out, in, ...]
-        gain = 0.5 if ("out_proj" in name or "fc2" in name) else 1.0
-        return rng.standard_normal(shape, dtype=np.float32) * np.float32(gain / np.sqrt(fan_in))
+        return random_hf_array(rng, name, shape)
 
     return {name: array(name, shape) for name, shape in siglip_layers.parameters(model)}
 

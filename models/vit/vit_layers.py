@@ -154,3 +154,30 @@ def hf_block_parameters(prefix, width, mlp_width):
                          (prefix + "mlp.fc1.weight", (mlp_width, width)), (prefix + "mlp.fc1.bias", (mlp_width,)),
                          (prefix + "mlp.fc2.weight", (width, mlp_width)), (prefix + "mlp.fc2.bias", (width,)),
                          (prefix + "layer_norm2.weight", (width,)), (prefix + "layer_norm2.bias", (width,))]
+
+
+def random_hf_array(rng, name, shape):
+    """A seeded random value for the transformers parameter `name` of `shape` (CLIP's and SigLIP's random
+    checkpoints): LayerNorms' weights U(0.5, 1.5) and biases U(-0.1, 0.1); embeddings N(0, 0.5); other biases
+    U(-0.1, 0.1); matrices N(0, gain / sqrt(fan in)) of PyTorch's [out, in, ...], gain 0.5 for a block's output
+    projections (out_proj, fc2) so that the residual stream stays near unit scale through the depth.
+
+    Args:
+      rng: a numpy Generator (the values depend on the calls made to it before, in order).
+      name, shape: the parameter's.
+
+    Returns:
+      float32 array of `shape`.
+    """
+    import numpy as np
+    if "norm" in name:
+        if name.endswith("weight"):
+            return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+    if "embedding" in name and "patch_embedding" not in name:
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.5)
+    if name.endswith("bias"):
+        return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+    fan_in = int(np.prod(shape[1:]))  # PyTorch's [out, in, ...]
+    gain = 0.5 if ("out_proj" in name or "fc2" in name) else 1.0
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(gain / np.sqrt(fan_in))
