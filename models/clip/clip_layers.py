@@ -26,7 +26,7 @@ published checkpoints have it.
 
 import dataclasses
 
-from models.vit.vit_layers import TransformerConfig, describe, hf_block_parameters
+from models.vit.vit_layers import TransformerConfig, describe, hf_block_parameters, hf_text_encoder_parameters
 
 # What a user may ask for of the image tower (the command line offers these).
 #   pooled:    the class token after the post-LayerNorm, before the projection (768 floats);
@@ -162,15 +162,8 @@ def vision_parameters(model):
 
 def text_parameters(model):
     """The text tower's parameters: ((Hugging Face name, shape), ...), as `vision_parameters`."""
-    width = model.text.width
-    prefix = "text_model."
-    parameters = [(prefix + "embeddings.token_embedding.weight", (model.vocabulary_size, width)),
-                  (prefix + "embeddings.position_embedding.weight", (model.context_length, width))]
-    for index in range(model.text.depth):
-        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
-    parameters += [(prefix + "final_layer_norm.weight", (width,)), (prefix + "final_layer_norm.bias", (width,)),
-                   ("text_projection.weight", (model.projection, width))]
-    return tuple(parameters)
+    return tuple(hf_text_encoder_parameters(model.vocabulary_size, model.context_length, model.text) + [
+        ("text_projection.weight", (model.projection, model.text.width))])
 
 
 LOGIT_SCALE = ("logit_scale", ())  # the contrastive loss's temperature (log): in the file, used by neither tower

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from models.files import WeightsError
 from models.vit.vit_config import ConfigError, Section, hf_transformer, read_config as read_config_file
-from models.vit.vit_layers import TransformerConfig, hf_block_parameters
+from models.vit.vit_layers import TransformerConfig, hf_block_parameters, hf_text_encoder_parameters
 
 # What a user may ask for of the image tower.
 #   pooled:    the attention-pooling head's output (transformers' pooler_output, get_image_features);
@@ -194,16 +194,9 @@ def vision_parameters(model):
 
 def text_parameters(model):
     """The text tower's parameters: ((transformers' name, shape), ...), as `vision_parameters`."""
-    width = model.text.width
-    prefix = "text_model."
-    parameters = [(prefix + "embeddings.token_embedding.weight", (model.vocabulary_size, width)),
-                  (prefix + "embeddings.position_embedding.weight", (model.context_length, width))]
-    for index in range(model.text.depth):
-        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, model.text.mlp_width)
-    return tuple(parameters + [(prefix + "final_layer_norm.weight", (width,)),
-                               (prefix + "final_layer_norm.bias", (width,)),
-                               (prefix + "head.weight", (model.projection, width)),
-                               (prefix + "head.bias", (model.projection,))])
+    return tuple(hf_text_encoder_parameters(model.vocabulary_size, model.context_length, model.text) + [
+        ("text_model.head.weight", (model.projection, model.text.width)),
+        ("text_model.head.bias", (model.projection,))])
 
 
 # SigLIP's score of an image and a sentence: sigmoid(exp(logit_scale) * cosine + logit_bias). In the file, [1] each.

@@ -156,6 +156,22 @@ def hf_block_parameters(prefix, width, mlp_width):
                          (prefix + "layer_norm2.weight", (width,)), (prefix + "layer_norm2.bias", (width,))]
 
 
+def hf_text_encoder_parameters(vocabulary_size, context_length, config):
+    """A text tower's embeddings, blocks and final LayerNorm as transformers names them under "text_model." (CLIP's
+    and SigLIP's, before their different heads): [(name, shape), ...], PyTorch's layouts.
+
+    Args:
+      vocabulary_size, context_length: the token and position embeddings' rows.
+      config: the text tower's TransformerConfig (width, depth, mlp_width).
+    """
+    prefix, width = "text_model.", config.width
+    parameters = [(prefix + "embeddings.token_embedding.weight", (vocabulary_size, width)),
+                  (prefix + "embeddings.position_embedding.weight", (context_length, width))]
+    for index in range(config.depth):
+        parameters += hf_block_parameters("%sencoder.layers.%d." % (prefix, index), width, config.mlp_width)
+    return parameters + [(prefix + "final_layer_norm.weight", (width,)), (prefix + "final_layer_norm.bias", (width,))]
+
+
 def random_hf_array(rng, name, shape):
     """A seeded random value for the transformers parameter `name` of `shape` (CLIP's and SigLIP's random
     checkpoints): LayerNorms' weights U(0.5, 1.5) and biases U(-0.1, 0.1); embeddings N(0, 0.5); other biases
