@@ -9,7 +9,7 @@ on one CPU device (the Session's only one, as `--devices cpu:0`) in fp32; one ba
 the model's input size run first (start-up, excluded), then --batches batches timed; seconds per image = the
 time over the images. Each size in a fresh process, one after the other, so that one's memory is gone before
 the next (bigG's image tower alone is 7.4 GB of float32). The parameters printed are the whole checkpoint's
-(both CLIP towers), as the published files count them.
+(both towers of CLIP and SigLIP), as the published files count them.
 """
 
 import argparse
@@ -34,6 +34,12 @@ SIZES = {
     "dinov2_l14": ("dinov2", "dinov2_vitl14", 304_368_640),
     "dinov2_g14": ("dinov2", "dinov2_vitg14", 1_136_480_768),
     "dinov2_s14_reg": ("dinov2", "dinov2_vits14_reg", 22_058_112),
+    "siglip_b16_224": ("siglip", "siglip_base_patch16_224", 203_155_970),
+    "siglip2_b16_256": ("siglip", "siglip2_base_patch16_256", 375_234_050),
+    "siglip_l16_256": ("siglip", "siglip_large_patch16_256", 652_150_786),
+    "siglip_so400m14_384": ("siglip", "siglip_so400m_patch14_384", 877_960_498),
+    "siglip2_so400m16_256": ("siglip", "siglip2_so400m_patch16_256", 1_135_670_962),
+    "siglip2_giant16_256": ("siglip", "siglip2_giant_opt_patch16_256", 1_871_393_906),
 }
 
 CHILD = r"""
@@ -56,6 +62,11 @@ if family == "clip":
         model = clip_config.read_open_clip_config(path)
     side, width = model.image_size, model.projection
     build = lambda images: clip.image_tower(images, model, "embedding")
+elif family == "siglip":
+    from models.siglip import siglip, siglip_layers
+    model = siglip_layers.PRESETS[size].config
+    side, width = model.image_size, model.vision.width
+    build = lambda images: siglip.image_tower(images, model, "embedding")
 else:
     from models.dinov2 import dinov2, dinov2_layers
     variant = dinov2_layers.VARIANTS[size]
