@@ -82,6 +82,18 @@ def write_collection(output, rows, dims, seed=0):
     return planted
 
 
+def write_apart(output, rows, dims):
+    """`write_collection` in a process of its own; returns the number of planted near-copies. Linux gives a child
+    the resident high-water mark of the process it is spawned from (vfork, then exec: os.wait4's ru_maxrss is
+    at least it), and the collection written through a memory map is resident here: each stage's peak would
+    be at least that of the writing."""
+    code = "import sys; sys.path.insert(0, %r); import bench_dedup; print(bench_dedup.write_collection(%r, %d, %d))" % (
+        str(Path(__file__).resolve().parent), str(output), rows, dims)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return int(done.stdout.split()[-1])
+
+
 def exact_pairs(output, mean, sample, threshold):
     """{(sampled row, other row)} of every row whose cosine with a sampled row (centred on `mean`) is >= threshold:
     brute force, the output read BLOCK_ROWS rows at a time."""
@@ -148,7 +160,7 @@ def main(argv=None):
                "neighbours": args.neighbours, "nprobe": args.nprobe, "cpus": os.cpu_count()}
     if not output.exists():
         started = time.monotonic()
-        results["planted"] = write_collection(output, args.rows, args.dims)
+        results["planted"] = write_apart(output, args.rows, args.dims)
         results["write seconds"] = round(time.monotonic() - started, 1)
     index = workdir / ("vectors-%d-%d.%s.index" % (args.rows, args.dims, args.kind))
     removals = index / "removals.parquet"
