@@ -22,6 +22,7 @@ from PIL import Image
 
 from hangs import HANG_SECONDS
 from parallel.inputs.manifest import Manifest, manifest_path
+import search.api
 from search.api import make_service, reachable_warning
 from search.index import Index
 from search.service import NO_EMBEDDER, Limits, Service
@@ -596,7 +597,13 @@ def test_serve_without_the_weights_says_what_it_answers_offers_no_sentence_or_im
     # Weights given that are not the output's: refused at start, one line, status 2 (no service that cannot answer).
     (tmp_path / "model.safetensors").write_bytes(b"other weights")
     capsys.readouterr()
-    assert run("serve", index_folder, "--port", "0", "--weights", tmp_path) == 2
+
+    def served(*args, **kwargs):  # in this process a service would serve for ever: it fails the test instead
+        raise AssertionError("serve started a service with weights that are not the output's")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(search.api, "serve_index", served)
+        assert run("serve", index_folder, "--port", "0", "--weights", tmp_path) == 2
     assert capsys.readouterr().err == (
         "search_features: error: --weights %s is not the weights the output was computed with (%s)\n"
         % (tmp_path, Index.load(index_folder).settings["weights"]))
