@@ -609,6 +609,23 @@ def test_serve_without_the_weights_says_what_it_answers_offers_no_sentence_or_im
         % (tmp_path, Index.load(index_folder).settings["weights"]))
 
 
+def test_serve_with_the_output_s_weights_gives_its_service_the_model_and_with_quiet_no_log(clip_job, monkeypatch):
+    """What `serve INDEX --weights W` hands the server (the browser tests of tests/test_search_live_page.py search
+    a Service built so, in this process): the output's model for sentences and images; --quiet, no log."""
+    folder, weights, index_folder, images = clip_job
+    started = []
+
+    def served(service, port, host, announce, log):  # search.api.serve_index, which would serve until stopped
+        started.append((service, port, host, log))
+
+    monkeypatch.setattr(search.api, "serve_index", served)
+    for quiet in (["--quiet"], []):
+        assert run("serve", index_folder, "--weights", weights, "--port", "0", *quiet) == 0
+    [(service, port, host, log), (_, _, _, announced)] = started
+    assert (port, host, log) == (0, "127.0.0.1", None) and announced is not None  # without --quiet: a line a request
+    assert service.answers() == "answers: neighbours of a row or a key, a sentence, an image, a vector, duplicates"
+
+
 def test_serve_says_what_a_service_of_an_output_without_a_text_tower_answers(vgg_index):
     """An index of vgg16 (no text tower) whose record names Keras's weights: sentences and images refused, each for
     its own reason, with what `serve` gives the Service (the lines of a `serve` child: the test above)."""
