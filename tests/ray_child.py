@@ -38,6 +38,7 @@ the first.
 import argparse
 import collections
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -101,8 +102,8 @@ def run_cli(images, output, address, gpus_per_worker, weights):
                "--distributed", "ray", "--ray-address", address, "--gpus-per-worker", str(gpus_per_worker),
                "--shard-size", "1", "--devices", "cpu:0", "--batch-size", "2", "--workers", "1",
                "--model", "efficientnet_b0", "--weights", str(weights)]
-    # Run in tests/: Ray puts its driver's current folder on its workers' sys.path, and the model's functions
-    # reach them as references to job_child, which is there. (A hang guard only: tests/hangs.py.)
+    # Run in tests/: Ray puts its driver's current folder on its workers' sys.path, where cli_child's and
+    # job_child's modules are. (A hang guard only: tests/hangs.py.)
     child = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS, cwd=Path(CLI_CHILD).parent)
     return child.returncode, child.stderr
 
@@ -279,7 +280,8 @@ def main():
     # The interrupt fault sends SIGINT: as from a terminal, even when the suite was started with it ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
-    import parallel, parallel.engine, parallel.jobs.distributed  # noqa: E401,F401 -- Ray not imported yet
+    for module in ("parallel", "parallel.engine", "parallel.jobs.distributed"):  # before anything imports Ray
+        importlib.import_module(module)
     print("IMPORTS_RAY " + json.dumps("ray" in sys.modules), flush=True)
     import ray.cluster_utils
     if any(job.endswith(":interrupt") for job in args.jobs):  # before the cluster: its workers inherit the variables
