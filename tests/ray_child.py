@@ -6,24 +6,27 @@ Runs only inside a network namespace that has nothing but loopback (Ray binds th
 own address even when told 127.0.0.1). The cluster has 2 nodes of 1 CPU and 2 logical GPUs each
 (`ray start --num-gpus` on machines without a GPU: a worker given them is refused), started without
 TF_CPP_MIN_LOG_LEVEL (as a real cluster's nodes are); each job's driver joins it. A CPU worker takes a
-node's CPU: 2 workers, one on each node, the fewest that are still two nodes and two workers, since each
-worker is a process that imports TensorFlow (what the jobs here cost). Each job writes
-FOLDER/FAULT.FORMAT ("none" without a FAULT) in shards of 5 images (2 for interrupt), with GPUS GPUs
-per worker (0 here: CPU workers) and job_child's colour model, and FAULT:
-    kill          the first worker to start a step is SIGKILLed mid-shard, once its attempt has committed a
-                  batch (the actor given the shard next resumes the attempt after it)
+node's CPU: at most 2 workers, one on each node, the fewest that are still two nodes and two workers, since
+each worker is a process that imports TensorFlow (what the jobs here cost): a job of one shard starts one.
+Each job writes FOLDER/FAULT.FORMAT ("none" without a FAULT) with GPUS GPUs per worker (0 here: CPU
+workers) and job_child's colour model, and FAULT:
+    kill          one shard of all 24 images (one worker): that worker is SIGKILLed mid-shard, once its
+                  attempt has committed a batch (the actor given the shard next resumes the attempt after
+                  it); then a rerun, which retries the failed image in the output
     interrupt     the output in an S3 store (moto, started by this driver on 127.0.0.1 before the
                   cluster, so that every node's workers reach it, each committing through the store's
-                  protocol): s3://bucket/ray/interrupt.FORMAT; SIGINT to the driver once the first shard is
-                  committed there, then a rerun; the store's objects then copied into FOLDER/store-copy/
-                  for the test to read
-    badweights    the weights load in the driver but not in the workers
-    cli           the command line (run_inference.py, job_child's model for VGG16's: tests/cli_child.py) in
-                  a process of its own: first with GPUS + 1 GPUs per worker (logical ones: refused), then
-                  with GPUS
-    tars          the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard, computed
-                  by a model of models/: EfficientNetB0 instead of the colour model, with seeded random weights
-                  written by the driver in FOLDER/efficientnet_b0.h5 (`efficientnet_model`)
+                  protocol): s3://bucket/ray/interrupt.FORMAT, in shards of 2 (more than the 2 workers
+                  take at once); SIGINT to the driver once the first shard is committed there, then a
+                  rerun; the store's objects then copied into FOLDER/store-copy/ for the test to read
+    badweights    the weights load in the driver but not in the workers (one shard: one worker)
+    cli           the command line (run_inference.py, tests/cli_child.py) in a process of its own, over
+                  the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard, computed
+                  by a model of models/: EfficientNetB0 (--model efficientnet_b0), with seeded random
+                  weights written by the driver in FOLDER/efficientnet_b0.h5 (`efficientnet_model`); first
+                  with GPUS + 1 GPUs per worker (logical ones: refused), then with GPUS
+
+Before it imports Ray, it prints "IMPORTS_RAY true|false": whether importing the package, the engine and
+parallel.jobs.distributed imported Ray (they must not: Ray is the ray extra's).
 
 Prints, per job, a line "RESULT {json}": the job as given, its output, the exit status, the
 summary's counts, the workers the driver logged (and the interrupted run's status, counts and
@@ -35,6 +38,7 @@ the first.
 import argparse
 import collections
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -91,25 +95,30 @@ def weights_in(pid):
     return load_weights
 
 
-def run_cli(images, output, address, gpus_per_worker):
-    """(exit status, stderr) of the command line in a process of its own, a driver of the cluster at `address`."""
+def run_cli(images, output, address, gpus_per_worker, weights):
+    """(exit status, stderr) of the command line in a process of its own, a driver of the cluster at `address`:
+    EfficientNetB0 with `weights`, a tar (of `images`, a pattern of tars) a shard."""
     command = [sys.executable, CLI_CHILD, "--images", str(images), "--output", str(output),
                "--distributed", "ray", "--ray-address", address, "--gpus-per-worker", str(gpus_per_worker),
-               "--shard-size", "5", "--devices", "cpu:0", "--batch-size", "2", "--workers", "1"]
-    # Run in tests/: Ray puts its driver's current folder on its workers' sys.path, and the model's functions
-    # reach them as references to job_child, which is there. (A hang guard only: tests/hangs.py.)
+               "--shard-size", "1", "--devices", "cpu:0", "--batch-size", "2", "--workers", "1",
+               "--model", "efficientnet_b0", "--weights", str(weights)]
+    # Run in tests/: Ray puts its driver's current folder on its workers' sys.path, where cli_child's and
+    # job_child's modules are. (A hang guard only: tests/hangs.py.)
     child = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS, cwd=Path(CLI_CHILD).parent)
     return child.returncode, child.stderr
 
 
 def cli_job(images, folder, job, address):
     """The result of a cli job (see the module docstring)."""
+    from stores import write_tars
     output_format, gpus_per_worker, fault = job.split(":")
     output = folder / ("%s.%s" % (fault, output_format))
     result = {"job": job, "output": str(output), "builds": [], "killed": []}
-    result["first_status"], result["first_log"] = run_cli(images, output, address, int(gpus_per_worker) + 1)
+    write_tars(images, folder / "tars", 8)
+    tars, weights = folder / "tars" / "*.tar", efficientnet_weights(folder)
+    result["first_status"], result["first_log"] = run_cli(tars, output, address, int(gpus_per_worker) + 1, weights)
     result["left"] = sorted(path.name for path in folder.iterdir() if path.name.startswith(output.name))
-    result["status"], result["cli_log"] = run_cli(images, output, address, int(gpus_per_worker))
+    result["status"], result["cli_log"] = run_cli(tars, output, address, int(gpus_per_worker), weights)
     return result
 
 
@@ -154,13 +163,19 @@ def kill_first_stepper(steps, output, result):
     when(lambda: is_dead(pid), lambda: result.update(kept=attempt_rows(output, pid)))
 
 
-def efficientnet_model(folder):
-    """models.registry's EfficientNetB0, with seeded random weights in `folder`/efficientnet_b0.h5 (written once)."""
+def efficientnet_weights(folder):
+    """`folder`/efficientnet_b0.h5: seeded random weights of models.registry's EfficientNetB0 (written once)."""
     from models import registry
     weights = Path(folder) / "efficientnet_b0.h5"
     if not weights.exists():
         registry.weight_files("efficientnet_b0").write_random(weights, seed=0)
-    return registry.feature_model("efficientnet_b0", weights=str(weights))
+    return weights
+
+
+def efficientnet_model(folder):
+    """models.registry's EfficientNetB0, with the seeded random weights of `efficientnet_weights(folder)`."""
+    from models import registry
+    return registry.feature_model("efficientnet_b0", weights=str(efficientnet_weights(folder)))
 
 
 def run(config):
@@ -187,16 +202,13 @@ def run_job(images, folder, job, address):
         steps = folder / (fault + ".steps")
     if fault == "interrupt":
         output = "s3://%s/ray/interrupt.%s" % (BUCKET, output_format)
-    if fault == "tars":
-        from stores import write_tars
-        write_tars(images, folder / "tars", 8)
-        images = str(folder / "tars" / "*.tar")
-    # Interrupt: shards of 2, more than the 2 workers take at once, so that Ctrl-C after the first leaves some.
+    # Interrupt: shards of 2, more than the 2 workers take at once, so that Ctrl-C after the first leaves some;
+    # the others: one shard of every image, one worker (each is a process that imports TensorFlow).
     distribution = jobs.Distribution(kind="ray", gpus_per_worker=gpus_per_worker, wait_seconds=30, ray_address=address,
-                                       shard_size={"tars": 1, "interrupt": 2}.get(fault, 5))
+                                       shard_size={"interrupt": 2}.get(fault, 24))
     config = job_child.config(images, output, output_format, distribution, step_seconds=0.3 if steps else 0.0,
                               marker=steps)
-    model = counting_builds(efficientnet_model(folder) if fault == "tars" else config.model, builds)
+    model = counting_builds(config.model, builds)
     if fault == "badweights":
         model = dataclasses.replace(model, load_weights=weights_in(os.getpid()))
     config = dataclasses.replace(config, model=model)
@@ -268,6 +280,9 @@ def main():
     # The interrupt fault sends SIGINT: as from a terminal, even when the suite was started with it ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=logging.INFO)
+    for module in ("parallel", "parallel.engine", "parallel.jobs.distributed"):  # before anything imports Ray
+        importlib.import_module(module)
+    print("IMPORTS_RAY " + json.dumps("ray" in sys.modules), flush=True)
     import ray.cluster_utils
     if any(job.endswith(":interrupt") for job in args.jobs):  # before the cluster: its workers inherit the variables
         start_store()

@@ -1,15 +1,14 @@
 """The search service's page (search/live_page/, served at / by search/api.py): its files under the CSP and the
-Host check, nothing else served; in Debian's chromium (Playwright, one browser for the module), against a real
-`serve INDEX` of a small CLIP output: a sentence, an uploaded and a dropped image (shown above its results), a
-click on a result, k changed, the duplicates' threshold; tiles that lead with the kept caption and a short key,
-links only for URLs, a group's members on demand; a service that takes no sentence or image says why; SigLIP's
-probability beside the score."""
+Host check, nothing else served; in Debian's chromium (Playwright, one browser for the module), against the
+service `serve INDEX --weights` builds, of a small CLIP output, in a thread of this process: a sentence, an
+uploaded and a dropped image (shown above its results), a click on a result, k changed, the duplicates'
+threshold; tiles that lead with the kept caption and a short key, links only for URLs, a group's members on
+demand; a service that takes no sentence or image says why; SigLIP's probability beside the score."""
 
 import http.client
 import json
 import math
 import os
-import signal
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -23,7 +22,6 @@ from search.api import PAGE_FILES, PAGE_SECURITY_HEADERS, SECURITY_HEADERS
 from search.index import Index
 from search.service import NO_EMBEDDER, Service
 from search_data import clustered
-from serving import serving, stopped
 from services import (HTML_CAPTION, Running, clip_job, kept_job, png,  # noqa: F401 -- the jobs: fixtures
                       siglip_job)
 from test_search_page import BROWSER_FLAGS, CHROMIUM, wait_for_images
@@ -173,11 +171,18 @@ GROUP_KEYS = "rows => rows.map(row => Array.from(row.querySelectorAll('.key')).m
 @needs_a_browser
 def test_the_page_searches_a_sentence_an_image_a_result_and_regroups(chromium, clip_job, tmp_path):
     from playwright.sync_api import expect
+    from models.query_embedder import QueryEmbedder
+    from parallel.queries import ImageEmbedder
     folder, weights, index_folder, images = clip_job
     upload = tmp_path / "new.png"
     upload.write_bytes(png((120, 90), 99))  # not an indexed image: computed by the model
-    with serving(index_folder, program=TESTS / "search_child.py", arguments=["--weights", weights, "--quiet"]) \
-            as (child, url):
+    index = Index.load(index_folder)
+    # The Service `serve INDEX --weights W` builds (tests/test_search_service.py), here in a thread of this process.
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights),
+                             image_embedder=ImageEmbedder)
+    with embedder, Running(Service(index, embedder)) as service:
+        url = "http://127.0.0.1:%d/" % service.port
+
         def api(path, body=None):
             with urllib.request.urlopen(url.rstrip("/") + path, body, timeout=HANG_SECONDS) as response:
                 return json.loads(response.read())
@@ -270,7 +275,6 @@ def test_the_page_searches_a_sentence_an_image_a_result_and_regroups(chromium, c
                        for request in browser.requests), browser.requests
         finally:
             browser.close()
-        assert stopped(child, signal.SIGTERM)  # --quiet: no line a request
 
 
 @needs_a_browser

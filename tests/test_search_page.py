@@ -1,5 +1,6 @@
 """search.page: the report in a real browser (Debian's chromium through Playwright), thumbnails, the server."""
 
+import contextlib
 import threading
 import time
 import urllib.request
@@ -135,43 +136,64 @@ def wait_for_images(page):
         page.wait_for_timeout(50)
 
 
-def _browse(url, screenshot):
-    """Opens `url` in chromium; returns (console errors, requested URLs, [naturalWidth of each img], page text)."""
+needs_a_browser = pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not "
+                                                                   "installed (apt-get install chromium; .ci/run does)")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Chromium, launched once for the module's tests (each opens a page of its own, closed after)."""
+    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
     from playwright.sync_api import sync_playwright
-    errors, requests = [], []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS,
                                              timeout=HANG_SECONDS * 1000)
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_default_timeout(HANG_SECONDS * 1000)  # Playwright's 30 s: hang guards, not bounds on speed
-            page.on("console", lambda message: message.type == "error" and errors.append(message.text))
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.on("request", lambda request: requests.append(request.url))
-            page.goto(url)
-            page.wait_for_load_state("load")
-            # Lazy images load as they come into view: scroll through the page, then wait for each.
-            height = page.evaluate("document.body.scrollHeight")
-            for offset in range(0, height + 900, 600):
-                page.evaluate("window.scrollTo(0, %d)" % offset)
-                page.wait_for_timeout(30)
-            wait_for_images(page)
-            widths = page.evaluate("Array.from(document.images).map(img => img.naturalWidth)")
-            first_page = page.inner_text("#groups")
-            page.click("#next")
-            second_page = page.inner_text("#groups")
-            page.evaluate("window.scrollTo(0, 0)")
-            page.screenshot(path=str(screenshot))
+            yield browser
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def opened(chromium, errors, requests=None):
+    """A new page of `chromium`, its console errors and page errors appended to `errors` (and the URLs it
+    requests to `requests`), closed after."""
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    try:
+        page.set_default_timeout(HANG_SECONDS * 1000)  # Playwright's 30 s: hang guards, not bounds on speed
+        page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        if requests is not None:
+            page.on("request", lambda request: requests.append(request.url))
+        yield page
+    finally:
+        page.close()
+
+
+def _browse(chromium, url, screenshot):
+    """Opens `url` in chromium; returns (console errors, requested URLs, [naturalWidth of each img], page text)."""
+    errors, requests = [], []
+    with opened(chromium, errors, requests) as page:
+        page.goto(url)
+        page.wait_for_load_state("load")
+        # Lazy images load as they come into view: scroll through the page, then wait for each.
+        height = page.evaluate("document.body.scrollHeight")
+        for offset in range(0, height + 900, 600):
+            page.evaluate("window.scrollTo(0, %d)" % offset)
+            page.wait_for_timeout(30)
+        wait_for_images(page)
+        widths = page.evaluate("Array.from(document.images).map(img => img.naturalWidth)")
+        first_page = page.inner_text("#groups")
+        page.click("#next")
+        second_page = page.inner_text("#groups")
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(screenshot))
     return errors, requests, widths, first_page, second_page
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not installed "
-                                                  "(apt-get install chromium; .ci/run does)")
+@needs_a_browser
 @pytest.mark.parametrize("served", [False, True], ids=["file", "loopback"])
-def test_the_page_in_chromium(report, tmp_path, served):
-    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
+def test_the_page_in_chromium(chromium, report, tmp_path, served):
     page, groups = report
     server = None
     if served:
@@ -181,7 +203,7 @@ def test_the_page_in_chromium(report, tmp_path, served):
     else:
         url = page.as_uri()
     try:
-        errors, requests, widths, first_page, second_page = _browse(url, tmp_path / "shot.png")
+        errors, requests, widths, first_page, second_page = _browse(chromium, url, tmp_path / "shot.png")
     finally:
         if server is not None:
             server.shutdown()
@@ -199,11 +221,8 @@ def test_the_page_in_chromium(report, tmp_path, served):
     assert pixels.std() > 10  # not blank
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not installed "
-                                                  "(apt-get install chromium; .ci/run does)")
-def test_a_text_query_in_chromium_is_its_sentence_then_its_images(tmp_path):
-    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
-    from playwright.sync_api import sync_playwright
+@needs_a_browser
+def test_a_text_query_in_chromium_is_its_sentence_then_its_images(chromium, tmp_path):
     images = tmp_path / "images"
     names = photos(images, 4)
     sentence = 'a <b>red</b> "square" & <img src=x onerror=alert(1)>'
@@ -212,24 +231,17 @@ def test_a_text_query_in_chromium_is_its_sentence_then_its_images(tmp_path):
                                                                          for rank, name in enumerate(names[:3])]},
         {"label": names[3], "image": str(images / names[3]), "neighbours": [(names[3], 1.0)]}])
     errors = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS)
-        try:
-            view = browser.new_page(viewport={"width": 1100, "height": 900})
-            view.on("console", lambda message: message.type == "error" and errors.append(message.text))
-            view.on("pageerror", lambda error: errors.append(str(error)))
-            view.goto(page.as_uri())
-            wait_for_images(view)
-            titles = view.eval_on_selector_all("#queries h3", "nodes => nodes.map(n => [n.className, n.innerText])")
-            rows = view.eval_on_selector_all("#queries .row", "rows => rows.map(row => Array.from(row.children)"
-                                                              ".map(child => [child.className, child.innerText, "
-                                                              "child.querySelector('img') ? child.querySelector('img')"
-                                                              ".naturalWidth : 0]))")
-            injected = view.evaluate("document.querySelectorAll('#queries b, #queries img:not([src^=\"thumbs/\"])')"
-                                     ".length")
-            view.screenshot(path=str(tmp_path / "shot.png"))
-        finally:
-            browser.close()
+    with opened(chromium, errors) as view:
+        view.goto(page.as_uri())
+        wait_for_images(view)
+        titles = view.eval_on_selector_all("#queries h3", "nodes => nodes.map(n => [n.className, n.innerText])")
+        rows = view.eval_on_selector_all("#queries .row", "rows => rows.map(row => Array.from(row.children)"
+                                                          ".map(child => [child.className, child.innerText, "
+                                                          "child.querySelector('img') ? child.querySelector('img')"
+                                                          ".naturalWidth : 0]))")
+        injected = view.evaluate("document.querySelectorAll('#queries b, #queries img:not([src^=\"thumbs/\"])')"
+                                 ".length")
+        view.screenshot(path=str(tmp_path / "shot.png"))
     assert errors == [] and injected == 0
     # The sentence is the first query's title and its first tile, as text; then its three images, loaded.
     assert titles == [["sentence", sentence], ["", names[3]]]  # its title says "text: " before it (CSS)
@@ -242,33 +254,21 @@ def test_a_text_query_in_chromium_is_its_sentence_then_its_images(tmp_path):
         assert np.asarray(shot.convert("L"), dtype=np.float32).std() > 10
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no browser: /usr/bin/chromium is not installed "
-                                                  "(apt-get install chromium; .ci/run does)")
-def test_the_values_kept_beside_each_row_show_under_its_path_as_text_in_chromium(kept_job, tmp_path):
-    pytest.importorskip("playwright", reason="playwright is in the test extra: pip install -e '.[test]'")
-    from playwright.sync_api import sync_playwright
+@needs_a_browser
+def test_the_values_kept_beside_each_row_show_under_its_path_as_text_in_chromium(chromium, kept_job, tmp_path):
     from services import HTML_CAPTION, run
     index, expected = kept_job
     query = sorted(expected)[3]
     assert run("--quiet", "page", index, "--query", query, "-k", "4", "--threshold", "-1", "--out",
                tmp_path / "page") == 0
     errors = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS,
-                                             timeout=HANG_SECONDS * 1000)
-        try:
-            view = browser.new_page(viewport={"width": 1100, "height": 900})
-            view.set_default_timeout(HANG_SECONDS * 1000)
-            view.on("console", lambda message: message.type == "error" and errors.append(message.text))
-            view.on("pageerror", lambda error: errors.append(str(error)))
-            view.goto((tmp_path / "page" / "index.html").as_uri())
-            shown = view.eval_on_selector_all("figure", "figures => figures.map(f => [f.querySelector('img').alt, "
-                                                        "Array.from(f.querySelectorAll('.kept')).map(line => "
-                                                        "[line.dataset.name, line.lastChild.textContent])])")
-            injected = view.evaluate("document.querySelectorAll('b, img:not([src^=\"thumbs/\"])').length")
-            title = view.title()
-        finally:
-            browser.close()
+    with opened(chromium, errors) as view:
+        view.goto((tmp_path / "page" / "index.html").as_uri())
+        shown = view.eval_on_selector_all("figure", "figures => figures.map(f => [f.querySelector('img').alt, "
+                                                    "Array.from(f.querySelectorAll('.kept')).map(line => "
+                                                    "[line.dataset.name, line.lastChild.textContent])])")
+        injected = view.evaluate("document.querySelectorAll('b, img:not([src^=\"thumbs/\"])').length")
+        title = view.title()
     assert errors == [] and injected == 0 and title == "Search: f.csv"
     # The query, its 4 neighbours, then the one group of every row: each with its own values, none for none.
     assert [path for path, _ in shown[:2]] == [query, query]  # the query's tile, then itself, first found

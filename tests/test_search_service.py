@@ -22,6 +22,7 @@ from PIL import Image
 
 from hangs import HANG_SECONDS
 from parallel.inputs.manifest import Manifest, manifest_path
+import search.api
 from search.api import make_service, reachable_warning
 from search.index import Index
 from search.service import NO_EMBEDDER, Limits, Service
@@ -528,28 +529,6 @@ def test_the_service_example_of_docs_search_runs(tmp_path):
     assert lines[2:] == ["img/00003.jpg", "5", "1"]
 
 
-def test_serve_an_index_on_loopback_until_sigterm_a_line_a_request(vgg_index):
-    with serving(vgg_index.folder) as (server, url):
-        assert url.endswith("/")  # its page; the API beside it
-        sizes = []
-        for path in ("api/index", "", "api/search?text=my+own+words&k=2"):
-            try:
-                with urllib.request.urlopen(url + path, timeout=HANG_SECONDS) as response:
-                    sizes.append((response.status, len(response.read())))
-            except urllib.error.HTTPError as error:
-                sizes.append((error.code, len(error.read())))
-        status, lines = stop(server, signal.SIGTERM)
-    # Its second line: what it answers, and why not the rest (the tests' vgg16 record names no real weights).
-    assert status == 0 and lines[0] == (
-        "answers: neighbours of a row or a key, a vector, duplicates; not sentences: %s; not images: the output was "
-        "computed with weights 'imagenet': pass them with --weights" % no_text_tower("vgg16"))
-    lines = lines[1:]  # then a line a request
-    assert [line.rsplit(" ", 2)[0] for line in lines] == [
-        "127.0.0.1 GET /api/index 200 %d bytes" % sizes[0][1], "127.0.0.1 GET / 200 %d bytes" % sizes[1][1],
-        "127.0.0.1 GET /api/search?text=(12 characters)&k=2 %d %d bytes" % sizes[2]]  # a sentence: its length
-    assert all(float(line.split()[-2]) >= 0 and line.endswith(" ms") for line in lines), lines
-
-
 def test_a_line_a_request_escapes_what_could_move_a_terminal_s_cursor(vgg_index):
     lines = []
     with Running(Service(vgg_index), log=lines.append) as service:
@@ -572,39 +551,89 @@ def test_serve_takes_quiet_after_the_command_too():
     assert parse_args(["serve", "IDX", "--quiet"]).quiet is True and parse_args(["--quiet", "serve", "IDX"]).quiet
 
 
-def test_serve_without_the_weights_says_what_it_answers_and_offers_no_sentence_or_image(clip_job, tmp_path):
+def test_serve_without_the_weights_says_what_it_answers_offers_no_sentence_or_image_and_logs_until_sigterm(
+        clip_job, tmp_path, capsys):
+    """One `serve` child (each imports TensorFlow): its first lines, what it answers, its refusals, a line a
+    request (a sentence as its length), then SIGTERM: status 0."""
     folder, weights, index_folder, images = clip_job
     found = folder / "clip" / "model.safetensors"  # beside the output: the refusal names it
     why = ("the output was computed with the weights file %s; its record names the file, not where it is: pass "
            "--weights %s (found there: that size and content)" % (Index.load(index_folder).settings["weights"], found))
-    with serving(index_folder, program=TESTS / "search_child.py", arguments=["--quiet"]) as (child, url):
+    with serving(index_folder, program=TESTS / "search_child.py") as (child, url):
+        assert url.endswith("/")  # its page; the API beside it
+        sizes = []
+
         def ask(path, body=None):
             try:
                 with urllib.request.urlopen(url.rstrip("/") + path, body, timeout=HANG_SECONDS) as response:
-                    return response.status, json.loads(response.read())
+                    status, data = response.status, response.read()
             except urllib.error.HTTPError as error:
-                return error.code, json.loads(error.read())
+                status, data = error.code, error.read()
+            sizes.append((status, len(data)))
+            return status, (json.loads(data) if path.startswith("/api/") else data)
 
         status, description = ask("/api/index")  # only what works
         assert description["queries"] == {"key": True, "row": True, "vector": True, "text": False, "image": False,
                                           "caption": False}
         assert description["unavailable"] == {"text": why, "image": why, "caption": no_captions(Index.load(
             index_folder))}
-        assert ask("/api/search?text=a+red+square") == (400, {"status": 400, "error": "a sentence cannot be "
-                                                                                      "searched: " + why})
+        assert ask("/")[0] == 200
+        assert ask("/api/search?text=my+own+words&k=2") == (400, {"status": 400, "error": "a sentence cannot be "
+                                                                                          "searched: " + why})
         assert ask("/api/search/image", png((40, 30), 1)) == (400, {"status": 400, "error": "an image cannot be "
                                                                                            "searched: " + why})
         assert ask("/api/search?key=colour03.png&k=2")[0] == 200
-        # Said as it starts, beside where it serves; --quiet: no line a request.
-        assert stop(child, signal.SIGTERM) == (0, ["answers: neighbours of a row or a key, a vector, duplicates; "
-                                                   "not sentences or images: %s" % why])
+        # Said as it starts, beside where it serves; then a line a request.
+        status, lines = stop(child, signal.SIGTERM)
+    assert status == 0 and lines[0] == ("answers: neighbours of a row or a key, a vector, duplicates; not sentences or "
+                                        "images: %s" % why)
+    lines = lines[1:]
+    # Each request's line is written by its own thread once it is answered: their order is not the requests'.
+    assert sorted(line.rsplit(" ", 2)[0] for line in lines) == sorted("127.0.0.1 %s %d %d bytes" % (request, *size)
+                                                                      for request, size in zip(
+        ["GET /api/index", "GET /", "GET /api/search?text=(12 characters)&k=2", "POST /api/search/image",
+         "GET /api/search?key=colour03.png&k=2"], sizes))  # a sentence: its length
+    assert all(float(line.split()[-2]) >= 0 and line.endswith(" ms") for line in lines), lines
     # Weights given that are not the output's: refused at start, one line, status 2 (no service that cannot answer).
     (tmp_path / "model.safetensors").write_bytes(b"other weights")
-    result = subprocess.run([sys.executable, str(TESTS / "search_child.py"), "serve", str(index_folder), "--port",
-                             "0", "--weights", str(tmp_path)], capture_output=True, text=True, timeout=HANG_SECONDS)
-    assert result.returncode == 2 and result.stderr == (
+    capsys.readouterr()
+
+    def served(*args, **kwargs):  # in this process a service would serve for ever: it fails the test instead
+        raise AssertionError("serve started a service with weights that are not the output's")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(search.api, "serve_index", served)
+        assert run("serve", index_folder, "--port", "0", "--weights", tmp_path) == 2
+    assert capsys.readouterr().err == (
         "search_features: error: --weights %s is not the weights the output was computed with (%s)\n"
         % (tmp_path, Index.load(index_folder).settings["weights"]))
+
+
+def test_serve_with_the_output_s_weights_gives_its_service_the_model_and_with_quiet_no_log(clip_job, monkeypatch):
+    """What `serve INDEX --weights W` hands the server (the browser tests of tests/test_search_live_page.py search
+    a Service built so, in this process): the output's model for sentences and images; --quiet, no log."""
+    folder, weights, index_folder, images = clip_job
+    started = []
+
+    def served(service, port, host, announce, log):  # search.api.serve_index, which would serve until stopped
+        started.append((service, port, host, log))
+
+    monkeypatch.setattr(search.api, "serve_index", served)
+    for quiet in (["--quiet"], []):
+        assert run("serve", index_folder, "--weights", weights, "--port", "0", *quiet) == 0
+    [(service, port, host, log), (_, _, _, announced)] = started
+    assert (port, host, log) == (0, "127.0.0.1", None) and announced is not None  # without --quiet: a line a request
+    assert service.answers() == "answers: neighbours of a row or a key, a sentence, an image, a vector, duplicates"
+
+
+def test_serve_says_what_a_service_of_an_output_without_a_text_tower_answers(vgg_index):
+    """An index of vgg16 (no text tower) whose record names Keras's weights: sentences and images refused, each for
+    its own reason, with what `serve` gives the Service (the lines of a `serve` child: the test above)."""
+    from models.query_embedder import QueryEmbedder
+    why = QueryEmbedder(vgg_index.settings, vgg_index.meta["source"]["output"]).unusable()  # as `serve` asks
+    assert Service(vgg_index, None, no_embedder=why).answers() == (
+        "answers: neighbours of a row or a key, a vector, duplicates; not sentences: %s; not images: the output was "
+        "computed with weights 'imagenet': pass them with --weights" % no_text_tower("vgg16"))
 
 
 def test_another_host_than_loopback_is_warned_of_and_a_page_is_served_on_loopback_only(tmp_path, capsys):
