@@ -7,7 +7,8 @@
     GET  /api/search?key=cats/01.jpg     an indexed row, by its key (its path in the output)
     GET  /api/search?caption=a+dog       a sentence against the rows' captions (text to text; an output of a job
                                          with --text-column)
-    &min_caption_score=0.28              on any search: only rows whose caption score is at least this
+    &min_caption_score=0.28              on any search: only rows whose caption score is at least this (each
+                                         neighbour of an output with caption scores carries its "caption_score")
     GET  /api/neighbours?row=3&k=10      an indexed row, by its number
     POST /api/search/image?k=10          an image: the request's body is the file's bytes
     POST /api/search/vector?k=10         {"vector": [D floats]}: raw features, as the output holds them
@@ -113,6 +114,28 @@ class Service:
         self.images = IndexedImages(index, self.members)  # its manifest read once, on the first image asked
         self.kept = Kept(index)  # its names read once, on the first answer
         self._duplicates_lock, self._captions_lock, self._caption_scores = threading.Lock(), threading.Lock(), None
+        self._has_caption_scores = None  # whether the output has them: its text file's schema read once
+
+    def has_caption_scores(self):
+        """Whether the indexed output has caption scores (its job ran with --text-column): its text file's schema,
+        read once."""
+        with self._captions_lock:
+            if self._has_caption_scores is None:
+                try:
+                    check_caption_scores(self.index)
+                    self._has_caption_scores = True
+                except ValueError:
+                    self._has_caption_scores = False
+            return self._has_caption_scores
+
+    def _scores_of_captions(self):
+        """float32 [N]: each row's caption score (NaN: none), read once (None: the output has none)."""
+        if not self.has_caption_scores():
+            return None
+        with self._captions_lock:
+            if self._caption_scores is None:
+                self._caption_scores = caption_scores(self.index)
+            return self._caption_scores
 
     def unavailable(self):
         """{"text": why, "image": why, "caption": why}, one line each, for the kinds of query this service cannot
@@ -156,6 +179,7 @@ class Service:
                 "dimensions": int(self.index.mean.shape[0]), "queries": {
                     "key": True, "row": True, "vector": True, "text": "text" not in why, "image": "image" not in why,
                     "caption": "caption" not in why},
+                "caption_scores": self.has_caption_scores(),
                 "unavailable": why, "limits": dataclasses.asdict(self.limits)}
 
     def k(self, text):
@@ -173,11 +197,10 @@ class Service:
         if text is None:
             return None
         bound = cosine("min_caption_score", text)
-        with self._captions_lock:  # read once, on the first bound asked
+        if self._scores_of_captions() is None:  # an output without caption scores: its one line
             try:
-                self._caption_scores = caption_scores(self.index) if self._caption_scores is None else \
-                    self._caption_scores
-            except ValueError as error:  # an output without caption scores
+                check_caption_scores(self.index)
+            except ValueError as error:
                 raise ApiError(400, error_line(error)) from None
         return bound
 
@@ -190,11 +213,16 @@ class Service:
                 unit_vector[None], k, min_caption_score)[0]]
         else:
             allowed = None if min_caption_score is None else caption_filter(self.index, min_caption_score,
-                                                                            self._caption_scores)
+                                                                            self._scores_of_captions())
             found = [(row, self.index.paths[row], score)
                      for row, score in ranked(self.index, unit_vector[None], k, allowed)[0]]
         neighbours = [{"rank": rank, "row": row, "key": key, "score": score}
                       for rank, (row, key, score) in enumerate(found, 1)]
+        scores = self._scores_of_captions()
+        if scores is not None:  # each row's caption score beside its score (null: none, or a caption alone)
+            for neighbour in neighbours:
+                value = None if neighbour["row"] is None else float(scores[neighbour["row"]])
+                neighbour["caption_score"] = None if value is None or math.isnan(value) else value
         return {"query": query, "neighbours": self._with_kept(neighbours)}
 
     def _row_of(self, key):

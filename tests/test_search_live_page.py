@@ -2,7 +2,7 @@
 Host check, nothing else served; in Debian's chromium (Playwright, one browser for the module), against the
 service `serve INDEX --weights` builds, of a small CLIP output, in a thread of this process: a sentence, an
 uploaded and a dropped image (shown above its results), a click on a result, k changed, the duplicates'
-threshold; tiles that lead with the kept caption and a short key, links only for URLs, a group's members on
+threshold; a sentence against the captions, the caption score bound and each row's caption score; tiles that lead with the kept caption and a short key, links only for URLs, a group's members on
 demand; a service that takes no sentence or image says why; SigLIP's probability beside the score."""
 
 import http.client
@@ -193,6 +193,8 @@ def test_the_page_searches_a_sentence_an_image_a_result_and_regroups(chromium, c
             expect(page.locator("#text-form")).to_be_visible()  # /api/index: this output takes sentences
             expect(page.locator("#image-label")).to_be_visible()
             expect(page.locator("#unavailable")).to_be_hidden()  # nothing to explain
+            expect(page.locator("#captions-label")).to_be_hidden()  # a job without captions: no caption controls
+            expect(page.locator("#min-caption-label")).to_be_hidden()
             page.fill("#k", "5")
             sentence = "a red square on a beach"
             page.fill("#text", sentence)
@@ -528,5 +530,91 @@ def test_tiles_lead_with_the_caption_and_a_short_key_and_a_group_shows_all_its_m
             expect(page.locator("#groups-count")).to_have_text(_groups_line(service.request(
                 "/api/duplicates?threshold=0.95")[1]))
             assert browser.errors == []
+        finally:
+            browser.close()
+
+
+CAPTION_SCORES = ("figures => figures.map(f => [f.querySelector('.key').title, f.querySelector('.caption-score') "
+                  "&& f.querySelector('.caption-score').textContent])")
+
+
+@pytest.fixture
+def captioned_clip_index(clip_job, tmp_path):
+    """clip_job's output copied, with the text file a job run with --text-column writes beside it: each row's
+    caption embedding (seeded unit vectors) and caption score (rows 3 and 7: none), and its index. Returns
+    (index, weights, {key: caption score or None})."""
+    import shutil
+    from parallel.output.text_rows import TEXT_SUFFIX, TextRows, write_rows
+    folder, weights, index_folder, _ = clip_job
+    for path in folder.glob("f.npy*"):
+        if path.is_file():
+            shutil.copyfile(path, tmp_path / path.name)
+    source = Index.load(index_folder)
+    keys, size = list(source.paths), source.meta["feature_size"]
+    random = np.random.default_rng(5)
+    embeddings = random.standard_normal((len(keys), size)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    scores = random.uniform(0.1, 0.4, len(keys)).astype(np.float32)
+    embeddings[[3, 7]], scores[[3, 7]] = np.nan, np.nan
+    write_rows(Path(str(tmp_path / "f.npy") + TEXT_SUFFIX), TextRows(keys, embeddings, [None] * len(keys), scores))
+    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index")
+    return index, weights, {key: None if math.isnan(score) else float(score) for key, score in zip(keys, scores)}
+
+
+@needs_a_browser
+def test_a_sentence_against_the_captions_and_a_caption_score_bound_show_each_row_s_caption_score(
+        chromium, captioned_clip_index):
+    from playwright.sync_api import expect
+    from models.query_embedder import QueryEmbedder
+    index, weights, scores = captioned_clip_index
+    embedder = QueryEmbedder(index.settings, index.meta["source"]["output"], weights=str(weights))
+    with embedder, Running(Service(index, embedder)) as service:
+        browser = Browser(chromium, "http://127.0.0.1:%d/" % service.port)
+        page = browser.page
+        try:
+            def api(**query):
+                return service.request("/api/search?" + urllib.parse.urlencode(query))[1]["neighbours"]
+
+            def shown_scores(found):  # each tile's caption score as the API gives it
+                return [[row["key"], "caption " + ("\u2013" if scores[row["key"]] is None else "%.3f" %
+                                                   scores[row["key"]])] for row in found]
+
+            expect(page.locator("#captions-label")).to_be_visible()
+            expect(page.locator("#min-caption-label")).to_be_visible()
+            sentence = "a red square"
+            page.fill("#k", "6")
+            page.fill("#text", sentence)
+            page.check("#captions")
+            page.press("#text", "Enter")
+            results = browser.results_titled("\u201c%s\u201d against the captions: 6 results" % sentence)
+            found = api(caption=sentence, k=6)
+            assert [key for _, key, *_ in results] == [row["key"] for row in found]
+            assert page.eval_on_selector_all("#results figure", CAPTION_SCORES) == shown_scores(found)
+            assert all(scores[row["key"]] is not None for row in found)  # a row without a caption has no embedding
+
+            bound = sorted(score for score in scores.values() if score is not None)[4]  # all but the 4 lowest pass
+            page.fill("#min-caption-score", "%.4f" % bound)
+            page.press("#min-caption-score", "Enter")  # the query shown, asked again with the bound
+            results = browser.results_titled("\u201c%s\u201d against the captions, caption score at least %.4f: "
+                                             "6 results" % (sentence, bound))
+            assert [key for _, key, *_ in results] == [row["key"] for row in api(
+                caption=sentence, k=6, min_caption_score="%.4f" % bound)]
+            page.uncheck("#captions")  # the images nearest the sentence, bounded the same
+            page.press("#text", "Enter")
+            found = api(text=sentence, k=12, min_caption_score="%.4f" % bound)
+            results = browser.results_titled("\u201c%s\u201d, caption score at least %.4f: 6 results" % (
+                sentence, bound))
+            assert [key for _, key, *_ in results] == [row["key"] for row in found[:6]]
+            assert len(found) == sum(score is not None and score >= bound for score in scores.values())
+            page.fill("#min-caption-score", "")
+            page.press("#min-caption-score", "Enter")
+            results = browser.results_titled("\u201c%s\u201d: 6 results" % sentence)
+            found = api(text=sentence, k=6)
+            assert page.eval_on_selector_all("#results figure", CAPTION_SCORES) == shown_scores(found)
+            page.fill("#min-caption-score", "2")  # the API's one line, shown whole
+            page.press("#min-caption-score", "Enter")
+            expect(page.locator("#error")).to_have_text(
+                "error 400: min_caption_score must be a cosine from -1 to 1; got '2'")
+            assert browser.errors == [e for e in browser.errors if "400" in e]  # the refused request's console line
         finally:
             browser.close()

@@ -173,6 +173,10 @@ def test_a_caption_query_and_the_caption_score_bound_are_answered_as_neighbours_
                                                                                      "cosine from -1 to 1; got '2'")
     embedder.close()
     assert description["queries"]["caption"] is True and "caption" not in description["unavailable"]
+    assert description["caption_scores"] is True
+    for answer in (by_caption, by_text, by_row):  # each row answered carries its caption score, as the file has it
+        assert all(found["caption_score"] == pytest.approx(scores[found["key"]], abs=1e-6)
+                   for found in answer["neighbours"]), answer
     assert Service(index, embedder).answers() == ("answers: neighbours of a row or a key, a sentence, a sentence "
                                                   "against the captions, an image, a vector, duplicates")
     assert by_caption["query"] == {"caption": sentence} and "probability" not in by_caption["neighbours"][0]
@@ -193,8 +197,10 @@ def test_a_caption_query_and_the_caption_score_bound_are_answered_as_neighbours_
         description = service.request("/api/index")[1]
         _refused(service.request("/api/neighbours?row=0&min_caption_score=0.1"), 400, "has no caption scores")
         _refused(service.request("/api/search?caption=a+dog"), 400, "has no caption scores")
+        by_plain_row = service.request("/api/neighbours?row=0&k=2")[1]
     assert description["queries"]["caption"] is False and "has no caption scores" in description["unavailable"][
         "caption"]
+    assert description["caption_scores"] is False and "caption_score" not in by_plain_row["neighbours"][0]
 
 
 # ----------------------------------------------------------------- refusals, each one status and one line

@@ -45,6 +45,18 @@ function imageUrl(row) { return "/api/image?row=" + encodeURIComponent(row); }
 
 function k() { return encodeURIComponent(element("k").value.trim()); }  // checked by the API (400, one line)
 
+// The caption score bound of every search ("" when none is given, or the output has no caption scores): the
+// API checks it (400, one line).
+function bound() {
+  const value = element("min-caption-score").value.trim();
+  return value === "" || element("min-caption-label").hidden ? "" : "&min_caption_score=" + encodeURIComponent(value);
+}
+
+// What a search's title adds for the bound: ", caption score at least 0.28".
+function boundTitle() {
+  return bound() ? ", caption score at least " + element("min-caption-score").value.trim() : "";
+}
+
 // Paths shortened to what differs between them: the leading parts (each from a "/" or "\" on) that all share
 // become "…", the last part (a file's name) always kept: "/d/cats/001.jpg", "/d/dogs/002.jpg" ->
 // "…/cats/001.jpg", "…/dogs/002.jpg"; a path alone keeps its last part.
@@ -138,6 +150,14 @@ function tile(item, short) {
     score.textContent = item.score.toFixed(3);
     text.append(score);
   }
+  if (item.caption_score !== undefined) {  // an output with caption scores: its caption's cosine with its image
+    const captionScore = document.createElement("span");
+    captionScore.className = "caption-score";
+    captionScore.title = item.caption_score === null ? "no caption score: no caption, or one that failed" :
+      "its caption score: the cosine of its caption and its image";
+    captionScore.textContent = "caption " + (item.caption_score === null ? "\u2013" : item.caption_score.toFixed(3));
+    text.append(captionScore);
+  }
   if (item.probability !== undefined) {  // the model's own score of a sentence and an image (SigLIP's)
     const probability = document.createElement("span");
     probability.className = "probability";
@@ -211,8 +231,8 @@ async function search(path, title, body, query) {
 
 function byRow(row, key, label) {
   const query = {src: imageUrl(row), caption: label};
-  shownQuery = () => search("/api/neighbours?row=" + encodeURIComponent(row) + "&k=" + k(),
-                            {text: "neighbours of " + label, key: key}, undefined, query);
+  shownQuery = () => search("/api/neighbours?row=" + encodeURIComponent(row) + "&k=" + k() + bound(),
+                            {text: "neighbours of " + label + boundTitle(), key: key}, undefined, query);
   shownQuery();
 }
 
@@ -224,15 +244,18 @@ function byImage(file) {
   showQuery(null);
   queryObjectUrl = URL.createObjectURL(file);
   const query = {src: queryObjectUrl, caption: file.name};
-  shownQuery = () => search("/api/search/image?k=" + k(), {text: "the image " + file.name}, file, query);
+  shownQuery = () => search("/api/search/image?k=" + k() + bound(), {text: "the image " + file.name + boundTitle()},
+                            file, query);
   shownQuery();
 }
 
 function bySentence(event) {
   event.preventDefault();
   const sentence = element("text").value;
-  shownQuery = () => search("/api/search?text=" + encodeURIComponent(sentence) + "&k=" + k(),
-                            {text: "\u201c" + sentence + "\u201d"});
+  const captions = !element("captions-label").hidden && element("captions").checked;  // text to text
+  shownQuery = () => search("/api/search?" + (captions ? "caption=" : "text=") + encodeURIComponent(sentence) +
+                            "&k=" + k() + bound(), {text: "\u201c" + sentence + "\u201d" +
+                                                          (captions ? " against the captions" : "") + boundTitle()});
   shownQuery();
 }
 
@@ -323,6 +346,7 @@ async function start() {
     if (file) byImage(file);
   });
   element("k").addEventListener("change", () => { if (shownQuery) shownQuery(); });
+  element("min-caption-score").addEventListener("change", () => { if (shownQuery) shownQuery(); });
   const slider = element("threshold-slider"), threshold = element("threshold");
   slider.max = SLIDER_STEPS;
   slider.addEventListener("input", () => { threshold.value = sliderThreshold(Number(slider.value)).toFixed(3); });
@@ -342,6 +366,8 @@ async function start() {
       (index.layer ? " " + index.layer : "") + ", " + index.kind + " index";
     element("text-form").hidden = !takes.text;
     element("image-label").hidden = !takes.image;
+    element("captions-label").hidden = !takes.caption;
+    element("min-caption-label").hidden = !index.caption_scores;
     element("unavailable").textContent = unavailableLine(unavailable);
     element("unavailable").hidden = !element("unavailable").textContent;
     element("k").max = index.limits.max_k;
