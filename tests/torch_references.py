@@ -224,7 +224,8 @@ def siglip2_features(folder, vision, text, images, ids):
     patch, side = vision["patch_size"], vision["image_size"]
     grid, width = side // patch, vision["hidden_size"]
     sizes = {key: value for key, value in vision.items() if key != "image_size"}
-    model = Siglip2Model(Siglip2Config(text_config=text, vision_config=dict(sizes, num_patches=grid * grid))).eval()
+    model = constructed(Siglip2Model, Siglip2Config(text_config=text, vision_config=dict(sizes,
+                                                                                    num_patches=grid * grid))).eval()
     state = load_file(str(folder / "model.safetensors"))
     weight = state["vision_model.embeddings.patch_embedding.weight"]  # [W, 3, P, P] -> [W, P * P * 3]
     state["vision_model.embeddings.patch_embedding.weight"] = weight.permute(0, 2, 3, 1).reshape(width, -1)
