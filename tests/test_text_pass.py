@@ -17,7 +17,6 @@ import dataset_files
 from models.clip import clip
 from models.text_queries import text_embedding
 from parallel import extract, jobs
-from parallel.devices import resolve_devices
 from parallel.devices.text_runner import TextRunner
 from parallel.inputs.tars import MEMBERS_SUFFIX, read_index
 from parallel.jobs.ledger import Ledger, ledger_path
