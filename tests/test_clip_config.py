@@ -76,10 +76,17 @@ def token_ids(lengths, seed=1):
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory, photographs):
+def compared(photographs):
+    """The photographs the parity is checked on: two, one pair for the spread guard (the parity is row by row; each
+    row costs both publishers' and our blocks at L/14's and H/14's widths)."""
+    return photographs[:2]
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory, compared):
     """{name: (folder, {output: array})}: each publisher's folder, written by its own code, and what it computes."""
     folder = tmp_path_factory.mktemp("clip_references")
-    np.save(folder / "images.npy", photographs)
+    np.save(folder / "images.npy", compared)
     np.save(folder / "token_ids.npy", token_ids((3, 10, 40, 75)))
     jobs = [dict(kind=kind, config=config, folder=str(folder / name), seed=index, images=str(folder / "images.npy"),
                  token_ids=str(folder / "token_ids.npy"), **OPENAI)
@@ -88,6 +95,16 @@ def references(tmp_path_factory, photographs):
     for name in REFERENCES:
         write_test_vocabulary(folder / name)  # the tokenizer's files a checkpoint's folder has
     return {name: (folder / name, result) for name, result in zip(REFERENCES, results)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def two_text_lengths():
+    """The text towers here built for two lengths, 8 and 77, not six: each length is a graph of its own, and the
+    parity's rows run on both (the first on 8 positions, the others on 77); tests/test_clip.py and
+    tests/test_devices_text_runner.py run rows on the shorter lengths."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clip, "TEXT_LENGTHS", (8,))
+        yield
 
 
 def run_family(weights, images, layer="embedding"):
@@ -100,12 +117,12 @@ def run_family(weights, images, layer="embedding"):
 # ----------------------------------------------------------------------------- parity with the publishers' code
 
 @pytest.mark.parametrize("name", ["l14", "h14"])
-def test_both_towers_equal_transformers_clip_model_at_l14_and_h14_sizes(references, photographs, name):
+def test_both_towers_equal_transformers_clip_model_at_l14_and_h14_sizes(references, compared, name):
     folder, expected = references[name]
     assert sorted(path.name for path in folder.iterdir()) == ["config.json", "merges.txt", "model.safetensors",
                                                               "tokenizer.json", "vocab.json"]
     for layer in ("pooled", "embedding") if name == "l14" else ("embedding",):
-        ours, spec = run_family(folder, photographs, layer)
+        ours, spec = run_family(folder, compared, layer)
         assert_parity(ours, expected[layer])
     vision = REFERENCES[name][1]["vision_config"]
     assert spec.settings["architecture"].startswith("image 224 px, patches 14; vision: width %d, 2 blocks, %d heads, "
@@ -116,10 +133,10 @@ def test_both_towers_equal_transformers_clip_model_at_l14_and_h14_sizes(referenc
         assert_parity(tower.embed(token_ids((3, 10, 40, 75))), expected["text"])
 
 
-def test_open_clip_s_laion_checkpoint_is_read_with_its_config(references, photographs):
+def test_open_clip_s_laion_checkpoint_is_read_with_its_config(references, compared):
     folder, expected = references["laion_l14"]
     assert {"open_clip_config.json", "open_clip_model.safetensors"} <= {path.name for path in folder.iterdir()}
-    ours, spec = run_family(folder, photographs)
+    ours, spec = run_family(folder, compared)
     assert_parity(ours, expected["embedding"])
     assert spec.files == (str(folder / "open_clip_model.safetensors"),) and "MLP 4096, gelu" in spec.settings[
         "architecture"]  # LAION's: the exact GELU (open_clip's quick_gelu false)
@@ -130,9 +147,9 @@ def test_open_clip_s_laion_checkpoint_is_read_with_its_config(references, photog
     assert sentences.shape == (2, 768) and np.abs(sentences[0] - sentences[1]).max() > 1e-2
 
 
-def test_open_clip_s_quick_gelu_and_preprocessing_are_the_config_s(references, photographs):
+def test_open_clip_s_quick_gelu_and_preprocessing_are_the_config_s(references, compared):
     folder, expected = references["quick_b32"]
-    ours, spec = run_family(folder, photographs)
+    ours, spec = run_family(folder, compared)
     assert_parity(ours, expected["embedding"])  # open_clip's preprocessing: (x - its mean) / its std
     assert "quick_gelu" in spec.settings["architecture"] and spec.resize_filter == "bilinear"
     assert spec.settings["preprocessing"] == ("short side to 224 (bilinear), centre 224x224; (RGB / 255 - mean 0.5, "

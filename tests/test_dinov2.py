@@ -57,15 +57,22 @@ def keras_hub_model(checkpoint):
 
 
 @pytest.fixture(scope="module")
-def reference(keras_hub_model, checkpoint, photographs):
-    """keras-hub's outputs on the photographs with OUR interpolated position embeddings (PyTorch's bicubic, as
-    Hugging Face's Dinov2Model computes them; keras-hub's TensorFlow bicubic differs, see
+def compared(photographs):
+    """The photographs the parity with keras-hub is checked on: two, one pair for the spread guard (the parity is
+    row by row; each row costs both models' 12 blocks)."""
+    return photographs[:2]
+
+
+@pytest.fixture(scope="module")
+def reference(keras_hub_model, checkpoint, compared):
+    """keras-hub's outputs on the compared photographs with OUR interpolated position embeddings (PyTorch's bicubic,
+    as Hugging Face's Dinov2Model computes them; keras-hub's TensorFlow bicubic differs, see
     test_the_interpolation_is_keras_hub_s_with_its_kernel): the sequence after the final LayerNorm."""
     backbone, _ = keras_hub_model
     ours = dinov2_weights.load_weights(checkpoint, VITS14)["dinov2_vits14/position_embedding"]
     backbone.embeddings.interpolated_position_embeddings.assign(ours[None])
-    pixels = (photographs / np.float32(255) - np.array(dinov2.RGB_MEAN, np.float32)) / np.array(dinov2.RGB_STD,
-                                                                                                 np.float32)
+    pixels = (compared / np.float32(255) - np.array(dinov2.RGB_MEAN, np.float32)) / np.array(dinov2.RGB_STD,
+                                                                                              np.float32)
     sequence = backbone.predict(pixels.astype(np.float32), verbose=0)
     return {"class_token": sequence[:, 0],
             "class_and_patch_mean": np.concatenate([sequence[:, 0], sequence[:, 1:].mean(1)], axis=1)}
@@ -77,11 +84,6 @@ def run_model(path, images, endpoint="class_token", precision="fp32", num_device
     devices = resolve_devices(devices=",".join("cpu:%d" % i for i in range(num_devices)), gpu_count=0)
     with engine.DeviceRunner(spec, devices, per_device_batch=2) as runner:
         return runner.run(images)
-
-
-@pytest.fixture(scope="module")
-def class_tokens(checkpoint, photographs):
-    return run_model(checkpoint, photographs)
 
 
 @pytest.fixture(scope="module")
@@ -98,17 +100,22 @@ def relative_difference(ours, reference):
 
 # ----------------------------------------------------------------------------- parity with keras-hub
 
-@pytest.mark.parametrize("endpoint", dinov2_layers.ENDPOINTS)
-def test_each_endpoint_equals_keras_hub_on_the_photographs(checkpoint, photographs, class_tokens, reference,
-                                                           endpoint):
-    ours = class_tokens if endpoint == "class_token" else run_model(checkpoint, photographs, endpoint)
-    expected = reference[endpoint]
-    assert ours.shape == expected.shape == (5, dinov2_layers.feature_size(VITS14, endpoint))
-    assert relative_difference(ours, expected) <= TOLERANCE
-    # Random weights could make this pass for nothing: the photographs' features differ far beyond the tolerance.
-    scale = np.abs(expected).max()
-    spread = min(np.abs(expected[i] - expected[j]).max() for i in range(5) for j in range(i + 1, 5))
-    assert spread >= 100 * TOLERANCE * scale, (spread, scale)
+def test_each_endpoint_equals_keras_hub_on_the_photographs(checkpoint, compared, reference):
+    """class_and_patch_mean is class_token's features, then the patch mean: one run checks both (the class_token
+    endpoint's own output runs in the tests of devices and of the command line)."""
+    ours = run_model(checkpoint, compared, "class_and_patch_mean")
+    width = dinov2_layers.feature_size(VITS14, "class_token")
+    assert ours.shape == (len(compared), dinov2_layers.feature_size(VITS14, "class_and_patch_mean")) == (
+        len(compared), 2 * width)
+    for endpoint, features in (("class_token", ours[:, :width]), ("class_and_patch_mean", ours)):
+        expected = reference[endpoint]
+        assert features.shape == expected.shape
+        assert relative_difference(features, expected) <= TOLERANCE
+        # Random weights could make this pass for nothing: the photographs' features differ far beyond the tolerance.
+        scale = np.abs(expected).max()
+        spread = min(np.abs(expected[i] - expected[j]).max() for i in range(len(expected))
+                     for j in range(i + 1, len(expected)))
+        assert spread >= 100 * TOLERANCE * scale, (spread, scale)
 
 
 def test_the_interpolation_is_keras_hub_s_with_its_kernel(keras_hub_model, checkpoint):
@@ -126,12 +133,23 @@ def test_the_interpolation_is_keras_hub_s_with_its_kernel(keras_hub_model, check
 
 # ----------------------------------------------------------------------------- the graph and its files
 
-@pytest.mark.parametrize("variant, width", [(VITS14, 384), (VITB14, 768), (dinov2_layers.VITL14, 1024),
-                                            (dinov2_layers.VITG14_REG, 1536)])
-def test_the_real_sizes_have_their_published_parameters_and_no_weight_is_a_constant(graph, variant, width):
+REAL_SIZES = ((VITS14, 384), (VITB14, 768), (dinov2_layers.VITL14, 1024), (dinov2_layers.VITG14_REG, 1536))
+
+
+def test_the_real_sizes_tables_have_their_published_parameters():
     """Hugging Face's counts of its Dinov2Model (S/14, B/14 as published; L/14) and Dinov2WithRegistersModel (g/14,
-    SwiGLU and 4 registers), counted by transformers 5.24 for the hub's configs: the table has every array."""
-    assert dinov2_layers.checkpoint_parameters(variant) + width == variant.parameter_count  # + the mask token
+    SwiGLU and 4 registers), counted by transformers 5.24 for the hub's configs: the table has every array, and
+    the graph's variables (the table's, at 224 px: next test) hold them but the mask token, positions at 16 x 16."""
+    for variant, width in REAL_SIZES:
+        assert dinov2_layers.checkpoint_parameters(variant) + width == variant.parameter_count  # + the mask token
+        assert sum(int(np.prod(shape)) for _, shape in dinov2_layers.variables(variant)) == (
+            variant.parameter_count - width - 37 * 37 * width + 16 * 16 * width)
+
+
+@pytest.mark.parametrize("variant, width", [REAL_SIZES[0], REAL_SIZES[-1]])
+def test_the_real_sizes_have_their_published_parameters_and_no_weight_is_a_constant(graph, variant, width):
+    """The graph of S/14 and of g/14 (the code of registers and SwiGLU; B/14's and L/14's are S/14's code with
+    other numbers) at their real depth, built, never run: its variables are the table's, every one of them."""
     output = dinov2.dinov2(tf1.placeholder(tf.uint8, [None, 224, 224, 3]), variant, "class_and_patch_mean")
     assert output.shape.as_list() == [None, 2 * width] and output.dtype == tf.float32
     variables = tf1.global_variables()
@@ -205,6 +223,7 @@ def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(
     with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0), 2) as runner:
         recorder = runner.session.run = CrossingRecorder(runner.session)
         three = runner.run(photographs)
+    assert one.shape == (len(photographs), SMALL.width)  # the class_token endpoint, the default
     assert relative_difference(three, one) <= TOLERANCE
     allowed = {placeholder.op.name for placeholder in runner.placeholders} | {out.op.name for out in runner.outputs}
     assert recorder.sources, "three devices must at least exchange their inputs and outputs"
@@ -236,13 +255,15 @@ def test_reduced_precisions_stay_close_to_fp32(small, photographs, precision):
     assert not np.array_equal(reference, reduced)  # it really computed in reduced precision
 
 
-def test_cli_one_and_three_static_ranks_give_the_same_bytes(checkpoint, tmp_path):
-    images = make_images(tmp_path / "images")
+def test_cli_one_and_three_static_ranks_give_the_same_bytes(small, tmp_path, monkeypatch):
+    """`--model dinov2_vits14` being the small test size here (the ranks' bytes do not depend on the size; S/14's
+    graph is the parity test's), three images in shards of one: a shard for each of the three ranks."""
+    monkeypatch.setattr(dinov2.VITS14, "variant", SMALL)
+    path, _ = small
+    images = make_images(tmp_path / "images", count=3)
     single = tmp_path / "one" / "features.npy"
-    cli(images, single, checkpoint, "--distributed", "static", "--rank", "0", "--world-size", "1",
-        "--shard-size", "2")
+    cli(images, single, path, "--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "1")
     three = tmp_path / "three" / "features.npy"
     for rank in range(3):
-        cli(images, three, checkpoint, "--distributed", "static", "--rank", rank, "--world-size", "3",
-            "--shard-size", "2")
-    assert job_outputs(three) == job_outputs(single) and np.load(single).shape == (4, 384)
+        cli(images, three, path, "--distributed", "static", "--rank", rank, "--world-size", "3", "--shard-size", "1")
+    assert job_outputs(three) == job_outputs(single) and np.load(single).shape == (3, SMALL.width)

@@ -136,13 +136,14 @@ def photographs_folder(tmp_path_factory):
 
 
 def run_model(name, images, output, tmp_path, *flags):
-    """run_inference's exit status for `name` with seeded random weights on two CPU devices, batch 1."""
+    """run_inference's exit status for `name` with seeded random weights on one CPU device, batch 1 (each model's
+    own tests run it on several devices: here its path through the engine is the point)."""
     import run_inference
     weights = tmp_path / ("%s.h5" % name)
     if not weights.exists():
         registry.weight_files(name).write_random(weights, seed=0)
     return run_inference.main(["--model", name, "--images", str(images), "--weights", str(weights), "--output",
-                               str(output), "--devices", "cpu:0,cpu:1", "--batch-size", "1", "--quiet", *flags])
+                               str(output), "--devices", "cpu:0", "--batch-size", "1", "--quiet", *flags])
 
 
 def test_a_tar_job_of_resnet50_gives_the_folder_job_s_features(photographs_folder, tmp_path):
@@ -242,7 +243,7 @@ def test_the_clip_family_from_parquet_files_is_searched_by_a_sentence(photograph
     weights = small_open_clip(tmp_path / "laion-small")
     files = write_files("img2dataset", photographs_folder, tmp_path / "parquet", 2, pattern="*.jpg")
     assert run_inference.main(["--model", "clip", "--images", str(tmp_path / "parquet" / "*.parquet"), "--weights",
-                               str(weights), "--output", str(tmp_path / "f.npy"), "--devices", "cpu:0,cpu:1",
+                               str(weights), "--output", str(tmp_path / "f.npy"), "--devices", "cpu:0",
                                "--batch-size", "1", "--quiet"]) == 0
     assert len(files) == 2 and np.load(tmp_path / "f.npy").shape == (4, 16)
     index = tmp_path / "f.index"
@@ -302,13 +303,20 @@ def test_a_family_s_model_pickled_as_ray_ships_it_to_its_actors_computes_the_sam
     np.testing.assert_array_equal(features[0], features[1])
 
 
-def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(tmp_path):
+@pytest.fixture(scope="module")
+def siglip_folder(tmp_path_factory):
+    """A small SigLIP 2 checkpoint folder (config.json, model.safetensors, a Gemma tokenizer trained here), written
+    once for the tests that read it."""
+    from siglip_files import write_small
+    return write_small(tmp_path_factory.mktemp("siglip") / "siglip2")
+
+
+def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(siglip_folder, tmp_path):
     """what_weights_are (the line refusing weights given to the wrong --model) knows the families: a folder whose
     config names one, at a size no preset has, says which --model reads it; nothing for the family's own models."""
     import dataclasses
     from models.dinov2 import dinov2_layers, dinov2_weights
     from models.vit.vit_layers import TransformerConfig
-    from siglip_files import write_small
     laion = small_open_clip(tmp_path / "laion-small")
     assert registry.what_weights_are(laion, "vgg16") == (
         "it holds a CLIP checkpoint (open_clip_config.json): pass --model clip, which reads its size from it")
@@ -319,7 +327,7 @@ def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(t
     assert registry.what_else(tmp_path / "registers" / "model.safetensors", "resnet50") == (
         "; it holds a DINOv2 checkpoint (its config.json's model_type dinov2_with_registers): pass --model dinov2, "
         "which reads its size from it")
-    siglip = write_small(tmp_path / "siglip2")
+    siglip = siglip_folder
     assert registry.what_weights_are(siglip, "clip") == (
         "it holds a SigLIP or SigLIP 2 checkpoint (its config.json's model_type siglip): pass --model siglip, which "
         "reads its size from it")
@@ -328,16 +336,16 @@ def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(t
         registry.feature_model("vgg16", weights=str(siglip))
 
 
-def test_the_siglip_family_in_tars_over_three_ranks_and_as_ray_ships_it(photographs_folder, photographs, tmp_path):
+def test_the_siglip_family_in_tars_over_three_ranks_and_as_ray_ships_it(photographs_folder, photographs, siglip_folder,
+                                                                       tmp_path):
     """`--model siglip` (its size from config.json) over tars: three static ranks write one process's output, and its
     ModelSpec pickled as Ray ships it to an actor computes the same features."""
     import run_inference
     from outputs import job_outputs
     from parallel import engine
     from parallel.devices import resolve_devices
-    from siglip_files import write_small
     from stores import write_tars
-    weights = write_small(tmp_path / "siglip2")
+    weights = siglip_folder
     write_tars(photographs_folder, tmp_path / "shards", 2, pattern="*.jpg")
 
     def run(output, *flags):

@@ -101,11 +101,12 @@ def resized(photographs, side):
 @pytest.fixture(scope="module")
 def written(tmp_path_factory, photographs):
     """Two SigLIPs saved by transformers, and their references' features: the base sizes (2 blocks) with
-    SiglipModel's and Siglip2Model's; So400m's (2 blocks, patch 14 at 384 px) with SiglipModel's."""
+    SiglipModel's and Siglip2Model's; So400m's (2 blocks, patch 14 at 384 px) with SiglipModel's. Each on two
+    photographs, one pair for the spread guard (the parity is row by row), and the token ids of 4 and 3 rows."""
     folder = tmp_path_factory.mktemp("siglip")
-    base = (folder / "base", dict(BASE, image_size=224, patch_size=16), BASE, resized(photographs, 224), token_ids(),
-            True)
-    so400m = (folder / "so400m", dict(SO400M, image_size=384, patch_size=14), SO400M, resized(photographs[:3], 384),
+    base = (folder / "base", dict(BASE, image_size=224, patch_size=16), BASE, resized(photographs[:2], 224),
+            token_ids(), True)
+    so400m = (folder / "so400m", dict(SO400M, image_size=384, patch_size=14), SO400M, resized(photographs[:2], 384),
               token_ids(3), False)
     return {name: (request[0], request[3], request[4], features) for name, request, features in zip(
         ("base", "so400m"), (base, so400m), references([base, so400m]))}
@@ -116,21 +117,29 @@ def base(written):
     return written["base"]
 
 
-def test_the_towers_equal_transformers_siglip_model(base):
+@pytest.fixture(scope="module")
+def ours_base(base):
+    """Our towers' (pooled, text) on the base checkpoint, computed once for the three references it is compared
+    with."""
+    folder, images, ids, _ = base
+    return ours_on(folder, images, ids)
+
+
+def test_the_towers_equal_transformers_siglip_model(base, ours_base):
     folder, images, ids, features = base
     assert json.loads((folder / "config.json").read_text())["model_type"] == "siglip"
-    ours_pooled, ours_text = ours_on(folder, images, ids)
+    ours_pooled, ours_text = ours_base
     assert_parity(ours_pooled, features["pooled"])
     assert_parity(ours_text, unit(features["text"]))
     np.testing.assert_allclose(np.linalg.norm(ours_text, axis=1), 1, rtol=1e-6)
 
 
-def test_the_towers_equal_siglip2_model_on_the_same_weights(base):
+def test_the_towers_equal_siglip2_model_on_the_same_weights(base, ours_base):
     """SigLIP 2's fixed-resolution checkpoints are SiglipModel's (their config.json: model_type "siglip"); the same
     weights in transformers' Siglip2Model (the NaFlex class: a linear patch embedding over flattened patches, the
     position embeddings resized to the grid, here the grid they were stored for) give the same embeddings."""
-    folder, images, ids, features = base
-    ours_pooled, ours_text = ours_on(folder, images, ids)
+    _, _, _, features = base
+    ours_pooled, ours_text = ours_base
     assert_parity(ours_pooled, features["siglip2_pooled"])
     assert_parity(ours_text, unit(features["siglip2_text"]))
 
@@ -210,14 +219,14 @@ def keras_hub_siglip(model, weights):
     return backbone
 
 
-def test_the_towers_equal_keras_hub_s_siglip_backbone(base):
+def test_the_towers_equal_keras_hub_s_siglip_backbone(base, ours_base):
     folder, images, ids, _ = base
     model = siglip_layers.read_config(folder)
     weights = siglip_weights.load_weights(folder / "model.safetensors", model, ("vision", "text"))
     backbone = keras_hub_siglip(model, weights)
     pooled = np.asarray(backbone.vision_encoder({"images": pixels(images)}))
     text = np.asarray(backbone.text_encoder({"token_ids": ids}))
-    ours_pooled, ours_text = ours_on(folder, images, ids)
+    ours_pooled, ours_text = ours_base
     assert_parity(ours_pooled, pooled)
     assert_parity(ours_text, unit(text))
 
@@ -254,32 +263,49 @@ def test_three_devices_give_one_device_s_features_and_no_weight_crosses_devices(
     assert recorder.sources <= allowed, "crossed between devices: %s" % sorted(recorder.sources - allowed)
 
 
-def test_the_command_line_stretches_the_whole_image_and_bf16_stays_close(folder, photographs, tmp_path):
-    """`--model siglip --weights FOLDER` takes its size from config.json; the reader resizes the whole image
-    (SiglipImageProcessor's rule, the model's default --resize), bicubic; bf16 within a cosine of 0.999."""
+def command_line(images, output, weights, *flags):
+    """run_inference's `--model siglip` of `images` into `output` on one device, batch 2: its exit status."""
+    return run_inference.main(["--images", str(images), "--output", str(output), "--model", "siglip", "--weights",
+                               str(weights), "--devices", "cpu:0", "--batch-size", "2", "--quiet", *map(str, flags)])
+
+
+@pytest.fixture(scope="module")
+def cut_images(tmp_path_factory, photographs):
+    """The photographs cut to five widths (not square: the reader stretches them), as PNG files in a folder."""
     from PIL import Image
-    images = tmp_path / "images"
+    images = tmp_path_factory.mktemp("cut") / "images"
     images.mkdir()
     for index, image in enumerate(photographs):
         Image.fromarray(image[:, : image.shape[1] // 2 + 20 * index]).save(images / ("%d.png" % index))
-    outputs = {}
-    for precision in ("fp32", "bf16"):
-        output = tmp_path / ("%s.npy" % precision)
-        assert run_inference.main(["--images", str(images), "--output", str(output), "--model", "siglip",
-                                   "--weights", str(folder), "--devices", "cpu:0", "--batch-size", "2", "--quiet",
-                                   "--precision", precision]) == 0
-        outputs[precision] = np.load(output)
-    settings = read_record(tmp_path / "fp32.npy")["settings"]
+    return images
+
+
+@pytest.fixture(scope="module")
+def folder_output(folder, cut_images, tmp_path_factory):
+    """The command line's output of `cut_images` with the small folder's weights, in fp32: the reference the
+    runs in bf16, from a Parquet dataset and from the hub are compared with."""
+    output = tmp_path_factory.mktemp("folder-run") / "fp32.npy"
+    assert command_line(cut_images, output, folder) == 0
+    return output
+
+
+def test_the_command_line_stretches_the_whole_image_and_bf16_stays_close(folder, cut_images, folder_output,
+                                                                          tmp_path):
+    """`--model siglip --weights FOLDER` takes its size from config.json; the reader resizes the whole image
+    (SiglipImageProcessor's rule, the model's default --resize), bicubic; bf16 within a cosine of 0.999."""
+    from PIL import Image
+    assert command_line(cut_images, tmp_path / "bf16.npy", folder, "--precision", "bf16") == 0
+    settings = read_record(folder_output)["settings"]
     assert settings["model"] == "siglip" and settings["resize"] == "stretch" and settings["layer"] == "embedding"
     assert "vision 32x2" in settings["size"] and settings["resize_filter"] == "bicubic"
-    paths = (tmp_path / "fp32.npy.paths.csv").read_text().split()[1:]
-    loaded = [np.asarray(Image.open(images / path).convert("RGB").resize((32, 32), Image.Resampling.BICUBIC))
+    paths = Path(str(folder_output) + ".paths.csv").read_text().split()[1:]
+    loaded = [np.asarray(Image.open(cut_images / path).convert("RGB").resize((32, 32), Image.Resampling.BICUBIC))
               for path in paths]
     model = siglip_layers.read_config(folder)
     weights = siglip_weights.load_weights(folder / "model.safetensors", model)
     expected = run_graph(lambda inputs: siglip.image_tower(inputs, model),
                          siglip.vision_variable_values(weights, model), np.stack(loaded))
-    fp32, bf16 = outputs["fp32"], outputs["bf16"]
+    fp32, bf16 = np.load(folder_output), np.load(tmp_path / "bf16.npy")
     np.testing.assert_allclose(fp32, expected, atol=1e-5)
     assert (fp32 * bf16).sum(axis=1).min() >= 0.999
 
@@ -298,23 +324,13 @@ def test_weights_that_are_not_the_model_s_are_one_line(folder, tmp_path):
         siglip.ImageModel("siglip").feature_model(weights=str(empty))
 
 
-def test_a_parquet_dataset_gives_the_folder_s_features_bit_for_bit(folder, photographs, tmp_path):
+def test_a_parquet_dataset_gives_the_folder_s_features_bit_for_bit(folder, cut_images, folder_output, tmp_path):
     """The same images as files and as an img2dataset Parquet file: the same rows (SigLIP through the readers of
     datasets, with its whole-image resize)."""
-    from PIL import Image
     from dataset_files import write_files
-    images = tmp_path / "images"
-    images.mkdir()
-    for index, image in enumerate(photographs):
-        Image.fromarray(image[:, : image.shape[1] // 2 + 20 * index]).save(images / ("%d.png" % index))
-    parquet = write_files("img2dataset", images, tmp_path / "parquet", per_file=3)
-    rows = {}
-    for name, source in (("folder", images), ("parquet", "%s/*.parquet" % (tmp_path / "parquet"))):
-        output = tmp_path / ("%s.npy" % name)
-        assert run_inference.main(["--images", str(source), "--output", str(output), "--model", "siglip",
-                                   "--weights", str(folder), "--devices", "cpu:0", "--batch-size", "2",
-                                   "--quiet"]) == 0
-        rows[name] = np.load(output)
+    parquet = write_files("img2dataset", cut_images, tmp_path / "parquet", per_file=3)
+    assert command_line("%s/*.parquet" % (tmp_path / "parquet"), tmp_path / "parquet.npy", folder) == 0
+    rows = {"folder": np.load(folder_output), "parquet": np.load(tmp_path / "parquet.npy")}
     assert len(parquet) == 2 and rows["folder"].shape == rows["parquet"].shape == (5, 32)
     sort = [np.lexsort(features.T) for features in (rows["folder"], rows["parquet"])]
     np.testing.assert_array_equal(rows["folder"][sort[0]], rows["parquet"][sort[1]])
@@ -349,24 +365,15 @@ def test_a_caption_score_is_the_cosine_of_the_towers_alone_and_siglip_s_probabil
     np.testing.assert_allclose(rows.probabilities, 1 / (1 + np.exp(-logit)), rtol=1e-6)
 
 
-def test_the_command_line_reads_an_hf_checkpoint_s_size_from_its_config(folder, photographs, tmp_path, fake_hub):
+def test_the_command_line_reads_an_hf_checkpoint_s_size_from_its_config(folder, cut_images, folder_output, tmp_path,
+                                                                        fake_hub):
     """`--model siglip --weights hf://ORG/NAME@COMMIT`: its config.json fetched with the weights, the size read from
     it: the folder's features bit for bit; the output's settings name the hub's checkpoint and the size."""
-    from PIL import Image
     commit = "0123456789abcdef0123456789abcdef01234567"
     for path in folder.iterdir():
         fake_hub.add("owner/siglip2-small", commit, path.name, path.read_bytes(), lfs=path.suffix == ".safetensors")
-    images = tmp_path / "images"
-    images.mkdir()
-    for index, image in enumerate(photographs[:3]):
-        Image.fromarray(image).save(images / ("%d.png" % index))
-    rows = {}
-    for name, weights in (("folder", str(folder)), ("hub", "hf://owner/siglip2-small@" + commit)):
-        output = tmp_path / ("%s.npy" % name)
-        assert run_inference.main(["--images", str(images), "--output", str(output), "--model", "siglip",
-                                   "--weights", weights, "--devices", "cpu:0", "--batch-size", "3", "--quiet"]) == 0
-        rows[name] = np.load(output)
-    np.testing.assert_array_equal(rows["hub"], rows["folder"])
+    assert command_line(cut_images, tmp_path / "hub.npy", "hf://owner/siglip2-small@" + commit) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "hub.npy"), np.load(folder_output))
     settings = read_record(tmp_path / "hub.npy")["settings"]
     assert settings["weights"].startswith("hub owner/siglip2-small@%s model.safetensors" % commit)
-    assert settings["size"] == read_record(tmp_path / "folder.npy")["settings"]["size"]
+    assert settings["size"] == read_record(folder_output)["settings"]["size"]

@@ -17,7 +17,6 @@ import dataset_files
 from models.clip import clip
 from models.text_queries import text_embedding
 from parallel import extract, jobs
-from parallel.devices import resolve_devices
 from parallel.devices.text_runner import TextRunner
 from parallel.inputs.tars import MEMBERS_SUFFIX, read_index
 from parallel.jobs.ledger import Ledger, ledger_path
@@ -29,8 +28,17 @@ LABELS = ("dog", "cat", "red sofa", "beach")
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
-    with clip_weights(tmp_path_factory.mktemp("clip") / "clip-random") as folder:
-        yield folder
+    """The small CLIP's folder (tests/text_jobs.py), with one block in each tower instead of two: every job here
+    builds both towers (the text tower twice, for two lengths), which is most of what a job of six small images
+    costs; what is tested is the job's text side, which does not depend on the depth."""
+    import dataclasses
+    import small_clip
+    one_block = dataclasses.replace(small_clip.SMALL, vision=dataclasses.replace(small_clip.SMALL.vision, depth=1),
+                                    text=dataclasses.replace(small_clip.SMALL.text, depth=1))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(small_clip, "SMALL", one_block)
+        with clip_weights(tmp_path_factory.mktemp("clip") / "clip-random") as folder:
+            yield folder
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,16 @@ def seed_parameters(module, seed, transposed=("visual.proj", "text_projection"))
             parameter.copy_(value)
 
 
+def constructed(model_class, config):
+    """`model_class(config)` without its own initialisation (transformers' `no_init_weights`): `seed_parameters`
+    writes every parameter next, so the values drawn there were thrown away (a third of a job's time); the buffers
+    (position ids) are the constructor's."""
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        return model_class(config)
+
+
 def normalised(images, mean, std):
     """uint8 [N, S, S, 3] -> float32 NCHW tensor, (x / 255 - mean) / std."""
     import torch
@@ -130,7 +140,7 @@ def clip(job):
     from transformers import CLIPConfig, CLIPModel
 
     folder = Path(job["folder"])
-    model = CLIPModel(CLIPConfig(**job["config"]))
+    model = constructed(CLIPModel, CLIPConfig(**job["config"]))
     seed_parameters(model, job["seed"])
     model.save_pretrained(folder)
     model = CLIPModel.from_pretrained(folder).eval()
@@ -172,7 +182,7 @@ def dinov2(job):
     registers = config.pop("model_type", "dinov2") == "dinov2_with_registers"
     model_class, config_class = ((Dinov2WithRegistersModel, Dinov2WithRegistersConfig) if registers
                                  else (Dinov2Model, Dinov2Config))
-    model = model_class(config_class(**config))
+    model = constructed(model_class, config_class(**config))
     seed_parameters(model, job["seed"])
     model.save_pretrained(folder)
     model = model_class.from_pretrained(folder).eval()
@@ -189,7 +199,7 @@ def siglip(job):
     from transformers import SiglipConfig, SiglipModel
 
     folder = Path(job["folder"])
-    model = SiglipModel(SiglipConfig(text_config=job["text"], vision_config=job["vision"]))
+    model = constructed(SiglipModel, SiglipConfig(text_config=job["text"], vision_config=job["vision"]))
     seed_parameters(model, job["seed"])
     model.save_pretrained(folder)
     model = SiglipModel.from_pretrained(folder).eval()
@@ -214,7 +224,8 @@ def siglip2_features(folder, vision, text, images, ids):
     patch, side = vision["patch_size"], vision["image_size"]
     grid, width = side // patch, vision["hidden_size"]
     sizes = {key: value for key, value in vision.items() if key != "image_size"}
-    model = Siglip2Model(Siglip2Config(text_config=text, vision_config=dict(sizes, num_patches=grid * grid))).eval()
+    model = constructed(Siglip2Model, Siglip2Config(text_config=text, vision_config=dict(sizes,
+                                                                                    num_patches=grid * grid))).eval()
     state = load_file(str(folder / "model.safetensors"))
     weight = state["vision_model.embeddings.patch_embedding.weight"]  # [W, 3, P, P] -> [W, P * P * 3]
     state["vision_model.embeddings.patch_embedding.weight"] = weight.permute(0, 2, 3, 1).reshape(width, -1)

@@ -221,11 +221,11 @@ def load_weights(path, variant, scope=None, interpolation=None):
         raise WeightsError("weights=%s: tensor embeddings.cls_token has shape %s; %s needs %s%s"
                            % (path, tuple(class_token.shape), variant.title, (1, 1, variant.width),
                               _other_size(class_token)))
-    values = {}
+    values, names = {}, hub_names(variant)  # once: it walks every variable of the size
     for name, shape in variables(variant):
-        hub_name = hub_names(variant)[name]
+        hub_name = names[name]
         if hub_name not in tensors:
-            known = sum(theirs in tensors for theirs in hub_names(variant).values())
+            known = sum(theirs in tensors for theirs in names.values())
             raise WeightsError("weights=%s has no tensor %s: it has %d of %s's %d tensors (not a Hugging Face "
                                "DINOv2 checkpoint?)%s" % (path, hub_name, known, variant.title, len(variables(variant)),
                                                           what_else(path, variant.name)))
@@ -265,9 +265,9 @@ def random_tensors(variant, seed=0):
       {Hugging Face tensor name: float32 array}, with `embeddings.mask_token` (zeros) as the real files have.
     """
     rng = np.random.default_rng(seed)
-    tensors = {}
+    tensors, names = {}, hub_names(variant)
     for name, shape in variables(variant, variant.source_grid):
-        hub_name, hub_shape = hub_names(variant)[name], _hub_shape(name, shape, variant)
+        hub_name, hub_shape = names[name], _hub_shape(name, shape, variant)
         if name.endswith("kernel"):
             fan_in = int(np.prod(shape[:-1]))
             array = rng.standard_normal(hub_shape, dtype=np.float32) * np.float32(1 / math.sqrt(fan_in))
@@ -320,8 +320,8 @@ class RandomFiles:
     def tensors(self):
         """{name: shape} of the tensors of Hugging Face's checkpoint of this size: what tells its checkpoints from
         the others' (`models.registry.holder`)."""
-        return {hub_names(self.variant)[name]: _hub_shape(name, shape, self.variant)
-                for name, shape in variables(self.variant)}
+        names = hub_names(self.variant)  # once: it walks every variable of the size
+        return {names[name]: _hub_shape(name, shape, self.variant) for name, shape in variables(self.variant)}
 
     def write_random(self, path, seed=0):
         """Writes seeded random weights of this size to `path`: Hugging Face's model.safetensors, or a folder
