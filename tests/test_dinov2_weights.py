@@ -37,6 +37,18 @@ def test_the_random_command_writes_hugging_face_s_tensors_which_map_onto_every_v
     assert 0.05 <= gammas.min() and gammas.max() <= 0.3  # small, as a trained network's
 
 
+def test_each_reading_and_writing_walks_the_size_s_name_table_once(checkpoint, monkeypatch):
+    """hub_names walks every variable of the size: built once a call, not once a variable (quadratic in the depth:
+    the registry's line refusing a giant's file for another model took seconds)."""
+    calls, real = [], dinov2_weights.hub_names
+    monkeypatch.setattr(dinov2_weights, "hub_names", lambda variant: calls.append(variant.name) or real(variant))
+    for work in (lambda: dinov2_weights.RandomFiles(VITS14).tensors(), lambda: dinov2_weights.load_weights(
+            checkpoint, VITS14), lambda: dinov2_weights.random_tensors(VITS14)):
+        calls.clear()
+        work()
+        assert calls == ["dinov2_vits14"], len(calls)
+
+
 def test_a_wrong_file_is_one_line_naming_it(checkpoint, tmp_path):
     with pytest.raises(WeightsError, match=r"tensor embeddings.cls_token has shape \(1, 1, 384\); DINOv2 ViT-B/14 "
                                            r"needs \(1, 1, 768\) \(the file is DINOv2 ViT-S/14's\?\)"):
