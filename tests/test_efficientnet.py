@@ -69,6 +69,13 @@ def keras_files(photographs, random_file):
     return dict(zip(names, keras_outputs(reference, names, photographs)), path=path)
 
 
+@pytest.fixture(scope="module")
+def avg_pool(keras_files, photographs):
+    """Our avg_pool of the photographs from Keras's file, fp32, one device: compared with Keras's, and the
+    reference of the devices and precision tests."""
+    return features(model.feature_model("avg_pool", weights=str(keras_files["path"])), photographs)
+
+
 def features(spec, images, num_devices=1, recorder=None):
     devices = resolve_devices(devices=",".join("cpu:%d" % index for index in range(num_devices)), gpu_count=0)
     with DeviceRunner(spec, devices, per_device_batch=2) as runner:
@@ -116,8 +123,8 @@ def test_bad_arguments_are_refused_naming_the_value(graph):
 
 # ----------------------------------------------------------------------------- parity with Keras
 
-def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, photographs):
-    ours = features(model.feature_model("avg_pool", weights=str(keras_files["path"])), photographs)
+def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, avg_pool):
+    ours = avg_pool
     expected = keras_files["avg_pool"]
     assert relative_difference(ours, expected) <= TOLERANCE
     # Calibrated batch norms: the features depend on the photograph, far beyond the tolerance.
@@ -169,7 +176,8 @@ def test_feature_model_settings_name_the_file_and_the_preprocessing(keras_files)
         "imagenet (Keras efficientnetb0_notop.h5, md5 50bc09e76180e00e4465e1a485ddc09d)")
 
 
-def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(keras_files, photographs):
+def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(keras_files, photographs,
+                                                                               avg_pool):
     spec = model.feature_model("avg_pool", weights=str(keras_files["path"]))
     devices = resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0)
     with DeviceRunner(spec, devices, per_device_batch=2) as runner:
@@ -177,13 +185,13 @@ def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(k
         three = runner.run(photographs)
         allowed = {op.op.name for op in runner.placeholders} | {output.op.name for output in runner.outputs}
     assert recorder.sources and recorder.sources <= allowed, sorted(recorder.sources - allowed)
-    np.testing.assert_allclose(three, features(spec, photographs), rtol=0, atol=1e-6 * np.abs(three).max())
+    np.testing.assert_allclose(three, avg_pool, rtol=0, atol=1e-6 * np.abs(three).max())
 
 
 @pytest.mark.parametrize("precision", ["bf16"])
-def test_reduced_precision_stays_close_to_fp32(keras_files, photographs, precision):
+def test_reduced_precision_stays_close_to_fp32(keras_files, photographs, avg_pool, precision):
     """bf16 (fp16 is for GPUs: on a CPU it runs through float32 casts)."""
-    reference = features(model.feature_model(weights=str(keras_files["path"])), photographs)
+    reference = avg_pool
     reduced = features(model.feature_model(weights=str(keras_files["path"]), precision=precision), photographs)
     cosine = (reduced * reference).sum(1) / np.linalg.norm(reduced, axis=1) / np.linalg.norm(reference, axis=1)
     assert reduced.dtype == np.float32 and cosine.min() >= 0.999, cosine  # VGG16's documented bound
