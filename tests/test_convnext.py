@@ -11,10 +11,10 @@ import run_inference
 from models.convnext import convnext, convnext_layers
 from models.convnext.convnext_weights import load_weights, random_weights, save_h5
 from models.files import WeightsError
+from endpoints import every_endpoint
 from outputs import job_outputs
 from parallel import engine
 from parallel.devices import resolve_devices
-from parallel.model import ModelSpec
 from partition_graphs import CrossingRecorder
 
 tf1 = tf.compat.v1
@@ -60,6 +60,14 @@ def notop_features(files, photographs):
     return run_model(files["notop"], photographs)
 
 
+@pytest.fixture(scope="module")
+def full_features(files, photographs):
+    """Our features from the full file at every endpoint, of the first FULL_IMAGES photographs, fp32, in one run."""
+    specs = {endpoint: convnext.feature_model(endpoint, str(files["full"]))
+             for endpoint in ("predictions", "logits", "avg_pool", "stage_3")}
+    return every_endpoint(specs, photographs[:FULL_IMAGES])
+
+
 def run_model(path, images, endpoint="avg_pool", precision="fp32", num_devices=1):
     """Features through the engine's DeviceRunner on `num_devices` logical CPU devices, 2 images per device."""
     spec = convnext.feature_model(endpoint, str(path), precision)
@@ -86,28 +94,19 @@ def test_avg_pool_equals_keras_notop_pooling_avg_on_the_photographs(notop_featur
 
 @pytest.mark.parametrize("endpoint, reference", [("avg_pool", "head_layernorm"), ("stage_3", "stage_3"),
                                                  ("logits", "logits")])
-def test_from_the_full_file_each_endpoint_equals_its_keras_output(files, keras_outputs, photographs, endpoint,
-                                                                  reference):
+def test_from_the_full_file_each_endpoint_equals_its_keras_output(full_features, keras_outputs, endpoint, reference):
     """avg_pool: the classifier's LayerNorm after the pooling; stage_3: the pooling's input; logits: the classifier
     without its softmax (predictions is their softmax, tested in test_predictions_are_the_softmax_of_the_logits)."""
     expected = keras_outputs[reference].reshape(FULL_IMAGES, -1)
-    ours = run_model(files["full"], photographs[:FULL_IMAGES], endpoint)
+    ours = full_features[endpoint]
     assert ours.shape[1] == convnext.feature_size(endpoint) == expected.shape[1]
     assert relative_difference(ours, expected) <= TOLERANCE
 
 
-def test_predictions_are_the_softmax_of_the_logits(files, photographs):
-    def both(images):
-        logits = convnext.convnext_tiny(images, "logits")
-        with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):  # the same variables
-            return tf.concat([logits, convnext.convnext_tiny(images, "predictions")], axis=1)
-
-    values = convnext.variable_values(load_weights(files["full"], with_top=True), "predictions")
-    spec = ModelSpec(name="both", fn=both, image_size=(224, 224), load_weights=lambda: values, output_name="both")
-    with engine.DeviceRunner(spec, resolve_devices(devices="cpu:0", gpu_count=0), per_device_batch=1) as runner:
-        logits, predictions = np.split(runner.run(photographs[:1]), 2, axis=1)
+def test_predictions_are_the_softmax_of_the_logits(full_features):
+    logits, predictions = full_features["logits"], full_features["predictions"]  # of the same weights
     np.testing.assert_allclose(predictions, np.exp(logits) / np.exp(logits).sum(1, keepdims=True), rtol=1e-5)
-    assert predictions.shape == (1, 1000) and abs(predictions.sum() - 1) < 1e-5
+    assert predictions.shape == (FULL_IMAGES, 1000) and np.abs(predictions.sum(1) - 1).max() < 1e-5
 
 
 def test_preprocessing_is_keras_s_normalization_layer(graph):

@@ -9,6 +9,7 @@ from PIL import Image
 import run_inference
 from models.efficientnet import efficientnet as model
 from models.efficientnet import efficientnet_weights as files
+from endpoints import every_endpoint
 from models.files import WeightsError
 from outputs import job_outputs
 from parallel.devices import DeviceRunner, resolve_devices
@@ -70,10 +71,17 @@ def keras_files(photographs, random_file):
 
 
 @pytest.fixture(scope="module")
-def avg_pool(keras_files, photographs):
-    """Our avg_pool of the photographs from Keras's file, fp32, one device: compared with Keras's, and the
-    reference of the devices and precision tests."""
-    return features(model.feature_model("avg_pool", weights=str(keras_files["path"])), photographs)
+def ours(keras_files, photographs):
+    """Our features of the photographs from Keras's file at every endpoint, fp32, one device, in one run."""
+    specs = {endpoint: model.feature_model(endpoint, weights=str(keras_files["path"]))
+             for endpoint in ("predictions", "avg_pool", "top_activation")}
+    return every_endpoint(specs, photographs)
+
+
+@pytest.fixture(scope="module")
+def avg_pool(ours):
+    """Compared with Keras's, and the reference of the devices and precision tests."""
+    return ours["avg_pool"]
 
 
 def features(spec, images, num_devices=1, recorder=None):
@@ -133,9 +141,9 @@ def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, avg_pool):
 
 
 @pytest.mark.parametrize("endpoint", ["top_activation", "predictions"])
-def test_the_other_endpoints_equal_keras(keras_files, photographs, endpoint):
-    ours = features(model.feature_model(endpoint, weights=str(keras_files["path"])), photographs)
-    assert relative_difference(ours, keras_files[endpoint].reshape(len(photographs), -1)) <= TOLERANCE
+def test_the_other_endpoints_equal_keras(keras_files, photographs, ours, endpoint):
+    assert ours[endpoint].shape[1] == model.feature_size(endpoint)
+    assert relative_difference(ours[endpoint], keras_files[endpoint].reshape(len(photographs), -1)) <= TOLERANCE
 
 
 def test_a_file_with_keras_s_imagenet_normalization_is_keras_s_weights_imagenet_by_name_or_path(

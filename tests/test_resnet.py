@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import run_inference
 from colour_jobs import make_images
+from endpoints import every_endpoint
 from models import registry
 from models.files import WeightsError
 from models.resnet import resnet, resnet_layers, resnet_weights
@@ -51,10 +52,17 @@ def calibrated_file(keras_model):
 
 
 @pytest.fixture(scope="module")
-def avg_pool(calibrated_file, photographs):
-    """Our avg_pool of the photographs from the calibrated file, fp32, one device: the reference of the devices
-    and precision tests."""
-    return run_model(calibrated_file, photographs)
+def ours(calibrated_file, photographs):
+    """Our features of the photographs from the calibrated file at every endpoint, fp32, one device, in one run."""
+    specs = {endpoint: resnet.feature_model(endpoint, weights=str(calibrated_file))
+             for endpoint in ("predictions", "avg_pool", "conv5_block3_out")}
+    return every_endpoint(specs, photographs)
+
+
+@pytest.fixture(scope="module")
+def avg_pool(ours):
+    """The reference of the devices and precision tests."""
+    return ours["avg_pool"]
 
 
 def run_model(path, images, endpoint="avg_pool", precision="fp32", devices="cpu:0", recorder=None):
@@ -116,20 +124,19 @@ def test_bad_arguments_are_refused_naming_the_value(graph, tmp_path):
         resnet.feature_model(weights=str(tmp_path / "nowhere.h5"))
 
 
-def test_equals_keras_on_the_same_weights_file_and_real_photographs(keras_model, photographs, avg_pool):
+def test_equals_keras_on_the_same_weights_file_and_real_photographs(keras_model, photographs, ours):
     """Our reader reads the file Keras wrote; each endpoint within 1e-5 of the largest Keras value, and the
     photographs' features differ from each other by far more than that."""
     import keras
 
-    model, calibrated = keras_model
+    model, _ = keras_model
     outputs = keras.Model(model.input, [model.get_layer(name).output for name in resnet_layers.ENDPOINTS])
     expected = outputs.predict(keras.applications.resnet.preprocess_input(photographs.astype(np.float32)),
                                verbose=0)
     for endpoint, reference in zip(resnet_layers.ENDPOINTS, expected):
         reference = reference.reshape(len(photographs), -1)
-        ours = avg_pool if endpoint == "avg_pool" else run_model(calibrated, photographs, endpoint)
         largest = np.abs(reference).max()
-        assert np.abs(ours - reference).max() <= TOLERANCE * largest, endpoint
+        assert np.abs(ours[endpoint] - reference).max() <= TOLERANCE * largest, endpoint
         spread = min(np.abs(reference[i] - reference[j]).max()
                      for i in range(len(reference)) for j in range(i + 1, len(reference)))
         assert spread >= 100 * TOLERANCE * largest, (endpoint, spread / largest)
