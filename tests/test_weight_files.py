@@ -108,11 +108,13 @@ def run_command(*arguments, **popen_options):
                           capture_output=True, text=True, timeout=HANG_SECONDS, **popen_options)
 
 
-def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meaningless(seeded_weights, tmp_path):
+def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meaningless(seeded_weights, tmp_path,
+                                                                                        capsys):
+    """In this process (`python -m` runs the same main: its exit status and one-line failure are tested below)."""
     output = tmp_path / "smoke.h5"
-    done = run_command("random", output, "--seed", 0)
-    assert done.returncode == 0, done.stderr
-    assert "RANDOM vgg16 weights (seed 0) in Keras's layout" in done.stderr and "MEANINGLESS" in done.stderr
+    assert weight_files.main(["random", str(output), "--seed", "0"]) == 0
+    error = capsys.readouterr().err
+    assert "RANDOM vgg16 weights (seed 0) in Keras's layout" in error and "MEANINGLESS" in error
     assert list(tmp_path.iterdir()) == [output]
     written = weight_files.load_weights(output)
     for layer in LAYERS:
