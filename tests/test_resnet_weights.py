@@ -5,6 +5,7 @@ import h5py
 import numpy as np
 import pytest
 
+from arrays import assert_same_array
 from models import weight_files
 from models.files import WeightsError
 from models.resnet import resnet_layers, resnet_weights
@@ -38,7 +39,7 @@ def test_keras_loads_our_file_into_its_own_resnet50_every_weight_where_it_belong
     for layer in loaded:
         arrays = written[layer]
         for array, (name, expected) in zip(loaded[layer], arrays.items()):
-            np.testing.assert_array_equal(array, expected, err_msg="%s %s" % (layer, name))
+            assert_same_array(array, expected, "%s %s" % (layer, name))
 
 
 def test_our_reader_reads_both_files_and_the_top_only_from_the_full_one(files, written):

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
+from arrays import assert_same_array
 from hangs import HANG_SECONDS
 from models import weight_files
 from models.vgg16_layers import LAYERS
@@ -24,8 +25,8 @@ def test_npy_and_h5_files_give_the_same_weights(seeded_weights, seeded_files):
     assert list(from_npy) == list(from_h5) == [layer.name for layer in LAYERS]
     for name in from_npy:
         for ours, theirs, original in zip(from_npy[name], from_h5[name], seeded_weights[name]):
-            np.testing.assert_array_equal(ours, theirs)
-            np.testing.assert_array_equal(ours, original)
+            assert_same_array(ours, theirs, name)
+            assert_same_array(ours, original, name)
 
 
 def test_a_python2_tensorflow_vgg_pickle_loads(tmp_path):
@@ -119,7 +120,7 @@ def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meani
     written = weight_files.load_weights(output)
     for layer in LAYERS:
         for ours, expected in zip(written[layer.name], seeded_weights[layer.name]):
-            np.testing.assert_array_equal(ours, expected)
+            assert_same_array(ours, expected, layer.name)
 
 
 def test_the_random_command_leaves_nothing_when_the_write_fails(tmp_path):
