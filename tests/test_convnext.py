@@ -49,9 +49,10 @@ def keras_outputs(files, photographs):
     full.load_weights(str(files["full"]))
     outputs = [full.get_layer("convnext_tiny_head_gap").input, full.get_layer("convnext_tiny_head_layernorm").output,
                full.output]
-    stage_3, head_layernorm, logits = keras.Model(full.input, outputs).predict(pixels[:FULL_IMAGES], verbose=0)
-    return {"avg_pool": notop.predict(pixels, verbose=0), "stage_3": stage_3, "head_layernorm": head_layernorm,
-            "logits": logits}
+    # Called, not predict(): the same layers in inference mode, without tracing a predict function.
+    stage_3, head_layernorm, logits = keras.Model(full.input, outputs)(pixels[:FULL_IMAGES], training=False)
+    return {"avg_pool": np.asarray(notop(pixels, training=False)), "stage_3": np.asarray(stage_3),
+            "head_layernorm": np.asarray(head_layernorm), "logits": np.asarray(logits)}
 
 
 @pytest.fixture(scope="module")

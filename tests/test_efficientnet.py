@@ -43,9 +43,10 @@ def calibrated(reference, images, path):
 def keras_outputs(reference, names, images):
     import keras
 
-    outputs = keras.Model(reference.inputs, [reference.get_layer(name).output for name in names]).predict(
-        images.astype(np.float32), verbose=0)
-    return outputs if len(names) > 1 else [outputs]
+    # Called, not predict(): the same layers in inference mode, without tracing a predict function (1 CPU-s).
+    outputs = keras.Model(reference.input, [reference.get_layer(name).output for name in names])(
+        images.astype(np.float32), training=False)
+    return [np.asarray(output) for output in (outputs if len(names) > 1 else [outputs])]
 
 
 @pytest.fixture(scope="module")
