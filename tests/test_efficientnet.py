@@ -150,23 +150,25 @@ def test_the_other_endpoints_equal_keras(keras_files, photographs, ours, endpoin
 def test_a_file_with_keras_s_imagenet_normalization_is_keras_s_weights_imagenet_by_name_or_path(
         photographs, tmp_path, monkeypatch):
     """Keras divides by sqrt(std) once more for weights="imagenet" only (its files hold the std as variance);
-    here such a file gets that Rescaling however it is given, and the file's mean and variance count."""
+    here such a file gets that Rescaling however it is given, and the file's mean and variance count.
+    (Two photographs: the Rescaling changes every feature.)"""
     import keras
     from keras.src.utils import file_utils
 
+    two = photographs[:2]
     like_imagenet = tmp_path / "like-imagenet.h5"
     files.write_random(like_imagenet, seed=0)  # the Normalization of Keras's ImageNet files
     monkeypatch.setattr(file_utils, "get_file", lambda *args, **kwargs: str(like_imagenet))
     reference = keras.applications.EfficientNetB0(weights="imagenet")  # reads the random file
     (tmp_path / "models").mkdir()
-    cached = calibrated(reference, photographs, tmp_path / "models" / model.NOTOP_FILE.name)  # notop: a subset
-    [expected] = keras_outputs(reference, ["avg_pool"], photographs)
+    cached = calibrated(reference, two, tmp_path / "models" / model.NOTOP_FILE.name)  # notop: a subset
+    [expected] = keras_outputs(reference, ["avg_pool"], two)
     spec = model.feature_model("avg_pool", weights="imagenet", cache_dir=tmp_path)
     assert spec.settings["weights"] == model.NOTOP_FILE.identity
-    assert relative_difference(features(spec, photographs), expected) <= TOLERANCE
-    by_path = features(model.feature_model("avg_pool", weights=str(cached)), photographs)
+    assert relative_difference(features(spec, two), expected) <= TOLERANCE
+    by_path = features(model.feature_model("avg_pool", weights=str(cached)), two)
     assert relative_difference(by_path, expected) <= TOLERANCE  # the same file by path: the same features
-    [keras_by_path] = keras_outputs(keras.applications.EfficientNetB0(weights=str(cached)), ["avg_pool"], photographs)
+    [keras_by_path] = keras_outputs(keras.applications.EfficientNetB0(weights=str(cached)), ["avg_pool"], two)
     assert relative_difference(by_path, keras_by_path) > 0.1  # Keras's weights=PATH leaves the Rescaling out
 
 
@@ -188,13 +190,13 @@ def test_feature_model_settings_name_the_file_and_the_preprocessing(keras_files)
 def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(keras_files, photographs,
                                                                                avg_pool):
     spec = model.feature_model("avg_pool", weights=str(keras_files["path"]))
-    devices = resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0)
+    devices = resolve_devices(devices="cpu:0,cpu:1", gpu_count=0)  # 5 photographs: 2 + 2, then 1
     with DeviceRunner(spec, devices, per_device_batch=2) as runner:
         recorder = runner.session.run = CrossingRecorder(runner.session)
-        three = runner.run(photographs)
+        two = runner.run(photographs)
         allowed = {op.op.name for op in runner.placeholders} | {output.op.name for output in runner.outputs}
     assert recorder.sources and recorder.sources <= allowed, sorted(recorder.sources - allowed)
-    np.testing.assert_allclose(three, avg_pool, rtol=0, atol=1e-6 * np.abs(three).max())
+    np.testing.assert_allclose(two, avg_pool, rtol=0, atol=1e-6 * np.abs(two).max())
 
 
 @pytest.mark.parametrize("precision", ["bf16"])

@@ -207,7 +207,7 @@ def test_fp32_turns_tf32_off_tf32_allows_it_and_on_a_cpu_they_are_identical(tmp_
         tf.config.experimental.enable_tensor_float_32_execution(not allowed)
         model = vgg16.feature_model("pool5", weights=str(seeded_files["npy"]), precision=precision)
         assert model.settings["precision"] == precision  # recorded: an fp32 output is not resumed with tf32
-        paths, features[precision] = engine.extract(model, files, devices="cpu:0,cpu:1", per_device_batch=1)
+        paths, features[precision] = engine.extract(model, files, devices="cpu:0", per_device_batch=1)
         assert tf.config.experimental.tensor_float_32_execution_enabled() is allowed, precision
         assert len(paths) == len(images)
     np.testing.assert_array_equal(features["tf32"], features["fp32"])  # TF32 only changes Ampere+ GPU kernels
