@@ -8,10 +8,10 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
+from endpoints import every_endpoint
 from models.convnext import convnext, convnext_layers
 from models.convnext.convnext_weights import load_weights, random_weights, save_h5
 from models.files import WeightsError
-from endpoints import every_endpoint
 from outputs import job_outputs
 from parallel import engine
 from parallel.devices import resolve_devices

@@ -7,9 +7,9 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
+from endpoints import every_endpoint
 from models.efficientnet import efficientnet as model
 from models.efficientnet import efficientnet_weights as files
-from endpoints import every_endpoint
 from models.files import WeightsError
 from outputs import job_outputs
 from parallel.devices import DeviceRunner, resolve_devices
@@ -43,7 +43,7 @@ def calibrated(reference, images, path):
 def keras_outputs(reference, names, images):
     import keras
 
-    # Called, not predict(): the same layers in inference mode, without tracing a predict function (1 CPU-s).
+    # Called, not predict(): the same layers in inference mode, without tracing a predict function (about a CPU-second).
     outputs = keras.Model(reference.input, [reference.get_layer(name).output for name in names])(
         images.astype(np.float32), training=False)
     return [np.asarray(output) for output in (outputs if len(names) > 1 else [outputs])]

@@ -106,7 +106,8 @@ def test_relu7_equals_keras_fc2_given_the_same_h5_weights(seeded_files, images, 
     relu7 = run_model(weights, images, "relu7")
     assert np.abs(relu7 - expected).max() / np.abs(expected).max() <= 1e-4
     assert (expected > 0).mean() > 0.1  # the comparison is not of zeros
-    # fc7 (of the same weights, read from vgg16.npy's seed) is the pre-activation: negative where relu7 is 0.
+    # fc7 (of the seeded weights this file holds: test_weight_files.py) is the pre-activation: negative where
+    # relu7 is 0.
     assert (fc7 < 0).any()
     np.testing.assert_array_equal(np.maximum(fc7, 0), relu7)
 
@@ -197,7 +198,7 @@ def tensor_float_32():
 def test_fp32_turns_tf32_off_tf32_allows_it_and_on_a_cpu_they_are_identical(tmp_path, seeded_files, images,
                                                                              tensor_float_32):
     """TensorFlow allows TF32 by default; the engine sets what the model's precision says before its Session.
-    (pool5: the convolutions, without fc6 and fc7's 120 M weights, are enough to tell the precisions apart.)"""
+    (pool5: the engine sets the flag whatever the endpoint, and fc6 and fc7's 120 M weights need not be loaded.)"""
     files = []
     for index, image in enumerate(images):
         files.append(tmp_path / ("%d.png" % index))
