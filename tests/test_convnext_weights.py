@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
+from arrays import assert_same_array
 from models import weight_files
 from models.convnext import convnext_layers as table
 from models.convnext.convnext_weights import load_weights, random_weights, save_h5
@@ -60,7 +61,7 @@ def test_keras_reads_our_files_into_its_own_model(keras_models, expected):
             legacy_order = keras_layer.trainable_weights + keras_layer.non_trainable_weights
             values = [variable.numpy() for variable in legacy_order]
             for value, array in zip(values, expected[layer.name], strict=True):
-                np.testing.assert_array_equal(value, array)
+                assert_same_array(value, array, layer.name)
 
 
 def test_the_random_command_writes_what_we_read_back(files, expected):
@@ -68,7 +69,7 @@ def test_the_random_command_writes_what_we_read_back(files, expected):
     assert list(read) == [layer.name for layer in table.LAYERS]
     for name, arrays in expected.items():
         for ours, theirs in zip(read[name], arrays, strict=True):
-            np.testing.assert_array_equal(ours, theirs)
+            assert_same_array(ours, theirs, name)
     notop = load_weights(files["notop"])
     assert list(notop) == list(read)[:-1]  # no head/dense
     np.testing.assert_array_equal(notop["head/layernorm"][0], expected["head/layernorm"][0])
@@ -83,7 +84,7 @@ def test_we_read_the_files_keras_3_writes(keras_models, expected, tmp_path):
     for read in (full, notop):
         for name, arrays in read.items():
             for ours, theirs in zip(arrays, expected[name], strict=True):
-                np.testing.assert_array_equal(ours, theirs)
+                assert_same_array(ours, theirs, name)
     assert set(full) - set(notop) == {"head/dense"}
 
 

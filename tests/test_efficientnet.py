@@ -7,6 +7,7 @@ import tensorflow as tf
 from PIL import Image
 
 import run_inference
+from endpoints import every_endpoint
 from models.efficientnet import efficientnet as model
 from models.efficientnet import efficientnet_weights as files
 from models.files import WeightsError
@@ -42,9 +43,10 @@ def calibrated(reference, images, path):
 def keras_outputs(reference, names, images):
     import keras
 
-    outputs = keras.Model(reference.inputs, [reference.get_layer(name).output for name in names]).predict(
-        images.astype(np.float32), verbose=0)
-    return outputs if len(names) > 1 else [outputs]
+    # Called, not predict(): the same layers in inference mode, without tracing a predict function (about a CPU-second).
+    outputs = keras.Model(reference.input, [reference.get_layer(name).output for name in names])(
+        images.astype(np.float32), training=False)
+    return [np.asarray(output) for output in (outputs if len(names) > 1 else [outputs])]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,20 @@ def keras_files(photographs, random_file):
     path = calibrated(reference, photographs, random_file.parent / "efficientnetb0.h5")
     names = ("avg_pool", "top_activation", "predictions")
     return dict(zip(names, keras_outputs(reference, names, photographs)), path=path)
+
+
+@pytest.fixture(scope="module")
+def ours(keras_files, photographs):
+    """Our features of the photographs from Keras's file at every endpoint, fp32, one device, in one run."""
+    specs = {endpoint: model.feature_model(endpoint, weights=str(keras_files["path"]))
+             for endpoint in ("predictions", "avg_pool", "top_activation")}
+    return every_endpoint(specs, photographs)
+
+
+@pytest.fixture(scope="module")
+def avg_pool(ours):
+    """Compared with Keras's, and the reference of the devices and precision tests."""
+    return ours["avg_pool"]
 
 
 def features(spec, images, num_devices=1, recorder=None):
@@ -116,8 +132,8 @@ def test_bad_arguments_are_refused_naming_the_value(graph):
 
 # ----------------------------------------------------------------------------- parity with Keras
 
-def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, photographs):
-    ours = features(model.feature_model("avg_pool", weights=str(keras_files["path"])), photographs)
+def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, avg_pool):
+    ours = avg_pool
     expected = keras_files["avg_pool"]
     assert relative_difference(ours, expected) <= TOLERANCE
     # Calibrated batch norms: the features depend on the photograph, far beyond the tolerance.
@@ -126,31 +142,33 @@ def test_avg_pool_equals_keras_on_a_file_keras_wrote(keras_files, photographs):
 
 
 @pytest.mark.parametrize("endpoint", ["top_activation", "predictions"])
-def test_the_other_endpoints_equal_keras(keras_files, photographs, endpoint):
-    ours = features(model.feature_model(endpoint, weights=str(keras_files["path"])), photographs)
-    assert relative_difference(ours, keras_files[endpoint].reshape(len(photographs), -1)) <= TOLERANCE
+def test_the_other_endpoints_equal_keras(keras_files, photographs, ours, endpoint):
+    assert ours[endpoint].shape[1] == model.feature_size(endpoint)
+    assert relative_difference(ours[endpoint], keras_files[endpoint].reshape(len(photographs), -1)) <= TOLERANCE
 
 
 def test_a_file_with_keras_s_imagenet_normalization_is_keras_s_weights_imagenet_by_name_or_path(
         photographs, tmp_path, monkeypatch):
     """Keras divides by sqrt(std) once more for weights="imagenet" only (its files hold the std as variance);
-    here such a file gets that Rescaling however it is given, and the file's mean and variance count."""
+    here such a file gets that Rescaling however it is given, and the file's mean and variance count.
+    (Two photographs: the Rescaling changes every feature.)"""
     import keras
     from keras.src.utils import file_utils
 
+    two = photographs[:2]
     like_imagenet = tmp_path / "like-imagenet.h5"
     files.write_random(like_imagenet, seed=0)  # the Normalization of Keras's ImageNet files
     monkeypatch.setattr(file_utils, "get_file", lambda *args, **kwargs: str(like_imagenet))
     reference = keras.applications.EfficientNetB0(weights="imagenet")  # reads the random file
     (tmp_path / "models").mkdir()
-    cached = calibrated(reference, photographs, tmp_path / "models" / model.NOTOP_FILE.name)  # notop: a subset
-    [expected] = keras_outputs(reference, ["avg_pool"], photographs)
+    cached = calibrated(reference, two, tmp_path / "models" / model.NOTOP_FILE.name)  # notop: a subset
+    [expected] = keras_outputs(reference, ["avg_pool"], two)
     spec = model.feature_model("avg_pool", weights="imagenet", cache_dir=tmp_path)
     assert spec.settings["weights"] == model.NOTOP_FILE.identity
-    assert relative_difference(features(spec, photographs), expected) <= TOLERANCE
-    by_path = features(model.feature_model("avg_pool", weights=str(cached)), photographs)
+    assert relative_difference(features(spec, two), expected) <= TOLERANCE
+    by_path = features(model.feature_model("avg_pool", weights=str(cached)), two)
     assert relative_difference(by_path, expected) <= TOLERANCE  # the same file by path: the same features
-    [keras_by_path] = keras_outputs(keras.applications.EfficientNetB0(weights=str(cached)), ["avg_pool"], photographs)
+    [keras_by_path] = keras_outputs(keras.applications.EfficientNetB0(weights=str(cached)), ["avg_pool"], two)
     assert relative_difference(by_path, keras_by_path) > 0.1  # Keras's weights=PATH leaves the Rescaling out
 
 
@@ -169,21 +187,22 @@ def test_feature_model_settings_name_the_file_and_the_preprocessing(keras_files)
         "imagenet (Keras efficientnetb0_notop.h5, md5 50bc09e76180e00e4465e1a485ddc09d)")
 
 
-def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(keras_files, photographs):
+def test_features_do_not_depend_on_the_number_of_devices_and_no_weight_crosses(keras_files, photographs,
+                                                                               avg_pool):
     spec = model.feature_model("avg_pool", weights=str(keras_files["path"]))
-    devices = resolve_devices(devices="cpu:0,cpu:1,cpu:2", gpu_count=0)
+    devices = resolve_devices(devices="cpu:0,cpu:1", gpu_count=0)  # 5 photographs: 2 + 2, then 1
     with DeviceRunner(spec, devices, per_device_batch=2) as runner:
         recorder = runner.session.run = CrossingRecorder(runner.session)
-        three = runner.run(photographs)
+        two = runner.run(photographs)
         allowed = {op.op.name for op in runner.placeholders} | {output.op.name for output in runner.outputs}
     assert recorder.sources and recorder.sources <= allowed, sorted(recorder.sources - allowed)
-    np.testing.assert_allclose(three, features(spec, photographs), rtol=0, atol=1e-6 * np.abs(three).max())
+    np.testing.assert_allclose(two, avg_pool, rtol=0, atol=1e-6 * np.abs(two).max())
 
 
 @pytest.mark.parametrize("precision", ["bf16"])
-def test_reduced_precision_stays_close_to_fp32(keras_files, photographs, precision):
+def test_reduced_precision_stays_close_to_fp32(keras_files, photographs, avg_pool, precision):
     """bf16 (fp16 is for GPUs: on a CPU it runs through float32 casts)."""
-    reference = features(model.feature_model(weights=str(keras_files["path"])), photographs)
+    reference = avg_pool
     reduced = features(model.feature_model(weights=str(keras_files["path"]), precision=precision), photographs)
     cosine = (reduced * reference).sum(1) / np.linalg.norm(reduced, axis=1) / np.linalg.norm(reference, axis=1)
     assert reduced.dtype == np.float32 and cosine.min() >= 0.999, cosine  # VGG16's documented bound

@@ -6,6 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
+from arrays import assert_same_array
 from models import weight_files
 from models.efficientnet import efficientnet_weights as files
 from models.efficientnet.efficientnet_layers import KERAS_LAYERS, TOP_LAYERS
@@ -35,7 +36,7 @@ def test_keras_reads_our_file_layer_for_layer(random_file, keras_model):
             ] == [layer.name for layer in KERAS_LAYERS]
     for layer, ours in zip(with_weights, KERAS_LAYERS):
         for variable, (name, _) in zip(layer.weights, ours.weights):
-            np.testing.assert_array_equal(np.asarray(variable), expected[ours.name][name])
+            assert_same_array(variable, expected[ours.name][name], ours.name + " " + name)
 
 
 def test_we_read_a_file_keras_3_wrote(tmp_path, keras_model):
@@ -58,7 +59,7 @@ def test_what_we_write_is_what_we_read(random_file):
     written, expected = files.load_weights(random_file, include_top=True), files.random_weights(seed=3)
     for layer in KERAS_LAYERS:
         for name, array in written[layer.name].items():
-            np.testing.assert_array_equal(array, expected[layer.name][name])
+            assert_same_array(array, expected[layer.name][name], layer.name + " " + name)
     assert files.looks_like_keras_imagenet_file(written)  # the random command's file: as Keras's ImageNet file
     assert not files.looks_like_keras_imagenet_file(files.random_weights(seed=3, imagenet_normalization=False))
     assert "predictions" not in files.load_weights(random_file)  # include_top=False reads up to top_bn

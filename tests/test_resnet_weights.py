@@ -1,19 +1,14 @@
 """ResNet50's weight files: Keras reads what we write (with and without the top), we read it back by name,
 a wrong file is one line, and the random command writes either layout."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import h5py
 import numpy as np
 import pytest
 
-from hangs import HANG_SECONDS
+from arrays import assert_same_array
+from models import weight_files
 from models.files import WeightsError
 from models.resnet import resnet_layers, resnet_weights
-
-REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +39,7 @@ def test_keras_loads_our_file_into_its_own_resnet50_every_weight_where_it_belong
     for layer in loaded:
         arrays = written[layer]
         for array, (name, expected) in zip(loaded[layer], arrays.items()):
-            np.testing.assert_array_equal(array, expected, err_msg="%s %s" % (layer, name))
+            assert_same_array(array, expected, "%s %s" % (layer, name))
 
 
 def test_our_reader_reads_both_files_and_the_top_only_from_the_full_one(files, written):
@@ -82,16 +77,15 @@ def test_a_kernel_of_another_shape_names_the_file_layer_and_both_shapes(files, t
                                 "needs (3, 3, 256, 256)" % path)
 
 
-def test_the_random_command_writes_either_layout_and_refuses_another_suffix(tmp_path):
+def test_the_random_command_writes_either_layout_and_refuses_another_suffix(tmp_path, capsys):
     def command(output):
-        return subprocess.run([sys.executable, "-m", "models.weight_files", "random", str(output), "--model",
-                               "resnet50", "--seed", "3"], cwd=REPOSITORY, capture_output=True, text=True,
-                              timeout=HANG_SECONDS)
+        return weight_files.main(["random", str(output), "--model", "resnet50", "--seed", "3"]), (
+            capsys.readouterr().err)
 
-    done = command(tmp_path / "r_notop.h5")
-    assert done.returncode == 0 and "RANDOM resnet50 weights (seed 3) in Keras's layout" in done.stderr, done.stderr
+    status, error = command(tmp_path / "r_notop.h5")
+    assert status == 0 and "RANDOM resnet50 weights (seed 3) in Keras's layout" in error, error
     with h5py.File(tmp_path / "r_notop.h5", "r") as file:
         assert "predictions" not in file and file.attrs["layer_names"][-1] == b"conv5_block3_out"
-    refused = command(tmp_path / "r.npy")
-    assert refused.returncode == 2 and "must end in .h5 (Keras's layout) for resnet50" in refused.stderr
+    status, error = command(tmp_path / "r.npy")
+    assert status == 2 and "must end in .h5 (Keras's layout) for resnet50" in error
     assert not (tmp_path / "r.npy").exists()

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
+from arrays import assert_same_array
 from hangs import HANG_SECONDS
 from models import weight_files
 from models.vgg16_layers import LAYERS
@@ -24,8 +25,8 @@ def test_npy_and_h5_files_give_the_same_weights(seeded_weights, seeded_files):
     assert list(from_npy) == list(from_h5) == [layer.name for layer in LAYERS]
     for name in from_npy:
         for ours, theirs, original in zip(from_npy[name], from_h5[name], seeded_weights[name]):
-            np.testing.assert_array_equal(ours, theirs)
-            np.testing.assert_array_equal(ours, original)
+            assert_same_array(ours, theirs, name)
+            assert_same_array(ours, original, name)
 
 
 def test_a_python2_tensorflow_vgg_pickle_loads(tmp_path):
@@ -108,16 +109,18 @@ def run_command(*arguments, **popen_options):
                           capture_output=True, text=True, timeout=HANG_SECONDS, **popen_options)
 
 
-def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meaningless(seeded_weights, tmp_path):
+def test_the_random_command_writes_a_real_layout_and_says_the_features_are_meaningless(seeded_weights, tmp_path,
+                                                                                        capsys):
+    """In this process (`python -m` runs the same main: its exit status and one-line failure are tested below)."""
     output = tmp_path / "smoke.h5"
-    done = run_command("random", output, "--seed", 0)
-    assert done.returncode == 0, done.stderr
-    assert "RANDOM vgg16 weights (seed 0) in Keras's layout" in done.stderr and "MEANINGLESS" in done.stderr
+    assert weight_files.main(["random", str(output), "--seed", "0"]) == 0
+    error = capsys.readouterr().err
+    assert "RANDOM vgg16 weights (seed 0) in Keras's layout" in error and "MEANINGLESS" in error
     assert list(tmp_path.iterdir()) == [output]
     written = weight_files.load_weights(output)
     for layer in LAYERS:
         for ours, expected in zip(written[layer.name], seeded_weights[layer.name]):
-            np.testing.assert_array_equal(ours, expected)
+            assert_same_array(ours, expected, layer.name)
 
 
 def test_the_random_command_leaves_nothing_when_the_write_fails(tmp_path):
