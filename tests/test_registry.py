@@ -275,9 +275,11 @@ def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_in_a_store_an
 
     assert run(tmp_path / "one.npy") == 0
     for rank in range(3):
-        assert run(tmp_path / "three.npy", "--distributed", "static", "--rank", str(rank), "--world-size", "3",
+        assert run(s3.url("three.npy"), "--distributed", "static", "--rank", str(rank), "--world-size", "3",
                    "--shard-size", "1") == 0
-    assert job_outputs(tmp_path / "three.npy") == job_outputs(tmp_path / "one.npy")
+    local = job_outputs(tmp_path / "one.npy")
+    assert sorted(local) == ["", ".paths.csv"] and {suffix: s3.filesystem.cat_file("%s/three.npy%s" % (
+        s3.bucket, suffix)) for suffix in local} == local
     assert run(s3.url("registers.npy")) == 0
     assert s3.filesystem.cat_file("%s/registers.npy" % s3.bucket) == (tmp_path / "one.npy").read_bytes()
     assert run(tmp_path / "bf16.npy", "--precision", "bf16") == 0
@@ -336,10 +338,10 @@ def test_a_checkpoint_of_a_family_at_a_size_no_name_has_is_named_by_its_config(s
         registry.feature_model("vgg16", weights=str(siglip))
 
 
-def test_the_siglip_family_in_tars_over_three_ranks_and_as_ray_ships_it(photographs_folder, photographs, siglip_folder,
-                                                                       tmp_path):
-    """`--model siglip` (its size from config.json) over tars: three static ranks write one process's output, and its
-    ModelSpec pickled as Ray ships it to an actor computes the same features."""
+def test_the_siglip_family_in_tars_over_three_ranks_into_a_store_and_as_ray_ships_it(photographs_folder, photographs,
+                                                                                     siglip_folder, tmp_path, s3):
+    """`--model siglip` (its size from config.json) over tars: three static ranks writing into a store give one
+    local process's output, and its ModelSpec pickled as Ray ships it to an actor computes the same features."""
     import run_inference
     from outputs import job_outputs
     from parallel import engine
@@ -355,9 +357,11 @@ def test_the_siglip_family_in_tars_over_three_ranks_and_as_ray_ships_it(photogra
 
     assert run(tmp_path / "one.npy") == 0
     for rank in range(3):
-        assert run(tmp_path / "three.npy", "--distributed", "static", "--rank", str(rank), "--world-size", "3",
+        assert run(s3.url("three.npy"), "--distributed", "static", "--rank", str(rank), "--world-size", "3",
                    "--shard-size", "1") == 0
-    assert job_outputs(tmp_path / "three.npy") == job_outputs(tmp_path / "one.npy")
+    local = job_outputs(tmp_path / "one.npy")
+    assert sorted(local) == ["", ".paths.csv"] and {suffix: s3.filesystem.cat_file("%s/three.npy%s" % (
+        s3.bucket, suffix)) for suffix in local} == local
     rows = np.load(tmp_path / "one.npy")
     assert rows.shape[0] == 4 and np.abs(rows[0] - rows[1:]).max() > 1e-2  # different images, different rows
     cloudpickle = pytest.importorskip("ray.cloudpickle")
