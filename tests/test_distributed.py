@@ -119,30 +119,6 @@ def test_the_default_shards_start_where_a_single_process_s_steps_start(job_image
     assert (tmp_path / "unaligned.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
 
 
-def test_three_ranks_at_once_with_slurm_variables(job_images, single_outputs, tmp_path, monkeypatch, caplog):
-    """Rank 1 in a process of its own, ranks 0 and 2 in this one while it computes its first shard (steps of
-    0.2 s): each takes its rank and the world size from Slurm's variables."""
-    output = tmp_path / "out.csv"
-    slurm = dict(SLURM_PROCID="1", SLURM_NTASKS="3")
-    child = start_child(job_images, output, "csv", "--distributed", "static", "--shard-size", "5",
-                        env=dict(os.environ, **slurm), step_seconds=0.2)
-    statuses = {}
-    monkeypatch.setenv("SLURM_NTASKS", "3")
-    with caplog.at_level("INFO", logger="parallel"):
-        for rank in (0, 2):
-            monkeypatch.setenv("SLURM_PROCID", str(rank))
-            distribution = jobs.Distribution(kind="static", shard_size=5, wait_seconds=5)
-            statuses[rank] = jobs.run(job_child.config(job_images, output, "csv", distribution)).exit_status
-    statuses[1] = child.wait(timeout=HANG_SECONDS)
-    log = child.communicate()[1]
-    assert statuses == {0: 0, 1: 0, 2: 3}, log  # rank 2's shard holds the bad image
-    assert "rank 1 of 3 (from Slurm (SLURM_PROCID, SLURM_NTASKS))" in log
-    assert [line.split(":")[0] for line in caplog.messages if "(from Slurm (SLURM_PROCID, SLURM_NTASKS))" in line] \
-        == ["rank 0 of 3 (from Slurm (SLURM_PROCID, SLURM_NTASKS))", "rank 2 of 3 (from Slurm (SLURM_PROCID, "
-            "SLURM_NTASKS))"]
-    assert outputs(output) == single_outputs["csv"]
-
-
 def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(job_images, single_outputs, tmp_path):
     output = tmp_path / "out.parquet"
     slow = slow_rank(job_images, output, "parquet", 1, 2, steps=4)  # shard 1 committed, shard 3 under way
@@ -179,15 +155,26 @@ def test_a_job_resumes_on_another_number_of_processes(job_images, single_outputs
     assert outputs(output) == single_outputs["npy"]
 
 
-def test_the_same_shard_given_twice_gives_one_correct_part(job_images, single_outputs, tmp_path):
-    """Two ranks with the same number at once (one in a process of its own, computing shard 0 in steps of 0.2 s;
-    the other in this one), then a late duplicate attempt: one correct part each time."""
+def test_ranks_from_slurm_variables_at_once_one_of_them_twice_give_one_correct_part(job_images, single_outputs,
+                                                                                     tmp_path, monkeypatch, caplog):
+    """Rank 1 in a process of its own (shards 1 and 4 in steps of 0.2 s); in this one while it computes, rank 1 again
+    (the same shards at once), then ranks 0 and 2: each takes its rank and the world size from Slurm's variables.
+    Then a late duplicate attempt: one correct part each time."""
     output = tmp_path / "out.csv"
-    flags = ("--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "5", "--keep-shards")
-    child = start_child(job_images, output, "csv", *flags, step_seconds=0.2)
-    here = jobs.run(job_child.config(job_images, output, "csv", static(0, 1, keep_shards=True)))
+    child = start_child(job_images, output, "csv", "--distributed", "static", "--shard-size", "5", "--keep-shards",
+                        env=dict(os.environ, SLURM_PROCID="1", SLURM_NTASKS="3"), step_seconds=0.2)
+    statuses = {}
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    with caplog.at_level("INFO", logger="parallel"):
+        for rank in (1, 0, 2):
+            monkeypatch.setenv("SLURM_PROCID", str(rank))
+            distribution = jobs.Distribution(kind="static", shard_size=5, keep_shards=True, wait_seconds=5)
+            statuses[rank] = jobs.run(job_child.config(job_images, output, "csv", distribution)).exit_status
     log = child.communicate(timeout=HANG_SECONDS)[1]
-    assert [child.returncode, here.exit_status] == [3, 3], log
+    assert (statuses, child.returncode) == ({1: 0, 0: 0, 2: 3}, 0), log  # rank 2's shard holds the bad image
+    assert "rank 1 of 3 (from Slurm (SLURM_PROCID, SLURM_NTASKS))" in log
+    assert [line.split(":")[0] for line in caplog.messages if "(from Slurm (SLURM_PROCID, SLURM_NTASKS))" in line] \
+        == ["rank %d of 3 (from Slurm (SLURM_PROCID, SLURM_NTASKS))" % rank for rank in (1, 0, 2)]
     assert outputs(output) == single_outputs["csv"]
     job = ShardedJob(output)
     job.freeze(job_record(job_child.config(job_images, output, "csv", static(0, 1))), None)

@@ -161,48 +161,39 @@ def test_some_images_failed_is_exit_3_with_an_errors_file(colour, tmp_path, caps
     assert list(read(output).index) == sorted(NAMES[:2])
 
 
-def test_other_settings_are_refused_until_overwrite(tmp_path, capsys, weights_file):
-    images = make_images(tmp_path / "images", NAMES[:1])
-    output = tmp_path / "features.csv"
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--quiet") == 0
-    before = output.read_bytes()
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--layer", "relu7") == 2
-    assert "layer" in capsys.readouterr().err and output.read_bytes() == before
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--layer", "relu7",
-                "--overwrite", "--quiet") == 0
-    assert list(read(output).columns)[0] == "relu7_0"
-
-
-def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, capsys, caplog, weights_file):
-    """The last rerun runs as users run it (a process of its own, with its log on stderr, TensorFlow's too); the
-    first run, which writes the output they are refused, and the other reruns in this process, where the log
-    the command line would show is caplog's."""
+def test_another_job_s_rerun_is_refused_in_one_line_with_nothing_logged_before_it_until_overwrite(
+        tmp_path, capfd, caplog, weights_file):
+    """A rerun with other settings, of another model or of other images: one line on stderr (descriptor 2 too),
+    nothing logged before it (caplog: what the command line's log would show), the output untouched; --overwrite
+    replaces it. (A refusal in a process of its own, its log on stderr, TensorFlow's too, as users run it:
+    test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter.)"""
     first, second = make_images(tmp_path / "first", NAMES[:1]), make_images(tmp_path / "second", NAMES[:1])
     output = tmp_path / "features.csv"
     assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
                 "--quiet") == 0
+    before = output.read_bytes()
+    capfd.readouterr()
     other_model = tmp_path / "efficientnet_b0.h5"
     other_model.write_bytes(b"never read: the output is checked first")
-    reruns = ((["--images", str(first), "--layer", "relu7"], "written with other settings"),
-              (["--images", str(first), "--model", "efficientnet_b0", "--weights", str(other_model),
-                "--batch-size", "5"],  # no word of its step geometry: the job is not this one
-               "%s was written by another model (vgg16, not efficientnet_b0): pass --overwrite to "
-               "replace it or choose another --output\n" % output),
-              (["--images", str(second)], "holds the features of the images in"))
-    for number, (flags, message) in enumerate(reruns):
-        weights = [] if "--weights" in flags else ["--weights", str(weights_file)]  # a flag is given once
-        flags = ["--output", str(output), *weights, "--devices", "cpu:0", *flags]
-        if number == len(reruns) - 1:
-            done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), *flags],
-                                  capture_output=True, text=True, timeout=HANG_SECONDS)
-            status, error = done.returncode, done.stderr
-        else:
-            caplog.clear()
-            status, error = main(*flags), capsys.readouterr().err
-            assert shown_by_the_command_line(caplog.records) == []
-        assert status == 2, error
+    for flags, message in ((["--images", first, "--layer", "relu7"],
+                            "written with other settings (column_prefix='fc7', not 'relu7'; layer='fc7', not "
+                            "'relu7')"),
+                           (["--images", first, "--model", "efficientnet_b0", "--weights", other_model,
+                             "--batch-size", 5],  # no word of its step geometry: the job is not this one
+                            "%s was written by another model (vgg16, not efficientnet_b0): pass --overwrite to "
+                            "replace it or choose another --output\n" % output),
+                           (["--images", second], "holds the features of the images in")):
+        weights = [] if "--weights" in flags else ["--weights", weights_file]  # a flag is given once
+        caplog.clear()
+        assert main("--output", output, *weights, "--devices", "cpu:0", *flags) == 2
+        error = capfd.readouterr().err
+        assert shown_by_the_command_line(caplog.records) == []
         assert error.count("\n") == 1 and error.startswith("run_inference: error: "), error
-        assert message in error and "--overwrite" in error
+        assert message in error and "--overwrite" in error, error
+        assert output.read_bytes() == before
+    assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0", "--layer",
+                "relu7", "--overwrite", "--quiet") == 0
+    assert list(read(output).columns)[0] == "relu7_0"
 
 
 def test_a_refusal_that_quotes_data_is_still_a_short_line(tmp_path, monkeypatch, capsys):
@@ -994,8 +985,8 @@ def test_a_store_output_reaches_the_job_as_typed(fake_run):
 
 
 def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter(s3, tmp_path):
-    """As users run it (a process of its own, its log on stderr): botocore logs "Found credentials in environment
-    variables." at INFO; the run's log is ours alone."""
+    """As users run it (a process of its own, its log on stderr, TensorFlow imported): the refusal is the one line;
+    botocore logs "Found credentials in environment variables." at INFO, and the run's log is ours alone."""
     images = make_images(tmp_path / "images")
     weights = tmp_path / "vgg16.npy"
     weights.write_bytes(b"never read: the store is checked first")
