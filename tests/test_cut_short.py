@@ -33,6 +33,13 @@ def small_shards(monkeypatch):
     monkeypatch.setattr(identity, "DEFAULT_SHARD_SIZE", 4)
 
 
+@pytest.fixture
+def store_shards(monkeypatch):
+    """Shards of 8 images (4 steps of 2) for a job of one process: job_images' 24 are 3 shards, a/bad.png the fifth
+    image of the second (images 8 to 15): a store job with few objects to upload."""
+    monkeypatch.setattr(identity, "DEFAULT_SHARD_SIZE", 8)
+
+
 def assert_each_image_once(files, output_format, images):
     """Every one of `images` is exactly one row or one errors-file line of `files` ({suffix: bytes}: job_outputs),
     and the rows are in the order of `images`."""
@@ -49,17 +56,18 @@ def assert_each_image_once(files, output_format, images):
 
 @pytest.mark.parametrize("output_format", ["csv", "parquet", "npy"])
 def test_a_store_output_killed_mid_shard_keeps_its_shards_and_batches_and_the_rerun_is_exact(
-        job_images, single_outputs, s3, small_shards, monkeypatch, output_format):
+        job_images, single_outputs, s3, store_shards, monkeypatch, output_format):
     name = "out." + output_format
     config = job_child.config(job_images, s3.url(name), output_format)  # this process alone
-    with monkeypatch.context() as patch:  # killed in shard 3, its first batch handed to the attempt's writer
+    with monkeypatch.context() as patch:  # killed in shard 1, its first 3 batches handed to the attempt's writer
         patch.setattr(distributed, "StopRequest", lambda: KillAfter(7))
         with pytest.raises(Killed):
             jobs.run(config)
     committed = sorted({path.split("/")[1] for path in s3.objects() if path.endswith("/_shard.json")})
-    assert committed == ["shard-000000", "shard-000001", "shard-000002"] and name not in s3.objects()
+    assert committed == ["shard-000000"] and name not in s3.objects()
     summary = jobs.run(config)
-    # Shards 0 to 2, and the row of shard 3's first batch, resumed from its attempt (a/bad.png is its other image).
+    # Shard 0, and the 5 rows of shard 1's first 3 batches, resumed from its attempt (a/bad.png is the sixth image
+    # of those batches: its failure is the attempt's too).
     assert (summary.written, summary.failed, summary.already_done) == (10, 1, 13)
     files = store_outputs(s3, name)
     assert files == single_outputs[output_format]

@@ -23,8 +23,31 @@ from parallel.jobs import locks
 from parallel.jobs.identity import job_record
 from parallel.jobs.shards import ShardedJob
 
-CHILD = str(Path(job_child.__file__))
 FORMATS = ("csv", "parquet", "npy")
+
+
+def start_child(job_images, output, output_format, *flags, env=None, step_seconds=None):
+    """tests/job_child.py in a process of its own (a rank), once it has begun its first step if `step_seconds` is
+    given (its steps that long: a process that computes while the test does something else). It exits as the
+    command line does (exit_now: without TensorFlow's teardown, which only delays the status)."""
+    marker = Path(str(output) + ".steps")
+    if step_seconds is not None:
+        marker.write_text("")
+        flags += ("--step-seconds", str(step_seconds), "--marker", str(marker))
+    launch = ("import sys; sys.path.insert(0, %r); import job_child; from parallel.signals import exit_now; "
+              "exit_now(job_child.main())" % str(Path(job_child.__file__).parent))
+    child = subprocess.Popen([sys.executable, "-c", launch, str(job_images), str(output), output_format, *flags],
+                             stderr=subprocess.PIPE, text=True, env=env)
+    if step_seconds is not None:
+        wait_for_steps(child, marker, 1)
+    return child
+
+
+def wait_for_steps(child, marker, steps):
+    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
+    while marker.read_text().count("step") < steps:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
 
 
 def static(rank, world_size, shard_size=5, keep_shards=False):
@@ -38,15 +61,9 @@ def run_rank(job_images, output, output_format, rank, world_size, **options):
 
 def slow_rank(job_images, output, output_format, rank, world_size, steps):
     """A rank in a process of its own (shards of 5, steps of 0.5 s), once it has begun its `steps`-th step."""
-    marker = Path(str(output) + ".steps")
-    marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), output_format, "--distributed",
-                              "static", "--rank", str(rank), "--world-size", str(world_size), "--shard-size", "5",
-                              "--step-seconds", "0.5", "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
-    while marker.read_text().count("step") < steps:
-        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-        time.sleep(0.05)
+    child = start_child(job_images, output, output_format, "--distributed", "static", "--rank", str(rank),
+                        "--world-size", str(world_size), "--shard-size", "5", step_seconds=0.5)
+    wait_for_steps(child, Path(str(output) + ".steps"), steps)
     return child
 
 
@@ -102,18 +119,6 @@ def test_the_default_shards_start_where_a_single_process_s_steps_start(job_image
     assert (tmp_path / "unaligned.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
 
 
-def test_three_processes_at_once_with_slurm_variables(job_images, single_outputs, tmp_path):
-    output = tmp_path / "out.csv"
-    children = [subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
-                                  "--shard-size", "5"], stderr=subprocess.PIPE, text=True,
-                                 env=dict(os.environ, SLURM_PROCID=str(rank), SLURM_NTASKS="3"))
-                for rank in range(3)]
-    logs = [child.communicate(timeout=HANG_SECONDS)[1] for child in children]
-    assert [child.returncode for child in children] == [0, 0, 3], logs  # rank 2's shard holds the bad image
-    assert all("(from Slurm (SLURM_PROCID, SLURM_NTASKS))" in text for text in logs)
-    assert outputs(output) == single_outputs["csv"]
-
-
 def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(job_images, single_outputs, tmp_path):
     output = tmp_path / "out.parquet"
     slow = slow_rank(job_images, output, "parquet", 1, 2, steps=4)  # shard 1 committed, shard 3 under way
@@ -150,14 +155,26 @@ def test_a_job_resumes_on_another_number_of_processes(job_images, single_outputs
     assert outputs(output) == single_outputs["npy"]
 
 
-def test_the_same_shard_given_twice_gives_one_correct_part(job_images, single_outputs, tmp_path):
-    """Two ranks with the same number at once, then a late duplicate attempt: one correct part each time."""
+def test_ranks_from_slurm_variables_at_once_one_of_them_twice_give_one_correct_part(job_images, single_outputs,
+                                                                                     tmp_path, monkeypatch, caplog):
+    """Rank 1 in a process of its own (shards 1 and 4 in steps of 0.2 s); in this one while it computes, rank 1 again
+    (the same shards at once), then ranks 0 and 2: each takes its rank and the world size from Slurm's variables.
+    Then a late duplicate attempt: one correct part each time."""
     output = tmp_path / "out.csv"
-    children = [subprocess.Popen([sys.executable, CHILD, str(job_images), str(output), "csv", "--distributed", "static",
-                                  "--rank", "0", "--world-size", "1", "--shard-size", "5", "--keep-shards"],
-                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    logs = [child.communicate(timeout=HANG_SECONDS)[1] for child in children]
-    assert [child.returncode for child in children] == [3, 3], logs
+    child = start_child(job_images, output, "csv", "--distributed", "static", "--shard-size", "5", "--keep-shards",
+                        env=dict(os.environ, SLURM_PROCID="1", SLURM_NTASKS="3"), step_seconds=0.2)
+    statuses = {}
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    with caplog.at_level("INFO", logger="parallel"):
+        for rank in (1, 0, 2):
+            monkeypatch.setenv("SLURM_PROCID", str(rank))
+            distribution = jobs.Distribution(kind="static", shard_size=5, keep_shards=True, wait_seconds=5)
+            statuses[rank] = jobs.run(job_child.config(job_images, output, "csv", distribution)).exit_status
+    log = child.communicate(timeout=HANG_SECONDS)[1]
+    assert (statuses, child.returncode) == ({1: 0, 0: 0, 2: 3}, 0), log  # rank 2's shard holds the bad image
+    assert "rank 1 of 3 (from Slurm (SLURM_PROCID, SLURM_NTASKS))" in log
+    assert [line.split(":")[0] for line in caplog.messages if "(from Slurm (SLURM_PROCID, SLURM_NTASKS))" in line] \
+        == ["rank %d of 3 (from Slurm (SLURM_PROCID, SLURM_NTASKS))" % rank for rank in (1, 0, 2)]
     assert outputs(output) == single_outputs["csv"]
     job = ShardedJob(output)
     job.freeze(job_record(job_child.config(job_images, output, "csv", static(0, 1))), None)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from hangs import HANG_SECONDS
 import job_child
 from faults import in_place_of
 from outputs import entries_under, job_outputs
@@ -249,18 +248,6 @@ def test_one_host_speaks_of_the_job_not_of_ranks(tars, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="parallel")
     jobs.run(tar_config(tars, tmp_path / "out.csv"))
     assert "5 tars in 1 shard" in caplog.text and "rank" not in caplog.text
-
-
-def test_the_command_line_shows_no_store_client_chatter(job_images, s3, tmp_path):
-    """botocore logs "Found credentials in environment variables." at INFO: the run's log is ours alone."""
-    weights = tmp_path / "vgg16.npy"
-    weights.write_bytes(b"never read: the store is checked first")
-    command = [sys.executable, str(Path(job_child.__file__).parent.parent / "run_inference.py"), "--images",
-               str(job_images), "--output", "s3://%s-none/out.csv" % s3.bucket, "--weights", str(weights)]
-    result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **s3.env),
-                            timeout=HANG_SECONDS)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "does not exist" in result.stderr and "Found credentials" not in result.stderr
 
 
 def _batch_dependent(images, output, output_format="csv", distribution=None):

@@ -1,6 +1,9 @@
-"""The CLI end to end with VGG16 (seeded random weights in tensorflow-vgg's npy layout)."""
+"""The CLI end to end with VGG16 (seeded random weights in tensorflow-vgg's npy layout); its plumbing (failures,
+shards, signals and kills) with a colour model in VGG16's place (tests/cli_child.py, `colour`)."""
 
 import argparse
+import contextlib
+import logging
 import os
 import random
 import re
@@ -49,6 +52,33 @@ def read(path):
     return pd.read_csv(path, index_col="path", keep_default_na=False, dtype={"path": object})
 
 
+@contextlib.contextmanager
+def colour_in_every_model_s_place():
+    """job_child's colour model in every model's place, in this process (as tests/cli_child.py has it in a process of
+    its own: a run here is the same job as its, and writes the same bytes), in a moment."""
+    import job_child
+    from models import registry
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "feature_model", lambda name, **flags: job_child.colour_model())
+        yield
+
+
+@pytest.fixture
+def colour(monkeypatch, tmp_path):
+    """The command line in this process with job_child's colour model in every model's place (as cli_child.py
+    has it in a process of its own), from tmp_path: a job runs in a moment."""
+    monkeypatch.chdir(tmp_path)
+    with colour_in_every_model_s_place():
+        yield
+
+
+def shown_by_the_command_line(records):
+    """The messages of `records` (caplog's) that the command line's log would show on stderr: the run's own at
+    INFO, the libraries' warnings."""
+    return [record.getMessage() for record in records if record.levelno >= logging.WARNING or (
+        record.levelno >= logging.INFO and record.name.startswith("parallel"))]
+
+
 @pytest.mark.parametrize("make, flags, message", [
     (lambda tmp: tmp / "nowhere", [], "--images .*nowhere is not a folder"),
     (lambda tmp: make_images(tmp) / "five.JPG", [], "--images .*five.JPG is a file, not a folder: to compute some "
@@ -85,7 +115,7 @@ def test_gpus_and_devices_together_are_refused(capsys):
 def test_features_by_path_do_not_depend_on_devices_or_batch_size(tmp_path, capsys, weights_file):
     images = make_images(tmp_path / "images")
     frames = {}
-    for devices, batch in (("cpu:0", 2), ("cpu:0,cpu:1,cpu:2", 1)):
+    for devices, batch in (("cpu:0", 3), ("cpu:0,cpu:1", 1)):  # steps of 3 and 2, or of 2, 2 and 1 on two devices
         output = tmp_path / ("%d-%d.csv" % (devices.count(",") + 1, batch))
         assert main("--images", images, "--output", output, "--weights", weights_file,
                     "--devices", devices, "--batch-size", batch) == 0
@@ -111,61 +141,59 @@ def test_layer_relu7_and_parquet_into_a_new_folder(tmp_path, weights_file):
     assert features.dtype == np.float32 and features.min() >= 0
 
 
-def test_strict_stops_at_a_bad_image_with_one_line_and_exit_1(tmp_path, capsys, weights_file):
+def test_strict_stops_at_a_bad_image_with_one_line_and_exit_1(colour, tmp_path, capsys):
     images = make_images(tmp_path / "images", NAMES[:1])
     (images / "broken.jpg").write_bytes(b"<html>")
-    assert main("--images", images, "--output", tmp_path / "features.csv", "--weights", weights_file,
-                "--strict", "--quiet") == 1
+    assert main("--images", images, "--output", tmp_path / "features.csv", "--strict", "--quiet") == 1
     error = capsys.readouterr().err
     assert error.startswith("run_inference: failed: --strict: broken.jpg") and error.count("\n") == 1, error
     assert "Error" not in error and "--verbose" not in error, error  # an expected failure: no class, no traceback
 
 
-def test_some_images_failed_is_exit_3_with_an_errors_file(tmp_path, capsys, weights_file):
+def test_some_images_failed_is_exit_3_with_an_errors_file(colour, tmp_path, capsys):
     images = make_images(tmp_path / "images", NAMES[:2])
     (images / "broken.jpg").write_bytes(b"<html>")
     output = tmp_path / "features.csv"
-    assert main("--images", images, "--output", output, "--weights", weights_file) == 3
+    assert main("--images", images, "--output", output) == 3
     assert "3 images: 2 written, 1 failed" in capsys.readouterr().err
     errors = pd.read_csv(str(output) + ".errors.csv")
     assert list(errors["path"]) == ["broken.jpg"] and list(errors["kind"]) == ["not_an_image"]
     assert list(read(output).index) == sorted(NAMES[:2])
 
 
-def test_other_settings_are_refused_until_overwrite(tmp_path, capsys, weights_file):
-    images = make_images(tmp_path / "images", NAMES[:1])
-    output = tmp_path / "features.csv"
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--quiet") == 0
-    before = output.read_bytes()
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--layer", "relu7") == 2
-    assert "layer" in capsys.readouterr().err and output.read_bytes() == before
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--layer", "relu7",
-                "--overwrite", "--quiet") == 0
-    assert list(read(output).columns)[0] == "relu7_0"
-
-
-def test_a_refused_rerun_is_one_line_with_nothing_logged_before_it(tmp_path, weights_file):
-    """The reruns run as users run them (a process of its own, with its log on stderr); the first run, which
-    writes the output they are refused, in this process."""
+def test_another_job_s_rerun_is_refused_in_one_line_with_nothing_logged_before_it_until_overwrite(
+        tmp_path, capfd, caplog, weights_file):
+    """A rerun with other settings, of another model or of other images: one line on stderr (descriptor 2 too),
+    nothing logged before it (caplog: what the command line's log would show), the output untouched; --overwrite
+    replaces it. (A refusal in a process of its own, its log on stderr, TensorFlow's too, as users run it:
+    test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter.)"""
     first, second = make_images(tmp_path / "first", NAMES[:1]), make_images(tmp_path / "second", NAMES[:1])
     output = tmp_path / "features.csv"
     assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
                 "--quiet") == 0
+    before = output.read_bytes()
+    capfd.readouterr()
     other_model = tmp_path / "efficientnet_b0.h5"
     other_model.write_bytes(b"never read: the output is checked first")
-    for flags, message in ((["--images", str(first), "--layer", "relu7"], "written with other settings"),
-                           (["--images", str(first), "--model", "efficientnet_b0", "--weights", str(other_model),
-                             "--batch-size", "5"],  # no word of its step geometry: the job is not this one
+    for flags, message in ((["--images", first, "--layer", "relu7"],
+                            "written with other settings (column_prefix='fc7', not 'relu7'; layer='fc7', not "
+                            "'relu7')"),
+                           (["--images", first, "--model", "efficientnet_b0", "--weights", other_model,
+                             "--batch-size", 5],  # no word of its step geometry: the job is not this one
                             "%s was written by another model (vgg16, not efficientnet_b0): pass --overwrite to "
                             "replace it or choose another --output\n" % output),
-                           (["--images", str(second)], "holds the features of the images in")):
-        weights = [] if "--weights" in flags else ["--weights", str(weights_file)]  # a flag is given once
-        done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--output", str(output),
-                               *weights, "--devices", "cpu:0", *flags],
-                              capture_output=True, text=True, timeout=HANG_SECONDS)
-        assert done.returncode == 2, done.stderr
-        assert done.stderr.count("\n") == 1 and done.stderr.startswith("run_inference: error: "), done.stderr
-        assert message in done.stderr and "--overwrite" in done.stderr
+                           (["--images", second], "holds the features of the images in")):
+        weights = [] if "--weights" in flags else ["--weights", weights_file]  # a flag is given once
+        caplog.clear()
+        assert main("--output", output, *weights, "--devices", "cpu:0", *flags) == 2
+        error = capfd.readouterr().err
+        assert shown_by_the_command_line(caplog.records) == []
+        assert error.count("\n") == 1 and error.startswith("run_inference: error: "), error
+        assert message in error and "--overwrite" in error, error
+        assert output.read_bytes() == before
+    assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0", "--layer",
+                "relu7", "--overwrite", "--quiet") == 0
+    assert list(read(output).columns)[0] == "relu7_0"
 
 
 def test_a_refusal_that_quotes_data_is_still_a_short_line(tmp_path, monkeypatch, capsys):
@@ -518,6 +546,8 @@ def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_ou
 # The command line as a program of its own, with a model that costs nothing to load or compute
 # (tests/cli_child.py: job_child's colour model in VGG16's place, its steps slowed by a sleep inside
 # Session.run): what these tests prove is the plumbing (the status, the messages, what a rerun resumes).
+# The reruns that finish what a stopped process left, and the uninterrupted run they are compared with, run
+# in this process (colour_run: the same job, the same bytes): what they check is the output, not a process.
 # VGG16 itself runs end to end in the tests above.
 
 CLI_CHILD = REPOSITORY / "tests" / "cli_child.py"
@@ -537,6 +567,12 @@ def start(images, output, *flags, step_seconds=STEP_SECONDS, load_seconds=0, sig
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPOSITORY)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def colour_run(images, output, *flags):
+    """start()'s run without a slowed step, in this process: its status (its summary line is on stderr)."""
+    with colour_in_every_model_s_place():
+        return main("--images", images, "--output", output, "--devices", "cpu:0", "--batch-size", "1", *flags)
 
 
 def importing_tensorflow(child):
@@ -569,12 +605,11 @@ def many_images(tmp_path_factory):
 def uninterrupted(many_images, tmp_path_factory):
     images, _ = many_images
     output = tmp_path_factory.mktemp("reference") / "features.csv"
-    child = start(images, output, "--quiet", step_seconds=0)
-    assert child.wait(timeout=HANG_SECONDS) == 0, child.communicate()
+    assert colour_run(images, output, "--quiet") == 0
     return output.read_bytes()
 
 
-def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, many_images, uninterrupted):
+def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, capsys, many_images, uninterrupted):
     """Ctrl-C in the loop, end to end; SIGTERM takes the same way (one policy: tests/test_signals.py stops a
     run in the loop with it)."""
     images, names = many_images
@@ -587,10 +622,9 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, many_images, uninter
     assert "Rerun the same command to resume" in error and "Traceback" not in error
     done = rows_in(output)
     assert 2 <= done < len(names)
-    rerun = start(images, output, step_seconds=0)
-    _, error = rerun.communicate(timeout=HANG_SECONDS)
-    assert rerun.returncode == 0, error
-    assert "%d already done" % done in error
+    assert colour_run(images, output) == 0
+    error = capsys.readouterr().err
+    assert "%d already done" % done in error, error
     assert output.read_bytes() == uninterrupted
 
 
@@ -641,7 +675,8 @@ def test_an_import_a_signal_cut_short_is_an_interruption_not_a_failure(fake_run,
     assert main("--images", ".", "--devices", "cpu:0", "--quiet") == 1
 
 
-def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, many_images, uninterrupted):
+def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, capsys, many_images,
+                                                                            uninterrupted):
     images, names = many_images
     output = tmp_path / "features.csv"
     rng = random.Random(4)
@@ -658,9 +693,8 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
         child.wait(timeout=HANG_SECONDS)
         kills += 1
     committed = rows_in(output)
-    final = start(images, output, step_seconds=0)
-    _, error = final.communicate(timeout=HANG_SECONDS)
-    assert final.returncode == 0, error
+    assert colour_run(images, output) == 0
+    error = capsys.readouterr().err
     assert kills >= 3
     # Only the images without a committed row were computed again.
     assert "%d written, 0 failed, %d already done" % (len(names) - committed, committed) in error, error
@@ -703,25 +737,26 @@ def test_distributed_flags_reach_the_config(fake_run):
 
 
 # --- --shard-size and --keep-shards on one process: a run without --distributed is a sharded job ------------
+# With the colour model in VGG16's place: what these prove is how the job is cut, whatever the model computes.
 
 
 @pytest.fixture(scope="module")
-def one_process_default(tmp_path_factory, weights_file):
+def one_process_default(tmp_path_factory):
     """The images (NAMES) and what the default run writes for them: (folder, bytes of features.csv)."""
     folder = tmp_path_factory.mktemp("one_process")
     images = make_images(folder / "images")
-    assert main("--images", images, "--output", folder / "features.csv", "--weights", weights_file,
-                "--devices", "cpu:0", "--batch-size", 2, "--quiet") == 0
+    with colour_in_every_model_s_place():
+        assert main("--images", images, "--output", folder / "features.csv", "--devices", "cpu:0",
+                    "--batch-size", 2, "--quiet") == 0
     return images, (folder / "features.csv").read_bytes()
 
 
 def test_shard_size_without_distributed_cuts_the_job_and_a_rerun_with_another_is_one_line(
-        tmp_path, capsys, weights_file, one_process_default):
+        colour, tmp_path, capsys, one_process_default):
     from parallel.inputs.manifest import manifest_path, read_job
     images, default = one_process_default
     output = tmp_path / "features.csv"
-    flags = ["--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
-             "--batch-size", 2, "--quiet"]
+    flags = ["--images", images, "--output", output, "--devices", "cpu:0", "--batch-size", 2, "--quiet"]
     assert main(*flags, "--shard-size", 4) == 0, capsys.readouterr().err
     assert read_job(manifest_path(output))["shard_size"] == 4  # 5 images: shards of 4 and 1
     assert output.read_bytes() == default
@@ -734,20 +769,20 @@ def test_shard_size_without_distributed_cuts_the_job_and_a_rerun_with_another_is
     assert output.read_bytes() == default and read_job(manifest_path(output))["shard_size"] == 4
 
 
-def test_keep_shards_without_distributed_leaves_a_parquet_dataset_of_every_row(tmp_path, capsys, weights_file,
+def test_keep_shards_without_distributed_leaves_a_parquet_dataset_of_every_row(colour, tmp_path, capsys,
                                                                               one_process_default):
     import pyarrow.dataset
     images, default = one_process_default
     output = tmp_path / "features.csv"
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
-                "--batch-size", 2, "--shard-size", 2, "--keep-shards", "--quiet") == 0, capsys.readouterr().err
+    assert main("--images", images, "--output", output, "--devices", "cpu:0", "--batch-size", 2, "--shard-size", 2,
+                "--keep-shards", "--quiet") == 0, capsys.readouterr().err
     assert output.read_bytes() == default
     shards = Path(str(output) + ".shards")
     assert sorted(folder.name for folder in shards.iterdir()) == ["shard-000000", "shard-000001", "shard-000002"]
     frame = pd.read_parquet(shards)
     assert sorted(frame["path"]) == sorted(NAMES) and len(frame) == len(NAMES)
     table = pyarrow.dataset.dataset(shards, format="parquet").to_table()
-    features = np.stack(table.column("fc7").to_numpy(zero_copy_only=False))
+    features = np.stack(table.column("colour").to_numpy(zero_copy_only=False))
     by_path = dict(zip(table.column("path").to_pylist(), features))
     written = read(output)
     np.testing.assert_array_equal(np.stack([by_path[path] for path in written.index]),
@@ -862,16 +897,6 @@ def test_every_flag_of_one_value_given_twice_is_one_line_naming_it(capsys):
             if action.dest in ("images", "keep")} == {"images": "_ExtendAction", "keep": "_ExtendAction"}
 
 
-@pytest.fixture
-def colour(monkeypatch, tmp_path):
-    """The command line in this process with job_child's colour model in every model's place (as cli_child.py
-    has it in a process of its own), from tmp_path: a job runs in a moment."""
-    import job_child
-    from models import registry
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(registry, "feature_model", lambda name, **flags: job_child.colour_model())
-
-
 def test_a_folder_img2dataset_wrote_is_its_parquet_files_and_keep_keeps_their_columns(colour, tmp_path, capsys):
     """Its folder (00000.parquet, 00000_stats.json, ...) was "no images", and with --keep the error blamed --keep."""
     from dataset_files import caption, write_files
@@ -959,13 +984,21 @@ def test_a_store_output_reaches_the_job_as_typed(fake_run):
     assert (config.output, config.output_format) == ("s3://bucket/runs/feats.parquet", "parquet")
 
 
-def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2(s3, tmp_path, capsys, weights_file):
+def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter(s3, tmp_path):
+    """As users run it (a process of its own, its log on stderr, TensorFlow imported): the refusal is the one line;
+    botocore logs "Found credentials in environment variables." at INFO, and the run's log is ours alone."""
     images = make_images(tmp_path / "images")
+    weights = tmp_path / "vgg16.npy"
+    weights.write_bytes(b"never read: the store is checked first")
     output = "s3://%s-none/feats.csv" % s3.bucket
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--quiet") == 2
-    error = capsys.readouterr().err
-    assert error.count("\n") == 1 and error.startswith("run_inference: error: --output %s: the bucket " % output), error
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["images"] and s3.objects() == []
+    done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(images), "--output",
+                           output, "--weights", str(weights)], capture_output=True, text=True,
+                          env=dict(os.environ, **s3.env), timeout=HANG_SECONDS)
+    error = done.stderr
+    assert done.returncode == 2 and error.count("\n") == 1, error
+    assert error.startswith("run_inference: error: --output %s: the bucket " % output), error
+    assert "does not exist" in error and "Found credentials" not in error, error
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["images", "vgg16.npy"] and s3.objects() == []
 
 
 @pytest.mark.parametrize("flags, message", [
