@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import tarfile
-import sys
 import time
 from pathlib import Path
 
@@ -132,7 +131,8 @@ def job_files(output):
 
 @pytest.mark.parametrize("into", ["local", "store"])
 def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_one_process_s_bytes(s3_tars, tmp_path,
-                                                                                                   into):
+                                                                                                   into,
+                                                                                                   job_child_zygote):
     single = tmp_path / "single.parquet"
     jobs.run(job_child.config(s3_tars, single, "parquet"))
     output = tmp_path / "out.parquet" if into == "local" else "s3://bucket/%s/out.parquet" % tmp_path.name
@@ -140,10 +140,9 @@ def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_on
     exists = Path.exists if into == "local" else (lambda path: store().exists(str(path)[len("s3://"):]))
     marker = tmp_path / "steps"
     marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, s3_tars, str(output), "parquet", "--distributed", "static",
-                              "--rank", "1", "--world-size", "3", "--shard-size", "1", "--step-seconds", "0.5",
-                              "--marker", str(marker)],
-                             stderr=subprocess.PIPE, text=True)
+    child = job_child_zygote.spawn([CHILD, s3_tars, str(output), "parquet", "--distributed", "static", "--rank", "1",
+                                    "--world-size", "3", "--shard-size", "1", "--step-seconds", "0.5", "--marker",
+                                    str(marker)], stderr=subprocess.PIPE)
     # A store job's attempts are on this host, outside its staging folder, as a local one's are beside it.
     attempts = Path(str(output) + ".attempts") if into == "local" else attempts_folder(str(output))
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
@@ -312,15 +311,16 @@ def test_small_tars_share_a_shard_of_a_fixed_group_on_any_number_of_processes(lo
     assert readable[0] == readable[1] == readable[2] and set(readable[0]) == {"", ".errors.csv", ".members.parquet"}
 
 
-def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(local_tars, tmp_path):
+def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(local_tars, tmp_path,
+                                                                                job_child_zygote):
     pattern = str(local_tars[0].parent / "*.tar")
     single = tmp_path / "single.csv"
     jobs.run(job_child.config(pattern, single, "csv"))
     output, marker = tmp_path / "out.csv", tmp_path / "steps"
     marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, pattern, str(output), "csv", "--distributed", "static",
-                              "--rank", "0", "--world-size", "1", "--shard-size", "2", "--step-seconds", "0.3",
-                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    child = job_child_zygote.spawn([CHILD, pattern, str(output), "csv", "--distributed", "static", "--rank", "0",
+                                    "--world-size", "1", "--shard-size", "2", "--step-seconds", "0.3", "--marker",
+                                    str(marker)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while marker.read_text().count("step") < 6 or committed_rows(output) < 1:  # tar 1 of the group under way
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
