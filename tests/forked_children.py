@@ -8,8 +8,10 @@
 For the tests that kill, stop or signal a job in a process of its own: each child is a real process (its own pid,
 its own signal dispositions, killed for real), forked from the zygote before anything of it ran; it runs `script`
 as `python script arguments...` would (runpy, `__main__`), or code as `python -c CODE arguments...` would, with its
-stdin, stdout and stderr the pipes asked for, `env` its whole environment, and its exit (atexit handlers, finalizers)
-an interpreter's. The zygote never creates a session, a store client or a thread before it forks: what it imported
+stdin, stdout and stderr the pipes asked for, `env` its whole environment, and its exit an interpreter's as a program
+sees it (its threads joined, its atexit handlers and weakref finalizers run, its output flushed, its exit status;
+an uncaught KeyboardInterrupt ends it by SIGINT), without the teardown of every module TensorFlow brings, which costs
+a forked child a second of CPU (its collector touching, and copying, every page it shares). The zygote never creates a session, a store client or a thread before it forks: what it imported
 holds no state a child could inherit half-made. A child's CPU counts where a child's does: the zygote waits for it,
 the test process for the zygote.
 
@@ -27,9 +29,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(TESTS)
 _MESSAGE_BYTES = 1 << 16
 # What tests/job_child.py imports before its job runs: a zygote of these makes a job child cost its job alone.
-JOB_CHILD_MODULES = ("tensorflow", "numpy", "PIL.Image", "pyarrow.parquet", "s3fs", "job_child", "parallel.engine",
-                     "parallel.jobs.runner", "parallel.jobs.distributed", "parallel.output", "parallel.signals",
-                     "parallel.inputs.sources", "parallel.inputs.reader")
+JOB_CHILD_MODULES = ("tensorflow", "numpy", "PIL.Image", "pyarrow.parquet", "s3fs", "aiobotocore.session", "job_child",
+                     "parallel.engine", "parallel.jobs.runner", "parallel.jobs.distributed", "parallel.output",
+                     "parallel.signals", "parallel.inputs.sources", "parallel.inputs.reader")
 
 
 class Zygote:
@@ -178,6 +180,46 @@ def _import_quietly(modules):
 
 def _run_child(request, fds, commands):
     """In the forked child: its descriptors, environment and folder, then the script; never returns."""
+    import traceback
+    try:
+        _run_script(request, fds, commands)
+        status = 0
+    except SystemExit as exit:  # as the interpreter reads sys.exit's argument
+        status = exit.code
+        if status is None:
+            status = 0
+        elif not isinstance(status, int):
+            print(status, file=sys.stderr)
+            status = 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        status = "SIGINT"
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    _exit(status)
+
+
+def _exit(status):
+    """What an interpreter's exit does that a program can see, then the process ends with `status` ("SIGINT": by
+    that signal, as Python ends on an uncaught KeyboardInterrupt)."""
+    import atexit
+    import signal
+    import threading
+    threading._shutdown()  # the non-daemon threads joined, as at any interpreter's exit
+    atexit._run_exitfuncs()  # weakref.finalize's too
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if status == "SIGINT":
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(status & 0xFF)
+
+
+def _run_script(request, fds, commands):
     import runpy
     commands.close()
     for number, fd in enumerate(fds):
@@ -198,7 +240,6 @@ def _run_child(request, fds, commands):
         sys.path[:] = [os.path.dirname(os.path.abspath(argv[0])), *_PATH]
         sys.argv = list(argv)
         runpy.run_path(argv[0], run_name="__main__")
-    sys.exit(0)  # the script ended: an interpreter's exit (a SystemExit of its own ends it the same way)
 
 
 def _serve(commands):
