@@ -11,9 +11,9 @@ as `python script arguments...` would (runpy, `__main__`), or code as `python -c
 stdin, stdout and stderr the pipes asked for, `env` its whole environment, and its exit an interpreter's as a program
 sees it (its threads joined, its atexit handlers and weakref finalizers run, its output flushed, its exit status;
 an uncaught KeyboardInterrupt ends it by SIGINT), without the teardown of every module TensorFlow brings, which costs
-a forked child a second of CPU (its collector touching, and copying, every page it shares). The zygote never creates a session, a store client or a thread before it forks: what it imported
-holds no state a child could inherit half-made. A child's CPU counts where a child's does: the zygote waits for it,
-the test process for the zygote.
+a forked child a second of CPU (its collector touching, and copying, every page it shares). The zygote never
+creates a session, a store client or a thread before it forks: what it imported holds no state a child could inherit
+half-made. A child's CPU counts where a child's does: the zygote waits for it, the test process for the zygote.
 
     python tests/forked_children.py SOCKET_FD MODULE...     the zygote itself (Zygote starts it)
 """
