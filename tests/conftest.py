@@ -211,3 +211,17 @@ def s3(s3_endpoint, monkeypatch):
     s3.objects = lambda: sorted(path.split("/", 1)[1] for path in (filesystem.invalidate_cache()
                                                                    or filesystem.find(bucket)))
     return s3
+
+
+# --- job children forked from one process (tests/forked_children.py) -----------------------------------
+
+@pytest.fixture(scope="session")
+def job_child_zygote():
+    """A process that imported what tests/job_child.py and tests/cli_child.py run (TensorFlow: 3 s of CPU) once,
+    for the session's tests: each spawn() forks a real child process of its own from it (forked_children.Zygote)."""
+    from forked_children import JOB_CHILD_MODULES, Zygote
+    zygote = Zygote(JOB_CHILD_MODULES)
+    try:
+        yield zygote
+    finally:
+        zygote.close()

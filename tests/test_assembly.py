@@ -131,16 +131,20 @@ def test_an_image_that_failed_in_a_shard_already_in_the_output_is_retried_once_t
 
 # -- a rerun proves what the ledger claims before it trusts it (the files a person or a disk changed) -----------
 
-def _stopped(job_images, output, output_format, monkeypatch, batches=9):
-    """A run stopped in shard 4 (shards of 4, steps of 2): shards 0 to 3 in the output and removed, shard 4's
-    attempt with one batch committed."""
-    with monkeypatch.context() as patch:
-        patch.setattr(distributed, "StopRequest", lambda: StopAfter(batches))
-        stopped = jobs.run(job_child.config(job_images, output, output_format))
-    assert stopped.interrupted
-    job = ShardedJob(output)
+def _stopped(job_states, output, output_format):
+    """A copy at `output` of a run stopped in shard 4 (shards of 4, steps of 2; job_states' "mid-job"): shards 0 to
+    3 in the output and removed, shard 4's attempt with one batch committed."""
+    job = ShardedJob(_copied(job_states, "mid-job", output, output_format))
     assert sorted(job.ledger().shards()) == [0, 1, 2, 3] and not job.shard_folder(3).exists()
     return job
+
+
+def _copied(job_states, state, output, output_format):
+    """`output`, a copy of job_states' job in `state` (its files in the folder of `output`, empty until then)."""
+    source = job_states[state, output_format][0]
+    assert output.name == "out." + output_format and not any(output.parent.glob("out.*"))
+    shutil.copytree(source, output.parent, dirs_exist_ok=True)
+    return output
 
 
 def _flip(path, offset=None):
@@ -160,20 +164,19 @@ def _rerun_is_exact(job_images, output, output_format, single_outputs):
 
 
 @pytest.mark.parametrize("output_format", FORMATS)
-def test_a_finished_output_deleted_by_hand_is_written_again(job_images, single_outputs, tmp_path, small_shards,
-                                                            output_format):
-    output = tmp_path / ("out." + output_format)
-    jobs.run(job_child.config(job_images, output, output_format))
+def test_a_finished_output_deleted_by_hand_is_written_again(job_images, single_outputs, job_states, tmp_path,
+                                                            small_shards, output_format):
+    output = _copied(job_states, "finished", tmp_path / ("out." + output_format), output_format)
     output.unlink()  # the ordinary way to get it written again
     summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
     assert summary.written == 23
 
 
 @pytest.mark.parametrize("output_format", FORMATS)
-def test_the_output_deleted_mid_job_has_its_shards_computed_again(job_images, single_outputs, tmp_path, small_shards,
-                                                                  monkeypatch, caplog, output_format):
+def test_the_output_deleted_mid_job_has_its_shards_computed_again(job_images, single_outputs, job_states, tmp_path,
+                                                                  small_shards, caplog, output_format):
     output = tmp_path / ("out." + output_format)
-    _stopped(job_images, output, output_format, monkeypatch)
+    _stopped(job_states, output, output_format)
     for suffix in ("", ".parts", ".paths.csv"):  # whatever of it there is
         path = tmp_path / ("out.%s%s" % (output_format, suffix))
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -184,10 +187,10 @@ def test_the_output_deleted_mid_job_has_its_shards_computed_again(job_images, si
 
 @pytest.mark.parametrize("damage", ["a part flipped", "its digests flipped", "the parts removed"])
 @pytest.mark.parametrize("output_format", ["parquet", "npy"])
-def test_a_damaged_part_of_the_output_has_its_rows_computed_again(job_images, single_outputs, tmp_path, small_shards,
-                                                                 monkeypatch, output_format, damage):
+def test_a_damaged_part_of_the_output_has_its_rows_computed_again(job_images, single_outputs, job_states, tmp_path,
+                                                                 small_shards, output_format, damage):
     output = tmp_path / ("out." + output_format)
-    _stopped(job_images, output, output_format, monkeypatch)
+    _stopped(job_states, output, output_format)
     parts = tmp_path / ("out.%s.parts" % output_format)
     if damage == "a part flipped":
         _flip(parts / ("part-000000." + output_format))
@@ -199,10 +202,10 @@ def test_a_damaged_part_of_the_output_has_its_rows_computed_again(job_images, si
 
 
 @pytest.mark.parametrize("damage", ["a line flipped", "cut by 20 bytes", "removed"])
-def test_a_damaged_ledger_has_what_it_no_longer_proves_computed_again(job_images, single_outputs, tmp_path,
-                                                                     small_shards, monkeypatch, caplog, damage):
+def test_a_damaged_ledger_has_what_it_no_longer_proves_computed_again(job_images, single_outputs, job_states,
+                                                                     tmp_path, small_shards, caplog, damage):
     output = tmp_path / "out.csv"
-    job = _stopped(job_images, output, "csv", monkeypatch)
+    job = _stopped(job_states, output, "csv")
     ledger = job.ledger().path
     if damage == "a line flipped":  # shard 3's, which holds the failed image
         lines = ledger.read_bytes().split(b"\n")
@@ -221,11 +224,11 @@ def test_a_damaged_ledger_has_what_it_no_longer_proves_computed_again(job_images
 
 @pytest.mark.parametrize("output_format", FORMATS)
 def test_a_record_damaged_mid_job_has_the_output_written_afresh_not_refused_for_ever(
-        job_images, single_outputs, tmp_path, small_shards, monkeypatch, caplog, output_format):
+        job_images, single_outputs, job_states, tmp_path, small_shards, caplog, output_format):
     """Its record is what a writer resumes by (committed rows, bytes, parts): without it nothing of the output
     holds, and the shards in it are computed again; never "pass --overwrite", never a failed run."""
     output = tmp_path / ("out." + output_format)
-    _stopped(job_images, output, output_format, monkeypatch)
+    _stopped(job_states, output, output_format)
     (tmp_path / ("out.%s.run.json" % output_format)).write_text("{not JSON")
     with caplog.at_level("WARNING", logger="parallel"):
         summary = _rerun_is_exact(job_images, output, output_format, single_outputs)
@@ -236,12 +239,11 @@ def test_a_record_damaged_mid_job_has_the_output_written_afresh_not_refused_for_
 @pytest.mark.parametrize("damage", ["deleted", "not JSON"])
 @pytest.mark.parametrize("output_format", FORMATS)
 def test_a_finished_output_s_record_deleted_or_damaged_is_written_again_from_the_ledger(
-        job_images, single_outputs, tmp_path, small_shards, caplog, output_format, damage):
+        job_images, single_outputs, job_states, tmp_path, small_shards, caplog, output_format, damage):
     """docs/outputs.md: a side file deleted is written again by the rerun; the record is rebuilt from what the ledger
     recorded of the output closed (its bytes' SHA-256), nothing computed again, and the output is this job's: never
     refused as "not written by this program"."""
-    output = tmp_path / ("out." + output_format)
-    jobs.run(job_child.config(job_images, output, output_format))
+    output = _copied(job_states, "finished", tmp_path / ("out." + output_format), output_format)
     record = tmp_path / ("out.%s.run.json" % output_format)
     written = record.read_bytes()
     record.unlink() if damage == "deleted" else record.write_text("{not JSON")
@@ -287,10 +289,10 @@ def test_a_ledger_of_the_previous_version_is_proven_anew_not_refused_nor_compute
     assert all(digest for suffix, (_, digest) in closed["files"].items() if suffix not in ("", ".paths.csv"))
 
 
-def test_a_damaged_attempt_is_computed_again_not_refused(job_images, single_outputs, tmp_path, small_shards,
-                                                         monkeypatch, caplog):
+def test_a_damaged_attempt_is_computed_again_not_refused(job_images, single_outputs, job_states, tmp_path,
+                                                         small_shards, caplog):
     output = tmp_path / "out.csv"
-    job = _stopped(job_images, output, "csv", monkeypatch)
+    job = _stopped(job_states, output, "csv")
     attempt, = job.attempts.glob("shard-000004.*")
     _flip(attempt / "features.parquet.run.json", 5)
     with caplog.at_level("WARNING", logger="parallel"):
@@ -356,7 +358,8 @@ def job_states(job_images, single_outputs, tmp_path_factory):
                 with pytest.MonkeyPatch.context() as stop:
                     if state == "mid-job":
                         stop.setattr(distributed, "StopRequest", lambda: StopAfter(9))
-                    jobs.run(job_child.config(images, output, output_format))
+                    summary = jobs.run(job_child.config(images, output, output_format))
+                assert summary.interrupted == (state == "mid-job")
                 reference = job_outputs(output) if state == "finished clean" else single_outputs[output_format]
                 states[state, output_format] = folder, images, reference, 0 if state == "finished clean" else 1
         for state in ("tars finished", "tars retry killed"):

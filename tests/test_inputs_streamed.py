@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -135,15 +134,16 @@ def test_three_static_ranks_are_one_process_s_bytes_in_a_store(layout, job_image
 
 @pytest.mark.parametrize("layout", ["img2dataset", "wds_tfrecord"])
 def test_a_process_killed_mid_file_costs_at_most_a_batch_and_the_rerun_is_one_run_s_bytes(layout, job_images,
-                                                                                          tmp_path):
+                                                                                          tmp_path,
+                                                                                          job_child_zygote):
     (path,) = write_files(layout, job_images, tmp_path / "data", 24)  # one file: one shard of 12 steps
     single = tmp_path / "single.parquet"
     jobs.run(job_child.config(str(path), single, "parquet"))
     output = tmp_path / "out.parquet"
     marker = tmp_path / "steps"
     marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, str(path), str(output), "parquet", "--step-seconds", "0.5",
-                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    child = job_child_zygote.spawn([CHILD, str(path), str(output), "parquet", "--step-seconds", "0.5", "--marker",
+                                    str(marker)], stderr=subprocess.PIPE)
     attempts = Path(str(output) + ".attempts")
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while attempt_rows(attempts) < 2:  # a batch of the file committed
@@ -250,14 +250,16 @@ def test_a_byte_changed_in_a_finished_job_s_index_of_members_is_found_and_the_jo
 
 @pytest.mark.parametrize("kind, signal_name", [("tars", "SIGKILL"), ("hf", "SIGTERM")])
 def test_a_rerun_killed_while_it_retries_a_failed_image_is_finished_by_the_next(finished_streams, tmp_path, kind,
-                                                                                signal_name):
+                                                                                signal_name, job_child_zygote):
     """Killed (or stopped) between the ledger's `retried` line and its closing line: the job child sends itself
     the signal at that moment (job_child.py). The index of members the output was closed with still proves it."""
     from parallel.jobs.ledger import Ledger
     images, output, reference = finished_copy(finished_streams, kind, tmp_path)
-    child = subprocess.run([sys.executable, CHILD, images, str(output), "csv"], capture_output=True, text=True,
-                           env=dict(os.environ, JOB_CHILD_SIGNAL_AFTER_RETRIED=signal_name), timeout=HANG_SECONDS)
-    assert child.returncode == (-signal.SIGKILL if signal_name == "SIGKILL" else 130), child.stderr
+    child = job_child_zygote.spawn([CHILD, images, str(output), "csv"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE,
+                                   env=dict(os.environ, JOB_CHILD_SIGNAL_AFTER_RETRIED=signal_name))
+    _, stderr = child.communicate()
+    assert child.returncode == (-signal.SIGKILL if signal_name == "SIGKILL" else 130), stderr
     assert "retried" in Ledger(Path(str(output) + ".ledger.jsonl")).entries[-1]
     rerun_is_done(images, output, reference)
 
@@ -288,20 +290,23 @@ def test_a_retried_member_s_row_a_killed_retry_left_unmerged_goes_to_its_place_i
     rerun_is_done(images, output, reference)
 
 
-def run_cli(*flags, cwd):
-    """The command line (cli_child: the colour model in VGG16's place): (exit status, stderr)."""
-    done = subprocess.run([sys.executable, CLI_CHILD, *map(str, flags), "--quiet", "--devices", "cpu:0",
-                           "--batch-size", "1"], capture_output=True, text=True, cwd=cwd)
-    return done.returncode, done.stderr
+def run_cli(zygote, *flags, cwd):
+    """The command line (cli_child: the colour model in VGG16's place), in a process of its own: (exit status,
+    stderr)."""
+    done = zygote.spawn([CLI_CHILD, *map(str, flags), "--quiet", "--devices", "cpu:0", "--batch-size", "1"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    _, stderr = done.communicate()
+    return done.returncode, stderr
 
 
-def test_a_file_of_another_kind_or_without_an_image_column_is_one_line_and_exit_2(job_images, tmp_path):
+def test_a_file_of_another_kind_or_without_an_image_column_is_one_line_and_exit_2(job_images, tmp_path,
+                                                                                   job_child_zygote):
     import pyarrow as pa
     (tmp_path / "text.parquet").write_text("not a parquet file\n" * 50)
     pq.write_table(pa.table({"name": ["a"], "pixels": pa.array([b"x"], pa.binary())}), tmp_path / "plain.parquet")
     (tmp_path / "text.tfrecord").write_text("not a tfrecord file\n" * 50)
     output = tmp_path / "out.csv"
-    status, error = run_cli("--images", tmp_path / "text.parquet", "--output", output, cwd=tmp_path)
+    status, error = run_cli(job_child_zygote, "--images", tmp_path / "text.parquet", "--output", output, cwd=tmp_path)
     assert status == 2 and error.count("\n") == 1 and "is not a Parquet file" in error, error
     assert str(tmp_path / "text.parquet") in error and not output.exists()
     assert not Path(str(output) + ".manifest.parquet").exists()

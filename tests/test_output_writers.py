@@ -8,7 +8,6 @@ import os
 import pkgutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from faults import Crash, crash_file_operations, failing
+from forked_children import zygote_fixture
 from outputs import (SETTINGS, TRICKY_NAMES, UNDECODABLE, assert_same_content, expected_content, files_under,
                      make_batch, read_output, run_job)
 
@@ -285,13 +285,17 @@ print("done", flush=True)
 """
 
 
-def spawn_kill_child(output, output_format):
-    return subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(output), output_format, str(REPOSITORY)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+# The kill children, each a real process forked from one that imported the writers once (tests/forked_children.py).
+zygote = zygote_fixture(("pyarrow.parquet", "outputs", "parallel.output"))
+
+
+def spawn_kill_child(zygote, output, output_format):
+    return zygote.spawn(["-c", KILL_CHILD, str(output), output_format, str(REPOSITORY)], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE)
 
 
 @pytest.mark.parametrize("output_format", FORMATS)
-def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, output_format):
+def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, output_format, zygote):
     """Ten kills, each inside a batch of the job's 30 (or its final merge) chosen at random: the child commits a
     batch only when told to, so every kill lands where it was meant to, however loaded the machine."""
     batches = [make_batch(index) for index in range(30)]
@@ -304,10 +308,8 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
     delays = rng.uniform(0, 1.5 * batch_seconds, len(kill_points))  # into it, or just after it
     outputs = [tmp_path / ("kill%02d" % index) / ("out." + output_format) for index in range(len(kill_points))]
     interrupted = 0
-    child = spawn_kill_child(outputs[0], output_format)
     for index, (kill_point, delay) in enumerate(zip(kill_points, delays)):
-        # The next child starts (imports) while this one is killed and its output recovered.
-        next_child = spawn_kill_child(outputs[index + 1], output_format) if index + 1 < len(kill_points) else None
+        child = spawn_kill_child(zygote, outputs[index], output_format)
         assert child.stdout.readline() == "ready\n"
         for _ in range(kill_point):
             child.stdin.write("go\n")
@@ -327,7 +329,6 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp
         assert_same_content(outputs[index], output_format, batches)
         if output_format == "csv":
             assert outputs[index].read_bytes() == reference.read_bytes(), "killed in batch %d" % kill_point
-        child = next_child
     assert interrupted >= 9, "only %d of %d kills landed before the job ended" % (interrupted, len(kill_points))
 
 

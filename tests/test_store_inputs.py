@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import tarfile
-import sys
 import time
 from pathlib import Path
 
@@ -115,6 +114,22 @@ def s3_tars(local_tars, s3_store):
     return "s3://bucket/ranks/{000000..000002}.tar"
 
 
+@pytest.fixture(scope="module")
+def s3_tars_single(s3_tars, tmp_path_factory):
+    """What one process's job over the store's 3 tars, into a local Parquet output, leaves a user: job_files."""
+    single = tmp_path_factory.mktemp("single") / "single.parquet"
+    jobs.run(job_child.config(s3_tars, single, "parquet"))
+    return job_files(single)
+
+
+@pytest.fixture(scope="module")
+def local_tars_single(local_tars, tmp_path_factory):
+    """What one process's job over the 3 local tars (their folder's *.tar), into a CSV output, leaves a user."""
+    single = tmp_path_factory.mktemp("single") / "single.csv"
+    jobs.run(job_child.config(str(local_tars[0].parent / "*.tar"), single, "csv"))
+    return job_files(single)
+
+
 def static(rank, world_size, shard_size=1):
     """Rank `rank` of `world_size`, a tar a shard (these tars are tiny: by default they would share one)."""
     return jobs.Distribution(kind="static", rank=rank, world_size=world_size, shard_size=shard_size, wait_seconds=5)
@@ -132,18 +147,17 @@ def job_files(output):
 
 @pytest.mark.parametrize("into", ["local", "store"])
 def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_one_process_s_bytes(s3_tars, tmp_path,
-                                                                                                   into):
-    single = tmp_path / "single.parquet"
-    jobs.run(job_child.config(s3_tars, single, "parquet"))
+                                                                                                   into,
+                                                                                                   s3_tars_single,
+                                                                                                   job_child_zygote):
     output = tmp_path / "out.parquet" if into == "local" else "s3://bucket/%s/out.parquet" % tmp_path.name
     shard_1 = str(output) + ".shards/shard-000001"
     exists = Path.exists if into == "local" else (lambda path: store().exists(str(path)[len("s3://"):]))
     marker = tmp_path / "steps"
     marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, s3_tars, str(output), "parquet", "--distributed", "static",
-                              "--rank", "1", "--world-size", "3", "--shard-size", "1", "--step-seconds", "0.5",
-                              "--marker", str(marker)],
-                             stderr=subprocess.PIPE, text=True)
+    child = job_child_zygote.spawn([CHILD, s3_tars, str(output), "parquet", "--distributed", "static", "--rank", "1",
+                                    "--world-size", "3", "--shard-size", "1", "--step-seconds", "0.5", "--marker",
+                                    str(marker)], stderr=subprocess.PIPE)
     # A store job's attempts are on this host, outside its staging folder, as a local one's are beside it.
     attempts = Path(str(output) + ".attempts") if into == "local" else attempts_folder(str(output))
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
@@ -163,7 +177,7 @@ def test_tars_in_a_store_on_three_ranks_one_killed_mid_tar_resumed_on_two_are_on
     assert (first.written, first.already_done, first.pending_shards) == (0, 16, (1,))
     last = jobs.run(job_child.config(s3_tars, output, "parquet", static(1, 2, None)))  # tar 1: its attempt resumed
     assert (last.written, last.already_done, last.failed) == (7 - kept, kept, 1)  # a/bad.png is in tar 1
-    mine, theirs = job_files(output), job_files(single)
+    mine, theirs = job_files(output), s3_tars_single
     assert set(mine) == set(theirs) == {"", ".errors.csv", ".members.parquet", ".run.json"}
     assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", ".members.parquet")} == \
         {suffix: theirs[suffix] for suffix in ("", ".errors.csv", ".members.parquet")}
@@ -312,15 +326,14 @@ def test_small_tars_share_a_shard_of_a_fixed_group_on_any_number_of_processes(lo
     assert readable[0] == readable[1] == readable[2] and set(readable[0]) == {"", ".errors.csv", ".members.parquet"}
 
 
-def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(local_tars, tmp_path):
+def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(local_tars, tmp_path, local_tars_single,
+                                                                                job_child_zygote):
     pattern = str(local_tars[0].parent / "*.tar")
-    single = tmp_path / "single.csv"
-    jobs.run(job_child.config(pattern, single, "csv"))
     output, marker = tmp_path / "out.csv", tmp_path / "steps"
     marker.write_text("")
-    child = subprocess.Popen([sys.executable, CHILD, pattern, str(output), "csv", "--distributed", "static",
-                              "--rank", "0", "--world-size", "1", "--shard-size", "2", "--step-seconds", "0.3",
-                              "--marker", str(marker)], stderr=subprocess.PIPE, text=True)
+    child = job_child_zygote.spawn([CHILD, pattern, str(output), "csv", "--distributed", "static", "--rank", "0",
+                                    "--world-size", "1", "--shard-size", "2", "--step-seconds", "0.3", "--marker",
+                                    str(marker)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while marker.read_text().count("step") < 6 or committed_rows(output) < 1:  # tar 1 of the group under way
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
@@ -333,17 +346,15 @@ def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(l
     again = jobs.run(job_child.config(pattern, output, "csv"))  # one host: the recorded 2 tars a shard
     assert (again.written, again.failed, again.already_done) == (23 - kept, 1, kept)
     assert {suffix: files for suffix, files in job_files(output).items() if suffix != ".run.json"} == \
-        {suffix: files for suffix, files in job_files(single).items() if suffix != ".run.json"}
+        {suffix: files for suffix, files in local_tars_single.items() if suffix != ".run.json"}
 
 
-def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(local_tars, tmp_path):
+def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(local_tars, local_tars_single, tmp_path):
     pattern = str(local_tars[0].parent / "*.tar")
-    single = tmp_path / "single.csv"
-    jobs.run(job_child.config(pattern, single, "csv"))
     output = "s3://bucket/%s/out.csv" % tmp_path.name
     summary = jobs.run(job_child.config(pattern, output, "csv"))
     assert (summary.written, summary.failed, summary.exit_status) == (23, 1, 3)
-    mine, theirs = job_files(output), job_files(single)
+    mine, theirs = job_files(output), local_tars_single
     assert {suffix: mine[suffix] for suffix in ("", ".errors.csv", ".members.parquet")} == \
         {suffix: theirs[suffix] for suffix in ("", ".errors.csv", ".members.parquet")}
     # and the shard of the failed member, kept: every rerun retries it

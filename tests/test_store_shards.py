@@ -5,7 +5,6 @@ ranks, through kills, unfinished attempts and attempts computed twice."""
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -39,9 +38,9 @@ def run_rank(job_images, url, output_format, rank, world_size, **options):
     return jobs.run(job_child.config(job_images, url, output_format, static(rank, world_size, **options)))
 
 
-def child(job_images, url, output_format, env, *flags):
-    return subprocess.Popen([sys.executable, CHILD, str(job_images), url, output_format, *flags],
-                            stderr=subprocess.PIPE, text=True, env=env)
+def child(zygote, job_images, url, output_format, env, *flags):
+    """The job child in a process of its own (forked from the session's job_child_zygote: tests/conftest.py)."""
+    return zygote.spawn([CHILD, str(job_images), url, output_format, *flags], stderr=subprocess.PIPE, env=env)
 
 
 @pytest.mark.parametrize("output_format", FORMATS)
@@ -70,12 +69,13 @@ def test_three_ranks_one_after_another_give_the_local_bytes(job_images, single_o
     assert store_outputs(s3, "out." + output_format) == single_outputs[output_format]
 
 
-def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, single_outputs, s3, tmp_path):
+def test_a_rank_killed_mid_shard_resumes_on_another_world_size(job_images, single_outputs, s3, tmp_path,
+                                                                job_child_zygote):
     url = s3.url("out.npy")
     marker = tmp_path / "steps"
     marker.write_text("")
-    slow = child(job_images, url, "npy", s3.env, "--distributed", "static", "--rank", "1", "--world-size", "2",
-                 "--shard-size", "5", "--step-seconds", "0.5", "--marker", str(marker))
+    slow = child(job_child_zygote, job_images, url, "npy", s3.env, "--distributed", "static", "--rank", "1",
+                 "--world-size", "2", "--shard-size", "5", "--step-seconds", "0.5", "--marker", str(marker))
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while shard_three_rows(url) < 2:  # shard 1 committed (3 steps), a batch of shard 3 committed in its attempt
         assert slow.poll() is None and time.monotonic() < deadline, slow.communicate()
@@ -260,7 +260,8 @@ def test_a_local_output_is_still_the_rename_protocol(tmp_path):
     assert type(ShardedJob(tmp_path / "out.csv").commits) is FolderCommits
 
 
-def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_images, single_outputs, s3, tmp_path):
+def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_images, single_outputs, s3, tmp_path,
+                                                                          job_child_zygote):
     """The child reaches the store through a server of its own, stopped once shard 0 is committed; the objects
     (moto keeps them per process, whichever server serves them) are still there for the rerun."""
     import s3_server
@@ -268,7 +269,8 @@ def test_the_store_stopped_mid_run_stops_with_one_line_and_a_rerun_resumes(job_i
     url = s3.url("out.csv")
     marker = tmp_path / "steps"
     marker.write_text("")
-    running = child(job_images, url, "csv", dict(s3_server.environment(endpoint), AWS_MAX_ATTEMPTS="1"),
+    running = child(job_child_zygote, job_images, url, "csv",
+                    dict(s3_server.environment(endpoint), AWS_MAX_ATTEMPTS="1"),
                     "--distributed", "static", "--rank", "0", "--world-size", "1", "--shard-size", "5",
                     "--step-seconds", "0.3", "--marker", str(marker))
     try:
