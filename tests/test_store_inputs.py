@@ -349,7 +349,8 @@ def test_a_group_of_tars_killed_mid_way_is_resumed_after_its_committed_batches(l
         {suffix: files for suffix, files in local_tars_single.items() if suffix != ".run.json"}
 
 
-def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(local_tars, local_tars_single, tmp_path):
+def test_a_tar_job_into_a_store_output_on_one_host_is_the_local_run_s_bytes(local_tars, local_tars_single, s3_store,
+                                                                           tmp_path):
     pattern = str(local_tars[0].parent / "*.tar")
     output = "s3://bucket/%s/out.csv" % tmp_path.name
     summary = jobs.run(job_child.config(pattern, output, "csv"))
