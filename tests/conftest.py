@@ -1,6 +1,7 @@
 """Shared fixtures: a fresh graph, sessions with n logical CPU devices, seeded random VGG16 weights, image bombs;
 from tests/faults.py, nodes that are not regular files and a disk that fills up; from tests/stores.py, an S3
-server and an HTTP server on loopback; from tests/hub_server.py, a Hugging Face hub on loopback."""
+server and an HTTP server on loopback; from tests/hub_server.py, a Hugging Face hub on loopback; the end of the
+PyTorch references' child (tests/torch_references.py) with the session."""
 
 import os
 
@@ -225,3 +226,16 @@ def job_child_zygote():
         yield zygote
     finally:
         zygote.close()
+
+
+# --- the PyTorch references' child (tests/torch_references.py) ------------------------------------------
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_reference_child():
+    """Ends, with the session, the one PyTorch child the parity tests of this test process shared (started by
+    the first of them: torch_references.run_references); nothing when none ran."""
+    import torch_references
+    try:
+        yield
+    finally:
+        torch_references.close_child()

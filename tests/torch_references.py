@@ -31,13 +31,23 @@ network's where it matters to rounding: LayerNorm scales 0.5 .. 1.5, LayerScale 
 logit_scale ln(100). A child process because transformers' and torchvision's PyTorch code, loaded after TensorFlow
 in one process, crashes it (every test process imports TensorFlow): nothing here imports torch until the child
 runs; the library itself never imports it. Every parity test of the PyTorch publishers (CLIP's, open_clip's,
-DINOv2's, SigLIP's) goes through this one child, one per test module (a module-scoped fixture).
+DINOv2's, SigLIP's) goes through this one child, one per test process: started by the first request, it serves the
+requests of every module the process runs (importing torch, transformers and open_clip costs 4 to 5 CPU-seconds),
+and ends when the session does (tests/conftest.py's torch_reference_child).
+
+    python tests/torch_references.py --serve     the shared child: a request's path a line on stdin, "ok" or
+                                                 "error: LAST LINE" a line on its own stdout (what the code it runs
+                                                 prints goes to stderr); ends on "quit"
 """
 
 import json
 import math
+import os
+import select
 import subprocess
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -47,25 +57,88 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def run_references(jobs, folder):
-    """Runs `jobs` (dicts as above, without "output") in one child process; [{name: array}], one per job.
+    """Runs `jobs` (dicts as above, without "output") in this process's PyTorch child; [{name: array}], one per job.
 
     Args:
       jobs: the jobs; paths in them are strings.
       folder: a folder for the request and the outputs (a pathlib.Path).
 
     Raises:
-      RuntimeError: the child failed (its last line of stderr).
+      RuntimeError: a job failed (the last line of its error), or the child ended (its last line of stderr).
     """
-    from hangs import HANG_SECONDS
-
+    global _CHILD
     jobs = [dict(job, output=str(folder / ("reference_%d.npz" % index))) for index, job in enumerate(jobs)]
     request = folder / "references.json"
     request.write_text(json.dumps({"jobs": jobs}))
-    done = subprocess.run([sys.executable, str(Path(__file__)), str(request)], capture_output=True, text=True,
-                          timeout=HANG_SECONDS)
-    if done.returncode != 0:
-        raise RuntimeError("torch_references.py failed: %s" % (done.stderr.strip().splitlines() or ["?"])[-1])
+    if _CHILD is not None and _CHILD.ended:
+        close_child()
+    if _CHILD is None:
+        _CHILD = ReferenceChild()
+    _CHILD.run(request)
     return [dict(np.load(job["output"])) for job in jobs]
+
+
+def close_child():
+    """Ends this process's PyTorch child, if a request started it (at the session's end)."""
+    global _CHILD
+    child, _CHILD = _CHILD, None
+    if child is not None:
+        child.close()
+
+
+class ReferenceChild:
+    """`python tests/torch_references.py --serve`: one process that imports torch once and runs request after
+    request."""
+
+    def __init__(self):
+        self._stderr = tempfile.TemporaryFile()
+        self._process = subprocess.Popen([sys.executable, str(Path(__file__)), "--serve"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        self.ended = False  # it died (the next request starts another)
+
+    def run(self, request):
+        """Runs the request file `request`; raises RuntimeError as run_references says."""
+        from hangs import HANG_SECONDS
+
+        try:
+            self._process.stdin.write("%s\n" % request)
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it ended: the reply is empty
+        if not select.select([self._process.stdout], [], [], HANG_SECONDS)[0]:
+            self._process.kill()
+        reply = self._process.stdout.readline().strip()
+        if reply == "ok":
+            return
+        if reply.startswith("error: "):
+            raise RuntimeError("torch_references.py failed: %s" % reply[len("error: "):])
+        self._process.kill()
+        status = self._process.wait()
+        self.ended = True
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").strip().splitlines() or ["?"]
+        raise RuntimeError("torch_references.py failed (exit status %s): %s" % (status, lines[-1]))
+
+    def close(self):
+        """Asks the child to end and waits for it (a forked test process may hold its stdin open: no EOF)."""
+        from hangs import HANG_SECONDS
+
+        try:
+            if not self.ended:
+                self._process.stdin.write("quit\n")
+            self._process.stdin.close()
+        except BrokenPipeError:
+            pass  # it had ended
+        try:
+            self._process.wait(timeout=HANG_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process.stdout.close()
+        self._stderr.close()
+
+
+_CHILD = None  # this process's ReferenceChild, started by the first request
 
 
 def assert_parity(ours, expected, tolerance=1e-5):
@@ -254,12 +327,36 @@ KINDS = {"clip": clip, "open_clip": open_clip, "dinov2": dinov2, "siglip": sigli
 
 
 def main(request):
-    import torch
-
-    torch.set_num_threads(1)  # the test processes are the parallelism (tests/conftest.py)
     for job in json.loads(Path(request).read_text())["jobs"]:
         np.savez(job["output"], **KINDS[job["kind"]](job))
 
 
+def serve():
+    """Runs the request files named on stdin, one a line, until "quit" (or stdin's end); replies on stdout."""
+    import torch
+
+    torch.set_num_threads(1)  # the test processes are the parallelism (tests/conftest.py)
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what transformers or open_clip print goes to stderr, never into a reply
+    for line in sys.stdin:
+        request = line.strip()
+        if request == "quit":
+            break
+        try:
+            main(request)
+            replies.write("ok\n")
+        except SystemExit as error:  # a job's own refusal: its message, as the interpreter prints it
+            replies.write("error: %s\n" % error)
+        except Exception as error:  # noqa: BLE001 -- the test names it; each job builds its own models afresh
+            replies.write("error: %s\n" % traceback.format_exception_only(type(error), error)[-1].strip())
+        replies.flush()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        serve()
+    else:
+        import torch
+
+        torch.set_num_threads(1)
+        main(sys.argv[1])
