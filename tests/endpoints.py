@@ -7,6 +7,7 @@ graph they are built in is shared (the later endpoints reuse the variables the f
 import numpy as np
 import tensorflow as tf
 
+from arrays import assert_same_array
 from parallel import engine
 from parallel.devices import resolve_devices
 from parallel.model import ModelSpec
@@ -42,7 +43,7 @@ def every_endpoint(specs, images, per_device_batch=2):
         for spec in specs.values():
             for name, value in spec.load_weights().items():
                 if name in values:  # an endpoint reads a variable as the one before it did
-                    np.testing.assert_array_equal(value, values[name], err_msg=name)
+                    assert_same_array(value, values[name], name)
                 values[name] = value
         return values
 
