@@ -407,7 +407,15 @@ def _own_data(name, output_name):
     return name in (output_name, output_name + ".paths.csv")
 
 
-@pytest.mark.parametrize("seed", range(40))
+# Seeds 0-39 less the ten that draw a file, a damage and an outcome (refused; or rows written again: all, some or
+# none) another seed draws: 6, 10 and 19 (out.csv cut, all written again, as 15), 8 and 39 (the manifest cut,
+# refused, as 38), 3 (the ledger cut, none, as 26), 9 (a part's digests cut, some, as 11), 17 (a part cut, some,
+# as 30), 31 (the manifest deleted, none, as 4), 21 (the manifest flipped, refused, as 34).
+FUZZ_SEEDS = [0, 1, 2, 4, 5, 7, 11, 12, 13, 14, 15, 16, 18, 20, 22, 23, 24, 25, 26, 27, 28, 29, 30, 32, 33, 34, 35,
+              36, 37, 38]
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
 def test_a_job_with_any_one_file_damaged_reruns_to_the_uninterrupted_output_or_refuses_in_one_line(
         job_states, tmp_path, small_shards, seed):
     """Whatever file is deleted, cut or flipped: the next rerun gives the uninterrupted run's files, or refuses in one

@@ -66,6 +66,30 @@ def test_write_read_list_and_remove(store, tmp_path):
     assert store.list("feats.parquet.shards/") == {} and store.exists("feats.parquet.shardsx")
 
 
+def test_a_read_a_size_a_check_or_a_listing_is_one_request_there_or_not(s3, monkeypatch):
+    """What a job asks a store most, each one request: s3fs's cat_file asks for the size before its GET, its info
+    lists the prefix after a HEAD that found nothing (to call it a folder), its find asks twice more of a folder
+    it found empty."""
+    import werkzeug.serving
+    asked = []
+    real = werkzeug.serving.WSGIRequestHandler.run_wsgi
+
+    def logged(handler):
+        if handler.path.startswith("/" + s3.bucket):  # its objects, and listings of it
+            asked.append(handler.command)
+        return real(handler)
+
+    monkeypatch.setattr(werkzeug.serving.WSGIRequestHandler, "run_wsgi", logged)
+    store, _ = open_store(s3.url("runs/feats.parquet"))
+    s3.filesystem.pipe_file("%s/runs/feats.parquet.run.json" % s3.bucket, b"{}\n")
+    asked.clear()
+    assert store.read("feats.parquet.run.json") == b"{}\n" and store.read("feats.parquet") is None
+    assert store.sizes(["feats.parquet.run.json", "feats.parquet"]) == {"feats.parquet.run.json": 3}
+    assert store.exists("feats.parquet.run.json") and not store.exists("feats.parquet")
+    assert store.list("feats.parquet.shards/") == {}
+    assert asked == ["GET", "GET", "HEAD", "HEAD", "HEAD", "HEAD", "GET"]
+
+
 def test_create_is_done_once_the_second_creator_is_told(store, tmp_path):
     """What replaces the manifest's lock in a store: a conditional PUT (If-None-Match: *)."""
     first, second = tmp_path / "first", tmp_path / "second"

@@ -36,6 +36,7 @@ from parallel.output.durable import OutputError, fsync, new_file_mode, replace_a
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://")
 # Which package brings which filesystem, for the message of a plain install.
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs"}
+_S3 = ("s3", "s3a")  # s3fs's schemes: ObjectStore asks S3 itself where s3fs would ask more than needed
 
 
 class StoreError(OSError):
@@ -204,7 +205,11 @@ class LocalStore(Store):
 
 
 class ObjectStore(Store):
-    """An fsspec filesystem (S3 through s3fs is the one tested here; others through fsspec, untested)."""
+    """An fsspec filesystem (S3 through s3fs is the one tested here; others through fsspec, untested).
+
+    For S3, each operation is the one request it needs: s3fs's cat_file, info and find ask more (the size before a
+    GET; a listing after a HEAD or a listing that found nothing, to tell a folder), needless here.
+    """
 
     def __init__(self, filesystem, scheme, folder):
         self.filesystem = filesystem
@@ -230,6 +235,8 @@ class ObjectStore(Store):
     def read(self, name):
         with self._errors("read", name):
             try:
+                if self.scheme in _S3:
+                    return _s3_get(self.filesystem, self._path(name))
                 return self.filesystem.cat_file(self._path(name))
             except FileNotFoundError:
                 return None
@@ -265,6 +272,11 @@ class ObjectStore(Store):
     def exists(self, name):
         with self._errors("read", name):
             self.filesystem.invalidate_cache()
+            if self.scheme in _S3:
+                try:  # as isfile: any failure is "no", without its listing of a folder (no object)
+                    return _s3_size(self.filesystem, self._path(name)) >= 0
+                except Exception:
+                    return False
             return self.filesystem.isfile(self._path(name))
 
     def list(self, folder):
@@ -272,7 +284,10 @@ class ObjectStore(Store):
         with self._errors("list", folder):
             self.filesystem.invalidate_cache()  # other processes write here: never a cached listing
             try:
-                found = self.filesystem.find(self._path(folder), detail=True)
+                if self.scheme in _S3:  # one listing: s3fs asks twice more of a folder it finds empty
+                    found = self.filesystem.find(self.folder, prefix=folder, detail=True)
+                else:
+                    found = self.filesystem.find(self._path(folder), detail=True)
             except FileNotFoundError:
                 return {}
             start = len(self.folder) + 1
@@ -292,7 +307,10 @@ class ObjectStore(Store):
         for name in names:
             with self._errors("read", name):
                 try:
-                    found[name] = int(self.filesystem.info(self._path(name))["size"])
+                    if self.scheme in _S3:
+                        found[name] = _s3_size(self.filesystem, self._path(name))
+                    else:
+                        found[name] = int(self.filesystem.info(self._path(name))["size"])
                 except FileNotFoundError:
                     pass
         return found
@@ -311,6 +329,30 @@ class ObjectStore(Store):
                               % (self.url(name), _describe(error))) from None
         except Exception as error:
             raise OutputError("--output %s: %s" % (self.url(name), _describe(error))) from None
+
+
+def _s3_get(filesystem, path):
+    """The bytes of the S3 object at `path` of s3fs `filesystem`, in one GET: s3fs's cat_file asks for the size
+    first (a HEAD, and a listing when there is no such object) to choose a concurrent read, needless for the
+    records read here. FileNotFoundError when there is none."""
+    from fsspec.asyn import sync
+
+    async def get():
+        bucket, key, _ = filesystem.split_path(path)
+        response = await filesystem._call_s3("get_object", Bucket=bucket, Key=key)
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+    return sync(filesystem.loop, get)
+
+
+def _s3_size(filesystem, path):
+    """The size of the S3 object at `path` of s3fs `filesystem`, in one HEAD: s3fs's info lists the prefix too
+    when there is no such object (to call it a folder), and a folder is no object. FileNotFoundError when there
+    is none."""
+    bucket, key, _ = filesystem.split_path(path)
+    return int(filesystem.call_s3("head_object", Bucket=bucket, Key=key)["ContentLength"])
 
 
 def _check_folder(folder):
