@@ -993,19 +993,17 @@ def test_a_store_output_reaches_the_job_as_typed(fake_run):
     assert (config.output, config.output_format) == ("s3://bucket/runs/feats.parquet", "parquet")
 
 
-def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter(s3, tmp_path,
-                                                                                                   job_child_zygote):
-    """As users run it (a process of its own, forked from the session's zygote with the store client and TensorFlow
-    imported; its log on stderr): the refusal is the one line;
+def test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter(s3, tmp_path):
+    """As users run it (a process of its own, its log on stderr, TensorFlow imported): the refusal is the one line;
     botocore logs "Found credentials in environment variables." at INFO, and the run's log is ours alone."""
     images = make_images(tmp_path / "images")
     weights = tmp_path / "vgg16.npy"
     weights.write_bytes(b"never read: the store is checked first")
     output = "s3://%s-none/feats.csv" % s3.bucket
-    done = job_child_zygote.spawn([REPOSITORY / "run_inference.py", "--images", images, "--output", output,
-                                   "--weights", weights], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=dict(os.environ, **s3.env))
-    _, error = done.communicate()
+    done = subprocess.run([sys.executable, str(REPOSITORY / "run_inference.py"), "--images", str(images), "--output",
+                           output, "--weights", str(weights)], capture_output=True, text=True,
+                          env=dict(os.environ, **s3.env), timeout=HANG_SECONDS)
+    error = done.stderr
     assert done.returncode == 2 and error.count("\n") == 1, error
     assert error.startswith("run_inference: error: --output %s: the bucket " % output), error
     assert "does not exist" in error and "Found credentials" not in error, error
