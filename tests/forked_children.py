@@ -2,6 +2,7 @@
 
     zygote = Zygote(["tensorflow", "job_child"])      # a process that imports these once (TensorFlow: 3 s of CPU)
     child = zygote.spawn([script, *arguments], stderr=subprocess.PIPE, env=...)   # a Popen-like process
+    child = zygote.spawn(..., sigint=as_exec_leaves_sigint())    # the signal handlers a fresh `python` has
     child.send_signal(signal.SIGKILL); child.wait(); child.communicate(); child.returncode
     zygote.close()
 
