@@ -2,6 +2,7 @@
 
     zygote = Zygote(["tensorflow", "job_child"])      # a process that imports these once (TensorFlow: 3 s of CPU)
     child = zygote.spawn([script, *arguments], stderr=subprocess.PIPE, env=...)   # a Popen-like process
+    child = zygote.spawn(..., sigint=as_exec_leaves_sigint())    # the signal handlers a fresh `python` has
     child.send_signal(signal.SIGKILL); child.wait(); child.communicate(); child.returncode
     zygote.close()
 
@@ -56,12 +57,17 @@ class Zygote:
             raise RuntimeError("the zygote ended (exit status %s)" % self.process.wait())
         return json.loads(data)
 
-    def spawn(self, argv, env=None, cwd=None, stdin=None, stdout=None, stderr=None, text=True):
+    def spawn(self, argv, env=None, cwd=None, stdin=None, stdout=None, stderr=None, text=True, sigint=None):
         """A child running argv ([script, *arguments] or ["-c", code, *arguments]): a ForkedChild.
 
         stdin, stdout, stderr: subprocess.PIPE for a pipe to this process, subprocess.DEVNULL, or None for this
         process's own. env: the child's whole environment (None: this process's). cwd: its working folder.
+        sigint: None, the signal handlers the zygote has; "default" or "ignored", the ones a fresh `python` has when
+        started with SIGINT at its default or ignored (as_exec_leaves_sigint(): as a child of this process would):
+        SIGINT raising KeyboardInterrupt or ignored, SIGTERM at its default, SIGPIPE and SIGXFSZ ignored.
         """
+        if sigint not in (None, "default", "ignored"):
+            raise ValueError("sigint takes None, 'default' or 'ignored', got %r" % (sigint,))
         ends, fds = {}, []
         for number, choice in enumerate((stdin, stdout, stderr)):
             if choice == subprocess.PIPE:
@@ -78,7 +84,7 @@ class Zygote:
         try:
             answer = self._ask({"ask": "spawn", "argv": [str(part) for part in argv],
                                 "env": dict(os.environ if env is None else env),
-                                "cwd": str(cwd or os.getcwd())}, fds)
+                                "cwd": str(cwd or os.getcwd()), "sigint": sigint}, fds)
         finally:
             for ours, theirs in ends.values():
                 os.close(theirs)
@@ -145,6 +151,13 @@ class ForkedChild:
             thread.join()
         self.wait()
         return read.get("stdout"), read.get("stderr")
+
+
+def as_exec_leaves_sigint():
+    """The SIGINT a child exec'd from this process now starts with: "ignored" if ignored here, else "default" (a
+    handled signal is reset to its default by exec; Python then makes it raise KeyboardInterrupt)."""
+    import signal
+    return "ignored" if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else "default"
 
 
 def zygote_fixture(modules, scope="module"):
@@ -219,9 +232,20 @@ def _exit(status):
     os._exit(status & 0xFF)
 
 
+def _fresh_signals(sigint):
+    """The handlers a fresh interpreter starts with, SIGINT's as it inherits it (`sigint`: "default" or "ignored")."""
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler if sigint == "default" else signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(number, signal.SIG_IGN)
+
+
 def _run_script(request, fds, commands):
     import runpy
     commands.close()
+    if request.get("sigint") is not None:
+        _fresh_signals(request["sigint"])
     for number, fd in enumerate(fds):
         if fd != number:
             os.dup2(fd, number)

@@ -7,7 +7,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,18 +25,20 @@ from parallel.jobs.shards import ShardedJob
 FORMATS = ("csv", "parquet", "npy")
 
 
-def start_child(job_images, output, output_format, *flags, env=None, step_seconds=None):
-    """tests/job_child.py in a process of its own (a rank), once it has begun its first step if `step_seconds` is
+def start_child(zygote, job_images, output, output_format, *flags, env=None, step_seconds=None):
+    """tests/job_child.py in a process of its own (a rank), forked from `zygote` (the session's job_child_zygote:
+    tests/forked_children.py, TensorFlow imported once), once it has begun its first step if `step_seconds` is
     given (its steps that long: a process that computes while the test does something else). It exits as the
     command line does (exit_now: without TensorFlow's teardown, which only delays the status)."""
+    from forked_children import as_exec_leaves_sigint
     marker = Path(str(output) + ".steps")
     if step_seconds is not None:
         marker.write_text("")
         flags += ("--step-seconds", str(step_seconds), "--marker", str(marker))
     launch = ("import sys; sys.path.insert(0, %r); import job_child; from parallel.signals import exit_now; "
               "exit_now(job_child.main())" % str(Path(job_child.__file__).parent))
-    child = subprocess.Popen([sys.executable, "-c", launch, str(job_images), str(output), output_format, *flags],
-                             stderr=subprocess.PIPE, text=True, env=env)
+    child = zygote.spawn(["-c", launch, job_images, output, output_format, *flags], stderr=subprocess.PIPE, env=env,
+                         sigint=as_exec_leaves_sigint())
     if step_seconds is not None:
         wait_for_steps(child, marker, 1)
     return child
@@ -59,9 +60,9 @@ def run_rank(job_images, output, output_format, rank, world_size, **options):
     return jobs.run(job_child.config(job_images, output, output_format, static(rank, world_size, **options)))
 
 
-def slow_rank(job_images, output, output_format, rank, world_size, steps):
+def slow_rank(zygote, job_images, output, output_format, rank, world_size, steps):
     """A rank in a process of its own (shards of 5, steps of 0.5 s), once it has begun its `steps`-th step."""
-    child = start_child(job_images, output, output_format, "--distributed", "static", "--rank", str(rank),
+    child = start_child(zygote, job_images, output, output_format, "--distributed", "static", "--rank", str(rank),
                         "--world-size", str(world_size), "--shard-size", "5", step_seconds=0.5)
     wait_for_steps(child, Path(str(output) + ".steps"), steps)
     return child
@@ -119,9 +120,10 @@ def test_the_default_shards_start_where_a_single_process_s_steps_start(job_image
     assert (tmp_path / "unaligned.csv").read_bytes() == (tmp_path / "single.csv").read_bytes()
 
 
-def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(job_images, single_outputs, tmp_path):
+def test_a_rank_killed_mid_shard_then_rerun_loses_nothing(job_images, single_outputs, tmp_path, job_child_zygote):
     output = tmp_path / "out.parquet"
-    slow = slow_rank(job_images, output, "parquet", 1, 2, steps=4)  # shard 1 committed, shard 3 under way
+    # Shard 1 committed, shard 3 under way.
+    slow = slow_rank(job_child_zygote, job_images, output, "parquet", 1, 2, steps=4)
     job = ShardedJob(output)
     deadline = time.monotonic() + HANG_SECONDS  # a guard against a hang only (tests/hangs.py)
     while not attempt_rows(job):  # a batch of shard 3 committed in its attempt
@@ -156,12 +158,14 @@ def test_a_job_resumes_on_another_number_of_processes(job_images, single_outputs
 
 
 def test_ranks_from_slurm_variables_at_once_one_of_them_twice_give_one_correct_part(job_images, single_outputs,
-                                                                                     tmp_path, monkeypatch, caplog):
+                                                                                     tmp_path, monkeypatch, caplog,
+                                                                                     job_child_zygote):
     """Rank 1 in a process of its own (shards 1 and 4 in steps of 0.2 s); in this one while it computes, rank 1 again
     (the same shards at once), then ranks 0 and 2: each takes its rank and the world size from Slurm's variables.
     Then a late duplicate attempt: one correct part each time."""
     output = tmp_path / "out.csv"
-    child = start_child(job_images, output, "csv", "--distributed", "static", "--shard-size", "5", "--keep-shards",
+    child = start_child(job_child_zygote, job_images, output, "csv", "--distributed", "static", "--shard-size", "5",
+                        "--keep-shards",
                         env=dict(os.environ, SLURM_PROCID="1", SLURM_NTASKS="3"), step_seconds=0.2)
     statuses = {}
     monkeypatch.setenv("SLURM_NTASKS", "3")
@@ -330,11 +334,12 @@ def test_an_output_the_job_could_never_write_is_refused_before_anything_is_writt
 
 
 def test_a_sigtermed_rank_keeps_the_rows_of_its_shard_under_way_and_the_rerun_resumes_them(job_images, single_outputs,
-                                                                                          tmp_path):
+                                                                                          tmp_path, job_child_zygote):
     """The attempt under way when SIGTERM comes keeps the batches its writer committed: they count as
     written, and the rerun resumes the attempt after them (a stop costs at most a batch, not a shard)."""
     output = tmp_path / "out.csv"
-    child = slow_rank(job_images, output, "csv", 0, 1, steps=4)  # shard 0 (3 steps) committed, shard 1 under way
+    # Shard 0 (3 steps) committed, shard 1 under way.
+    child = slow_rank(job_child_zygote, job_images, output, "csv", 0, 1, steps=4)
     child.send_signal(signal.SIGTERM)
     log = child.communicate(timeout=HANG_SECONDS)[1]
     job = ShardedJob(output)

@@ -548,15 +548,23 @@ def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_ou
 # Session.run): what these tests prove is the plumbing (the status, the messages, what a rerun resumes).
 # The reruns that finish what a stopped process left, and the uninterrupted run they are compared with, run
 # in this process (colour_run: the same job, the same bytes): what they check is the output, not a process.
-# VGG16 itself runs end to end in the tests above.
+# VGG16 itself runs end to end in the tests above. The processes signalled or killed in their run are forked from
+# the session's zygote (tests/forked_children.py: TensorFlow imported once); the one signalled in its start-up is a
+# fresh interpreter.
 
 CLI_CHILD = REPOSITORY / "tests" / "cli_child.py"
 STEP_SECONDS = 0.2  # about a step of VGG16 with one image on the CPU: a signal or a kill lands mid-run
 
 
-def start(images, output, *flags, step_seconds=STEP_SECONDS, load_seconds=0, sigterm_at_run_end=False):
+def start(images, output, *flags, step_seconds=STEP_SECONDS, load_seconds=0, sigterm_at_run_end=False, zygote=None):
+    """cli_child.py in a process of its own: forked from `zygote` (tests/forked_children.py: TensorFlow imported
+    already, the signal handlers a fresh `python` has), or a fresh interpreter if None (its start-up is the point)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", CLI_CHILD_STEP_SECONDS=str(step_seconds),
                CLI_CHILD_LOAD_SECONDS=str(load_seconds), CLI_CHILD_SIGTERM_AT_RUN_END="1" if sigterm_at_run_end else "")
+    if zygote is not None:  # SIGINT at its default, as from a terminal (as below)
+        return zygote.spawn([CLI_CHILD, "--images", images, "--output", output, "--devices", "cpu:0",
+                             "--batch-size", "1", *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            cwd=REPOSITORY, sigint="default")
     # The child starts with SIGINT at its default, as from a terminal, even when the suite was started with it
     # ignored (a background job): handled here, it is reset to the default by exec; ignored, it would stay so.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -609,12 +617,12 @@ def uninterrupted(many_images, tmp_path_factory):
     return output.read_bytes()
 
 
-def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, capsys, many_images, uninterrupted):
+def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(tmp_path, capsys, many_images, uninterrupted, job_child_zygote):
     """Ctrl-C in the loop, end to end; SIGTERM takes the same way (one policy: tests/test_signals.py stops a
     run in the loop with it)."""
     images, names = many_images
     output = tmp_path / "features.csv"
-    child = start(images, output)
+    child = start(images, output, zygote=job_child_zygote)
     wait_for_rows(child, output, 2)
     child.send_signal(signal.SIGINT)
     _, error = child.communicate(timeout=HANG_SECONDS)
@@ -646,13 +654,14 @@ def test_sigterm_during_start_up_is_status_130_with_one_line(tmp_path, many_imag
 
 
 def test_sigterm_as_the_run_ends_is_status_130_with_one_line_and_the_output_is_complete(tmp_path, many_images,
-                                                                                       uninterrupted):
+                                                                                       uninterrupted,
+                                                                                       job_child_zygote):
     """A SIGTERM once the run's own signal handling has handed the handlers back, before the summary line (the
     child sends it to itself at that moment: cli_child.py; just after the summary line: tests/test_signals.py):
     status 130, and a line that says so; the output is the uninterrupted run's (a rerun finds it done)."""
     images, _ = many_images
     output = tmp_path / "features.csv"
-    child = start(images, output, step_seconds=0, sigterm_at_run_end=True)
+    child = start(images, output, step_seconds=0, sigterm_at_run_end=True, zygote=job_child_zygote)
     _, error = child.communicate(timeout=HANG_SECONDS)
     assert child.returncode == 130, error
     assert error.strip().splitlines()[-1] == "run_inference: interrupted; rerun the same command to resume", error
@@ -676,13 +685,13 @@ def test_an_import_a_signal_cut_short_is_an_interruption_not_a_failure(fake_run,
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_output(tmp_path, capsys, many_images,
-                                                                            uninterrupted):
+                                                                            uninterrupted, job_child_zygote):
     images, names = many_images
     output = tmp_path / "features.csv"
     rng = random.Random(4)
     kills = 0
     while kills < 3:
-        child = start(images, output, "--quiet")
+        child = start(images, output, "--quiet", zygote=job_child_zygote)
         before = max(rows_in(output), 0)
         if before >= len(names) - 2:
             child.wait(timeout=HANG_SECONDS)

@@ -44,7 +44,10 @@ def sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 # The engine with a model whose every step sleeps inside Session.run (tests/slow_child.py): the main
-# thread is in C++ for seconds, as on a long GPU step, and Python signal handlers cannot run.
+# thread is in C++ for seconds, as on a long GPU step, and Python signal handlers cannot run. Its process is
+# forked from the session's zygote (tests/forked_children.py), TensorFlow imported already: what these tests
+# signal is the run, once its handling is in place; the child starts with the signal handlers a fresh `python`
+# started from this process would have. The programs' own start-up is signalled in fresh processes below.
 SLOW_CHILD = Path(__file__).resolve().parent / "slow_child.py"
 
 
@@ -55,12 +58,13 @@ def make_images(folder, count):
         Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(folder / ("%02d.png" % index))
 
 
-def start(tmp_path, step_seconds=0.0, load_seconds=0.0):
+def start(zygote, tmp_path, step_seconds=0.0, load_seconds=0.0):
+    from forked_children import as_exec_leaves_sigint
     marker = tmp_path / "marker"
     marker.write_text("")
-    child = subprocess.Popen(
-        [sys.executable, str(SLOW_CHILD), str(tmp_path / "images"), str(tmp_path / "out.csv"), str(marker),
-         str(step_seconds), str(load_seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = zygote.spawn(
+        [SLOW_CHILD, tmp_path / "images", tmp_path / "out.csv", marker, step_seconds, load_seconds],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, sigint=as_exec_leaves_sigint())
     return child, marker
 
 
@@ -79,11 +83,11 @@ def committed_rows(tmp_path):
     return rows(tmp_path / "out.csv")
 
 
-def test_a_second_signal_stops_at_once_even_inside_a_device_step(tmp_path):
+def test_a_second_signal_stops_at_once_even_inside_a_device_step(tmp_path, job_child_zygote):
     """The step never ends while the test lasts (it sleeps HANG_SECONDS): the child exits only if the second
     signal stops it inside the step, whatever the machine's load."""
     make_images(tmp_path / "images", 8)
-    child, marker = start(tmp_path, step_seconds=HANG_SECONDS)
+    child, marker = start(job_child_zygote, tmp_path, step_seconds=HANG_SECONDS)
     wait_for(marker, "step", 1, child)
     time.sleep(0.3)  # well inside the step
     child.send_signal(signal.SIGINT)
@@ -102,12 +106,12 @@ def test_a_second_signal_stops_at_once_even_inside_a_device_step(tmp_path):
     assert paths == ["%02d.png" % index for index in range(8)]
 
 
-def test_a_signal_during_start_up_is_a_clean_stop_with_status_130(tmp_path):
+def test_a_signal_during_start_up_is_a_clean_stop_with_status_130(tmp_path, job_child_zygote):
     """The weights never finish loading while the test lasts (HANG_SECONDS): the child exits only if the signal
     stops its start-up. SIGTERM, which would kill the process (143) if the run did not take it; a SIGINT takes the
     same handler there (test_the_cli_block_restores_handlers_and_the_wakeup_fd)."""
     make_images(tmp_path / "images", 2)
-    child, marker = start(tmp_path, load_seconds=HANG_SECONDS)
+    child, marker = start(job_child_zygote, tmp_path, load_seconds=HANG_SECONDS)
     wait_for(marker, "loading", 1, child)
     child.send_signal(signal.SIGTERM)
     _, errors = child.communicate(timeout=HANG_SECONDS)
@@ -204,10 +208,11 @@ def test_an_ignored_sigint_stays_ignored_in_every_stage_and_sigterm_is_always_ta
         signal.signal(signal.SIGTERM, previous_term)
 
 
-def test_a_run_started_with_sigint_ignored_ignores_it_in_the_loop_and_stops_cleanly_on_sigterm(tmp_path):
+def test_a_run_started_with_sigint_ignored_ignores_it_in_the_loop_and_stops_cleanly_on_sigterm(tmp_path,
+                                                                                              job_child_zygote):
     make_images(tmp_path / "images", 12)
     with sigint_ignored():
-        child, marker = start(tmp_path, step_seconds=0.5, load_seconds=1)
+        child, marker = start(job_child_zygote, tmp_path, step_seconds=0.5, load_seconds=1)
     wait_for(marker, "loading", 1, child)
     child.send_signal(signal.SIGINT)  # start-up
     wait_for(marker, "step", 1, child)
