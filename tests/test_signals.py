@@ -59,9 +59,16 @@ def make_images(folder, count):
 
 
 def start(zygote, tmp_path, step_seconds=0.0, load_seconds=0.0):
+    """The slow child forked from `zygote`, or with None a fresh `python` (a signal during its start-up: a forked
+    child's once hung there for HANG_SECONDS, its SIGTERM taken only when the loading ended)."""
     from forked_children import as_exec_leaves_sigint
     marker = tmp_path / "marker"
     marker.write_text("")
+    if zygote is None:
+        child = subprocess.Popen(
+            [sys.executable, str(SLOW_CHILD), str(tmp_path / "images"), str(tmp_path / "out.csv"), str(marker),
+             str(step_seconds), str(load_seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return child, marker
     child = zygote.spawn(
         [SLOW_CHILD, tmp_path / "images", tmp_path / "out.csv", marker, step_seconds, load_seconds],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, sigint=as_exec_leaves_sigint())
@@ -106,12 +113,12 @@ def test_a_second_signal_stops_at_once_even_inside_a_device_step(tmp_path, job_c
     assert paths == ["%02d.png" % index for index in range(8)]
 
 
-def test_a_signal_during_start_up_is_a_clean_stop_with_status_130(tmp_path, job_child_zygote):
+def test_a_signal_during_start_up_is_a_clean_stop_with_status_130(tmp_path):
     """The weights never finish loading while the test lasts (HANG_SECONDS): the child exits only if the signal
     stops its start-up. SIGTERM, which would kill the process (143) if the run did not take it; a SIGINT takes the
     same handler there (test_the_cli_block_restores_handlers_and_the_wakeup_fd)."""
     make_images(tmp_path / "images", 2)
-    child, marker = start(job_child_zygote, tmp_path, load_seconds=HANG_SECONDS)
+    child, marker = start(None, tmp_path, load_seconds=HANG_SECONDS)
     wait_for(marker, "loading", 1, child)
     child.send_signal(signal.SIGTERM)
     _, errors = child.communicate(timeout=HANG_SECONDS)

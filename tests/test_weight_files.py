@@ -136,7 +136,8 @@ def test_the_random_command_leaves_nothing_when_the_write_fails(tmp_path):
 
 
 @pytest.mark.parametrize("name, message", [
-    ("smoke.txt", r"smoke.txt: the name must end in .npy \(tensorflow-vgg's layout\) or .h5 \(Keras's layout\) for vgg16"),
+    ("smoke.txt", r"smoke.txt: the name must end in .npy \(tensorflow-vgg's layout\) or .h5 \(Keras's layout\) "
+                  r"for vgg16"),
     ("existing.npy", "existing.npy exists; it is not replaced"),
     ("missing/smoke.npy", "smoke.npy: the folder .*missing does not exist"),
 ])
