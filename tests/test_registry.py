@@ -255,13 +255,25 @@ def test_the_clip_family_from_parquet_files_is_searched_by_a_sentence(photograph
     assert len(rows) == 4 and len({row["path"] for row in rows}) == 4
 
 
+def assert_three_ranks_in_a_store_are_one_process(run, local, s3):
+    """`run(output, *flags)` into `local`, then as three static ranks (shards of one) into the store's three.npy:
+    the store's output and paths file are the local ones, byte for byte."""
+    from outputs import job_outputs
+    assert run(local) == 0
+    for rank in range(3):
+        assert run(s3.url("three.npy"), "--distributed", "static", "--rank", str(rank), "--world-size", "3",
+                   "--shard-size", "1") == 0
+    files = job_outputs(local)
+    assert sorted(files) == ["", ".paths.csv"] and {suffix: s3.filesystem.cat_file("%s/three.npy%s" % (
+        s3.bucket, suffix)) for suffix in files} == files
+
+
 def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_in_a_store_and_in_bf16(photographs_folder, tmp_path,
                                                                                            s3):
     import dataclasses
     import run_inference
     from models.dinov2 import dinov2_layers, dinov2_weights
     from models.vit.vit_layers import TransformerConfig
-    from outputs import job_outputs
     from stores import write_tars
     small = dataclasses.replace(dinov2_layers.VITS14_REG, name="dinov2",
                                 transformer=TransformerConfig(64, 2, 4, 256, layer_scale=True))
@@ -273,13 +285,7 @@ def test_the_dinov2_family_with_registers_in_tars_over_three_ranks_in_a_store_an
                                    str(tmp_path / "registers"), "--output", str(output), "--devices", "cpu:0",
                                    "--batch-size", "1", "--quiet", "--layer", "class_and_patch_mean", *flags])
 
-    assert run(tmp_path / "one.npy") == 0
-    for rank in range(3):
-        assert run(s3.url("three.npy"), "--distributed", "static", "--rank", str(rank), "--world-size", "3",
-                   "--shard-size", "1") == 0
-    local = job_outputs(tmp_path / "one.npy")
-    assert sorted(local) == ["", ".paths.csv"] and {suffix: s3.filesystem.cat_file("%s/three.npy%s" % (
-        s3.bucket, suffix)) for suffix in local} == local
+    assert_three_ranks_in_a_store_are_one_process(run, tmp_path / "one.npy", s3)
     assert run(s3.url("registers.npy")) == 0
     assert s3.filesystem.cat_file("%s/registers.npy" % s3.bucket) == (tmp_path / "one.npy").read_bytes()
     assert run(tmp_path / "bf16.npy", "--precision", "bf16") == 0
@@ -343,7 +349,6 @@ def test_the_siglip_family_in_tars_over_three_ranks_into_a_store_and_as_ray_ship
     """`--model siglip` (its size from config.json) over tars: three static ranks writing into a store give one
     local process's output, and its ModelSpec pickled as Ray ships it to an actor computes the same features."""
     import run_inference
-    from outputs import job_outputs
     from parallel import engine
     from parallel.devices import resolve_devices
     from stores import write_tars
@@ -355,13 +360,7 @@ def test_the_siglip_family_in_tars_over_three_ranks_into_a_store_and_as_ray_ship
                                    str(weights), "--output", str(output), "--devices", "cpu:0", "--batch-size", "1",
                                    "--quiet", *flags])
 
-    assert run(tmp_path / "one.npy") == 0
-    for rank in range(3):
-        assert run(s3.url("three.npy"), "--distributed", "static", "--rank", str(rank), "--world-size", "3",
-                   "--shard-size", "1") == 0
-    local = job_outputs(tmp_path / "one.npy")
-    assert sorted(local) == ["", ".paths.csv"] and {suffix: s3.filesystem.cat_file("%s/three.npy%s" % (
-        s3.bucket, suffix)) for suffix in local} == local
+    assert_three_ranks_in_a_store_are_one_process(run, tmp_path / "one.npy", s3)
     rows = np.load(tmp_path / "one.npy")
     assert rows.shape[0] == 4 and np.abs(rows[0] - rows[1:]).max() > 1e-2  # different images, different rows
     cloudpickle = pytest.importorskip("ray.cloudpickle")
