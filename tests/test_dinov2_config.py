@@ -178,3 +178,13 @@ def test_the_family_s_hub_checkpoint_is_fetched_at_once_with_its_config_and_read
     fake_hub.add("owner/bare", commit, "model.safetensors", (tmp_path / "registers" / "model.safetensors").read_bytes())
     with pytest.raises(WeightsError, match="model.safetensors: no config.json beside it: --model dinov2 reads"):
         dinov2.FAMILY_MODEL.feature_model(weights="hf://owner/bare@%s" % commit)
+    # timm's repository of the same weights (its own names, its own config.json): refused in one line naming it.
+    fake_hub.add("timm/dino", commit, "model.safetensors", (tmp_path / "registers" / "model.safetensors").read_bytes())
+    fake_hub.add("timm/dino", commit, "config.json", json.dumps({
+        "architecture": "vit_small_patch14_reg4_dinov2", "num_classes": 0, "pretrained_cfg": {"tag": "lvd142m"}}).encode(),
+        lfs=False)
+    with pytest.raises(ConfigError, match=r"^\S+/config.json is timm's config \(architecture "
+                                          r"\"vit_small_patch14_reg4_dinov2\"\), not transformers': --model dinov2 "
+                                          r"reads a checkpoint in transformers' layout \(config.json with a "
+                                          r"model_type\); pass the repository or folder of those weights in it$"):
+        dinov2.FAMILY_MODEL.feature_model(weights="hf://timm/dino@%s" % commit)

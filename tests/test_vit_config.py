@@ -60,6 +60,17 @@ def test_a_file_that_is_not_a_json_object_is_one_line_naming_it(tmp_path):
     assert issubclass(ConfigError, ValueError)  # the command line's one line and exit status 2
 
 
+def test_timm_s_config_is_refused_naming_its_architecture_and_a_model_type_is_read_as_ever(tmp_path):
+    timm = {"architecture": "vit_base_patch16_siglip_224", "num_classes": 0, "pretrained_cfg": {"tag": "webli"}}
+    with pytest.raises(ConfigError, match=r"timm.json is timm's config \(architecture \"vit_base_patch16_siglip_224\"\), "
+                                          r"not transformers': --model siglip reads .*; pass the repository"):
+        read_config(config_file(tmp_path, timm, "timm.json"), "siglip")
+    with pytest.raises(ConfigError, match=r"--model clip reads .*\(config.json with a model_type\) or open_clip's"):
+        read_config(config_file(tmp_path, timm, "timm.json"), "clip")
+    assert read_config(config_file(tmp_path, dict(timm, model_type="siglip"), "hf.json"), "siglip").get(
+        "model_type") == "siglip"
+
+
 def test_a_hugging_face_tower_is_a_transformer_config(tmp_path):
     section = Section({"hidden_size": 1280, "num_hidden_layers": 32, "num_attention_heads": 16,
                        "intermediate_size": 5120, "hidden_act": "gelu", "layer_norm_eps": 1e-5}, tmp_path / "c.json")

@@ -151,7 +151,7 @@ def read_config(path, family="the model"):
       family: the family reading it, for messages.
 
     Raises:
-      ConfigError: the file is missing, unreadable, not JSON, or not an object (one line naming it).
+      ConfigError: the file is missing, unreadable, not JSON, not an object, or timm's (one line naming it).
     """
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
@@ -161,7 +161,18 @@ def read_config(path, family="the model"):
         raise ConfigError("%s is not JSON: %s" % (path, str(error).splitlines()[0])) from None
     if not isinstance(values, dict):
         raise ConfigError("%s is not a JSON object" % path)
+    if is_timm_config(values):
+        other = " or open_clip's (open_clip_model.safetensors and open_clip_config.json)" if family == "clip" else ""
+        raise ConfigError("%s is timm's config (architecture %s), not transformers': --model %s reads a checkpoint "
+                          "in transformers' layout (config.json with a model_type)%s; pass the repository or "
+                          "folder of those weights in it" % (path, json.dumps(values["architecture"]), family, other))
     return Section(values, path, "", family)
+
+
+def is_timm_config(values):
+    """Whether a config file's object is timm's (its hub repositories' config.json: architecture, pretrained_cfg,
+    no model_type): a vision tower in timm's own names (blocks.0.attn.qkv.weight, ...), which no family reads."""
+    return "model_type" not in values and isinstance(values.get("architecture"), str) and "pretrained_cfg" in values
 
 
 def hf_transformer(section, layer_scale=False, **defaults):
