@@ -20,10 +20,12 @@ workers) and job_child's colour model, and FAULT:
                   rerun; the store's objects then copied into FOLDER/store-copy/ for the test to read
     badweights    the weights load in the driver but not in the workers (one shard: one worker)
     cli           the command line (run_inference.py, tests/cli_child.py) in a process of its own, over
-                  the images as 3 tars of 8 (FOLDER/tars/*.tar, stores.write_tars), a tar a shard, computed
-                  by a model of models/: EfficientNetB0 (--model efficientnet_b0), with seeded random
-                  weights written by the driver in FOLDER/efficientnet_b0.h5 (`efficientnet_model`); first
-                  with GPUS + 1 GPUs per worker (logical ones: refused), then with GPUS
+                  the images as 3 tars of 8 WebDataset samples, each image with its caption but the first
+                  (FOLDER/tars/*.tar, `captioned_tars`), a tar a shard, computed by a family of models/
+                  read from its checkpoint's config: a small SigLIP 2 (--model siglip, its seeded random
+                  weights and tokenizer written by the driver in FOLDER/siglip2, `siglip_weights`), the
+                  captions embedded by its text tower (--text-column txt); first with GPUS + 1 GPUs per
+                  worker (logical ones: refused), then with GPUS
 
 Before it imports Ray, it prints "IMPORTS_RAY true|false": whether importing the package, the engine and
 parallel.jobs.distributed imported Ray (they must not: Ray is the ray extra's).
@@ -95,13 +97,19 @@ def weights_in(pid):
     return load_weights
 
 
+def cli_flags(images, output, weights):
+    """The cli job's command line but its distribution: the SigLIP at `weights` over the tars `images` (a
+    pattern), captions and all, into `output`, a tar a shard."""
+    return ["--images", str(images), "--output", str(output), "--shard-size", "1", "--devices", "cpu:0",
+            "--batch-size", "2", "--workers", "1", "--model", "siglip", "--weights", str(weights),
+            "--text-column", "txt"]
+
+
 def run_cli(images, output, address, gpus_per_worker, weights):
     """(exit status, stderr) of the command line in a process of its own, a driver of the cluster at `address`:
-    EfficientNetB0 with `weights`, a tar (of `images`, a pattern of tars) a shard."""
-    command = [sys.executable, CLI_CHILD, "--images", str(images), "--output", str(output),
-               "--distributed", "ray", "--ray-address", address, "--gpus-per-worker", str(gpus_per_worker),
-               "--shard-size", "1", "--devices", "cpu:0", "--batch-size", "2", "--workers", "1",
-               "--model", "efficientnet_b0", "--weights", str(weights)]
+    `cli_flags`."""
+    command = [sys.executable, CLI_CHILD, *cli_flags(images, output, weights), "--distributed", "ray",
+               "--ray-address", address, "--gpus-per-worker", str(gpus_per_worker)]
     # Run in tests/: Ray puts its driver's current folder on its workers' sys.path, where cli_child's and
     # job_child's modules are. (A hang guard only: tests/hangs.py.)
     child = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS, cwd=Path(CLI_CHILD).parent)
@@ -110,12 +118,11 @@ def run_cli(images, output, address, gpus_per_worker, weights):
 
 def cli_job(images, folder, job, address):
     """The result of a cli job (see the module docstring)."""
-    from stores import write_tars
     output_format, gpus_per_worker, fault = job.split(":")
     output = folder / ("%s.%s" % (fault, output_format))
     result = {"job": job, "output": str(output), "builds": [], "killed": []}
-    write_tars(images, folder / "tars", 8)
-    tars, weights = folder / "tars" / "*.tar", efficientnet_weights(folder)
+    captioned_tars(images, folder / "tars", 8)
+    tars, weights = folder / "tars" / "*.tar", siglip_weights(folder)
     result["first_status"], result["first_log"] = run_cli(tars, output, address, int(gpus_per_worker) + 1, weights)
     result["left"] = sorted(path.name for path in folder.iterdir() if path.name.startswith(output.name))
     result["status"], result["cli_log"] = run_cli(tars, output, address, int(gpus_per_worker), weights)
@@ -163,19 +170,30 @@ def kill_first_stepper(steps, output, result):
     when(lambda: is_dead(pid), lambda: result.update(kept=attempt_rows(output, pid)))
 
 
-def efficientnet_weights(folder):
-    """`folder`/efficientnet_b0.h5: seeded random weights of models.registry's EfficientNetB0 (written once)."""
-    from models import registry
-    weights = Path(folder) / "efficientnet_b0.h5"
+def siglip_weights(folder):
+    """`folder`/siglip2: a small SigLIP 2 checkpoint (tests/siglip_files.py: config.json, seeded random weights,
+    a Gemma tokenizer trained here), written once."""
+    from siglip_files import write_small
+    weights = Path(folder) / "siglip2"
     if not weights.exists():
-        registry.weight_files("efficientnet_b0").write_random(weights, seed=0)
+        write_small(weights)
     return weights
 
 
-def efficientnet_model(folder):
-    """models.registry's EfficientNetB0, with the seeded random weights of `efficientnet_weights(folder)`."""
-    from models import registry
-    return registry.feature_model("efficientnet_b0", weights=str(efficientnet_weights(folder)))
+def captioned_tars(images, folder, per_tar):
+    """The images under `images` (sorted keys) as tars of `per_tar` WebDataset samples in `folder`: an image, then
+    its caption NAME.txt (dataset_files.caption's), but the first image's (a missing caption: its row is kept)."""
+    from dataset_files import caption
+    from stores import image_paths, tar_bytes
+    names = image_paths(images)
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, start in enumerate(range(0, len(names), per_tar)):
+        members = []
+        for name in names[start:start + per_tar]:
+            members.append((name, (Path(images) / name).read_bytes()))
+            if name != names[0]:
+                members.append((name.rsplit(".", 1)[0] + ".txt", caption(name).encode()))
+        (folder / ("%06d.tar" % number)).write_bytes(tar_bytes(members))
 
 
 def run(config):

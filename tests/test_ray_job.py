@@ -155,14 +155,13 @@ def test_an_output_in_an_object_store_is_the_single_host_one(ray_runs, single_ou
 
 @pytest.fixture(scope="module")
 def one_process_tars(ray_runs, tmp_path_factory):
-    """What one process writes for the cli job (its tars): its output (CSV), with EfficientNetB0 and the same
-    weights."""
-    from parallel import jobs
-    folder = ray_runs["cli"]["log_folder"]
+    """What one process writes for the cli job (its tars): its output (CSV), by the same command line and the
+    same SigLIP, without Ray."""
+    import run_inference
+    folder = Path(ray_runs["cli"]["log_folder"])
     single = tmp_path_factory.mktemp("one_process_tars") / "single.csv"
-    config = job_child.config(str(Path(folder) / "tars" / "*.tar"), single, "csv",
-                              Distribution(kind="static", rank=0, world_size=1, shard_size=1))
-    jobs.run(dataclasses.replace(config, model=ray_child.efficientnet_model(folder)))
+    assert run_inference.main(ray_child.cli_flags(folder / "tars" / "*.tar", single, folder / "siglip2")
+                              + ["--quiet"]) == 3
     return single
 
 
@@ -174,10 +173,23 @@ def test_tars_are_shards_of_a_ray_job_as_of_one_process(ray_runs, one_process_ta
     assert members[0] == members[1]
 
 
-def test_a_model_of_the_registry_on_the_cluster_gives_one_process_s_bytes(ray_runs, one_process_tars):
-    result = ray_runs["cli"]  # EfficientNetB0: its spec pickled to the actors, its weights read there
+def test_a_family_of_the_registry_with_its_text_tower_on_the_cluster_gives_one_process_s_bytes(ray_runs,
+                                                                                                one_process_tars):
+    """SigLIP (--model siglip: its size from the checkpoint's config, its spec pickled to the actors, its weights
+    and tokenizer read there), its captions embedded and scored by the workers: one process's bytes, text too."""
+    import pandas
+    from parallel.output.text_rows import TEXT_SUFFIX
+    result = ray_runs["cli"]
     assert outputs(result["output"]) == outputs(one_process_tars)
-    assert Path(result["output"]).read_text().split("\n")[0].endswith(",avg_pool_1279")
+    assert Path(result["output"]).read_text().split("\n")[0].endswith(",embedding_31")
+    texts = [Path(str(output) + TEXT_SUFFIX) for output in (result["output"], one_process_tars)]
+    assert texts[0].read_bytes() == texts[1].read_bytes()
+    text = pandas.read_parquet(texts[0])
+    # A row for each sample; the first image's caption missing, the damaged image's caption without an image to
+    # score against: 22 probabilities, each SigLIP's sigmoid, and not one value repeated for every row.
+    assert len(text) == 24 and text["caption_error"].tolist().count("missing") == 1, text
+    scores = text["caption_probability"].dropna()
+    assert len(scores) == 22 and scores.between(0, 1).all() and scores.nunique() == 22, text
 
 
 def test_each_worker_builds_its_graph_once_on_a_cpu_device_of_its_own(ray_runs):
