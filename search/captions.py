@@ -3,6 +3,8 @@
 
     scores = caption_scores(index)          # float32 [N] in the index's row order, NaN where a row has none
     check_caption_scores(index)             # SearchError (one line) for an output without: before any work
+    has_caption_scores(index)               # False for an output without (what a page shows no score for)
+    shown = caption_scores_of(index, keys)  # {key: float or None} of the keys that are rows (a page's tiles)
     captions = Captions(index)
     lists = captions.ranked(unit_vectors, k, min_score=0.28)   # [[(key, cosine)]] best first, against the captions
     allowed = caption_filter(index, 0.28)   # bool [N]: the rows whose caption score is 0.28 or more
@@ -81,6 +83,32 @@ def check_caption_scores(index):
     """Raises SearchError (one line, as `caption_scores`) unless the indexed output has caption scores: what a
     command that needs them asks before any work (the text file's schema alone is read)."""
     _checked(index, "caption_score", "caption scores")
+
+
+def has_caption_scores(index):
+    """Whether the indexed output has caption scores (its job ran with --text-column): its text file's schema alone
+    read; False, not an error, for an output without them (or whose text file cannot be read: `caption_scores`
+    says why)."""
+    try:
+        check_caption_scores(index)
+    except SearchError:
+        return False
+    return True
+
+
+def caption_scores_of(index, keys, scores=None):
+    """{key: its row's caption score (float), or None where the row has none} of those of `keys` that are rows of
+    `index` (the others left out: a caption whose image failed, an image file given as a query); SearchError as
+    `caption_scores`. scores: its `caption_scores`, when already read, or None."""
+    scores = caption_scores(index) if scores is None else scores
+    found = {}
+    for key in keys:
+        try:
+            value = float(scores[index.row(key)])
+        except SearchError:  # not a row of the index
+            continue
+        found[key] = None if np.isnan(value) else value
+    return found
 
 
 def caption_scores(index):

@@ -50,14 +50,17 @@ def add_command(args, progress, say):
 
 
 def page_command(args, index, neighbour_lists, progress, writing):
-    """`page`: the static page of `index`: its queries' neighbours, its duplicate groups (each kept row first,
-    marked by args.keep_rule) and the histogram.
+    """`page`: the static page of `index`: its queries' neighbours (a sentence's with the model's probability, where
+    it gives one), its duplicate groups (each kept row first, marked by args.keep_rule) and the histogram; each row's
+    caption score where the output has them.
 
     Args:
       neighbour_lists: callable(index) -> [(label, image or None, [(path, score)], whether a sentence, its
         probabilities or None)].
     """
+    import functools
     from search import duplicates
+    from search.captions import caption_scores, caption_scores_of, has_caption_scores
     from search.page import check_page_folder, write_page
     from search.queries import Kept, members_index
     from search.removals import check_rule_usable, kept_rows
@@ -65,9 +68,9 @@ def page_command(args, index, neighbour_lists, progress, writing):
     check_page_folder(folder, args.overwrite)  # before any work: a usage error, nothing written
     if args.threshold is not None:
         check_rule_usable(index, args.keep_rule)
-    queries = [{"label": label, "image": image, "neighbours": found, "text": text}
-               for label, image, found, text, _ in neighbour_lists(index)] if args.query or args.text or args.caption \
-        else []
+    queries = [{"label": label, "image": image, "neighbours": found, "text": text, "probabilities": chances}
+               for label, image, found, text, chances in neighbour_lists(index)] \
+        if args.query or args.text or args.caption else []
     groups = []
     if args.threshold is not None:
         pairs, _ = duplicates.find_pairs(index, args.threshold, neighbours=args.neighbours, progress=progress)
@@ -76,6 +79,7 @@ def page_command(args, index, neighbour_lists, progress, writing):
         groups = [[index.paths[row] for row in [keep] + [row for row in group if row != keep]]
                   for group, keep in zip(rows, kept.tolist())]
     histogram = duplicates.histogram(duplicates.nearest_scores(index))
+    scores = caption_scores(index) if has_caption_scores(index) else None  # each row's (NaN: none), read once
     progress.close()
     details = "%d images of %s, %s index, layer %s" % (len(index), index.meta["source"]["output"], index.kind,
                                                        index.settings.get("layer", "?"))
@@ -84,6 +88,8 @@ def page_command(args, index, neighbour_lists, progress, writing):
                    % Path(index.meta["source"]["output"]).name, details=details, progress=progress,
                    members=members_index(index), kept=Kept(index).of, overwrite=args.overwrite,
                    image_column=index.settings.get("image_column"),
-                   keep_rule=args.keep_rule if args.threshold is not None else None)
+                   keep_rule=args.keep_rule if args.threshold is not None else None,
+                   caption_scores=None if scores is None else functools.partial(caption_scores_of, index,
+                                                                                scores=scores))
     progress.close()
     print("wrote %s (open it, or: search-features serve %s)" % (page, folder), file=sys.stderr)

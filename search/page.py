@@ -13,7 +13,9 @@ GROUPS_PER_PAGE at a time (buttons page through them) and thumbnails load lazily
 of thousands of groups opens at once. Image paths and a text query's sentence are shown as text
 (textContent), never as HTML: a sentence is the title of its query, and stands in a tile where an image
 query's thumbnail would. The values kept beside a row (`run_inference.py --keep`: a caption, a .json member)
-are shown under its path, as text too, one line a name.
+are shown under its path, as text too, one line a name. Beside each tile's score, as the service's page shows them:
+its row's caption score, "caption 0.312" ("caption \u2013" for a row without one), on an output with caption
+scores (`run_inference.py --text-column`), and for a sentence on a SigLIP output, SigLIP's probability, "p 0.731".
 """
 
 import concurrent.futures
@@ -144,6 +146,7 @@ figure{margin:0;width:164px;background:#fff;border:1px solid #ddd;padding:2px}
 figure.query{border:2px solid #c03030}
 figure img{display:block;width:160px;height:160px;object-fit:contain;background:#eee}
 figcaption{font-size:11px;overflow-wrap:anywhere}
+figcaption .caption-score{color:#5a3d8a}figcaption .probability{color:#2a5d2a}
 .kept{font-size:11px;color:#555;overflow-wrap:anywhere;max-height:5.5em;overflow:hidden}
 .kept .name{font-weight:600;margin-right:.3em}
 figure.sentence{display:flex;align-items:center;justify-content:center;height:160px;font-size:15px;
@@ -163,7 +166,21 @@ function figure(item) {
   const img = document.createElement("img");
   img.loading = "lazy"; img.src = item.thumb; img.alt = item.path; img.width = 160; img.height = 160;
   const cap = document.createElement("figcaption");
-  cap.textContent = (item.score === undefined ? "" : item.score.toFixed(3) + "  ") + item.path;
+  if (item.score !== undefined) cap.append(item.score.toFixed(3) + "  ");
+  if (item.caption_score !== undefined) {  // an output with caption scores: its caption's cosine with its image
+    const captionScore = document.createElement("span"); captionScore.className = "caption-score";
+    captionScore.title = item.caption_score === null ? "no caption score: no caption, or one that failed" :
+      "its caption score: the cosine of its caption and its image";
+    captionScore.textContent = "caption " + (item.caption_score === null ? "\u2013" : item.caption_score.toFixed(3));
+    cap.append(captionScore, "  ");
+  }
+  if (item.probability !== undefined) {  // the model's own score of a sentence and an image (SigLIP's)
+    const probability = document.createElement("span"); probability.className = "probability";
+    probability.title = "the model's probability that the image and the sentence go together";
+    probability.textContent = "p " + item.probability.toFixed(3);
+    cap.append(probability, "  ");
+  }
+  cap.append(item.path);
   fig.append(img, cap);
   if (item.remove !== undefined) {  // a duplicate group's member, by the keep rule: the one kept, or one to remove
     fig.classList.add(item.remove ? "remove" : "keep");
@@ -192,7 +209,8 @@ function showQueries() {
       tile.textContent = "\u201c" + query.label + "\u201d";
       row.append(tile);
     }
-    if (query.thumb) row.append(figure({path: query.label, thumb: query.thumb, query: true, kept: query.kept}));
+    if (query.thumb) row.append(figure({path: query.label, thumb: query.thumb, query: true, kept: query.kept,
+                                        caption_score: query.caption_score}));
     for (const item of query.neighbours) row.append(figure(item));
     box.append(row);
   }
@@ -239,14 +257,16 @@ def check_page_folder(folder, overwrite=False):
 
 def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, images_root=None, title="Search",
                details="", progress=None, members=None, kept=None, overwrite=False, image_column=None,
-               keep_rule=None):
+               keep_rule=None, caption_scores=None):
     """Writes folder/index.html and folder/thumbs/ (created; an earlier report there is replaced, another
     index.html only if `overwrite`).
 
     Args:
       folder: the report's folder (str or Path).
       queries: list of {"label": str, "image": path of the query image or None,
-        "neighbours": [(path, score), ...], "text": True for a sentence (its label; optional)}.
+        "neighbours": [(path, score), ...], "text": True for a sentence (its label; optional),
+        "probabilities": [float] beside the neighbours' scores, or None (optional: the model's own probability
+        of a sentence and each image, SigLIP's: `search.queries.probabilities`)}.
       groups: list of lists of paths, largest first.
       keep_rule: the rule that chose the row each group keeps (search/removals.py), its first path, marked
         "kept" and the others "would go"; None: no marks.
@@ -257,6 +277,8 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
         rows of Parquet and TFRecord files; image_column: the job's --image-column, for those rows.
       kept: callable(keys) -> {key: {name: str or None}}: the values kept beside the rows shown
         (`search.queries.Kept.of`), shown under their paths; None: none shown.
+      caption_scores: callable(keys) -> {key: float or None} of the keys that are rows (None: the row has none;
+        `search.captions.caption_scores_of`), shown beside each row's score; None: the output has none, none shown.
       title: the page's heading. details: a line under it (what was indexed).
       progress: callable(done, total) while thumbnails are made, or None.
       overwrite: replace an index.html in `folder` that is not a page written here.
@@ -275,14 +297,22 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
     images |= {path for group in groups for path in group[:MEMBERS_SHOWN]}
     thumbs = _thumbnails(folder, images, images_root, members, progress, image_column)
     values = kept(images) if kept is not None else {}
+    scores = caption_scores(images) if caption_scores is not None else None
 
     def item(path, **more):
+        if scores is not None:  # null: no caption score, or not a row (a caption whose image failed)
+            more["caption_score"] = scores.get(path)
         return dict(more, path=path, thumb=thumbs[path], **({"kept": values[path]} if path in values else {}))
+
+    def neighbours(query):
+        chances = query.get("probabilities") or [None] * len(query["neighbours"])
+        return [item(path, score=float(score), **({} if chance is None else {"probability": float(chance)}))
+                for (path, score), chance in zip(query["neighbours"], chances)]
     data = {
         "queries": [dict({"label": query["label"], "thumb": thumbs.get(query.get("image")),
-                          "text": bool(query.get("text")),
-                          "neighbours": [item(path, score=float(score)) for path, score in query["neighbours"]]},
-                         **({"kept": values[query["image"]]} if query.get("image") in values else {}))
+                          "text": bool(query.get("text")), "neighbours": neighbours(query)},
+                         **({"kept": values[query["image"]]} if query.get("image") in values else {}),
+                         **({"caption_score": scores[query["image"]]} if query.get("image") in (scores or {}) else {}))
                     for query in queries],
         "groups": [{"size": len(group), "members": [item(path, **({} if keep_rule is None else {"remove": at > 0}))
                                                     for at, path in enumerate(group[:MEMBERS_SHOWN])]}

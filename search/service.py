@@ -46,7 +46,8 @@ from PIL import Image
 
 from parallel.messages import error_line
 from search.indexed_images import Changed, IndexedImages, TooLarge
-from search.captions import Captions, caption_filter, caption_scores, check_caption_scores
+from search.captions import (Captions, caption_filter, caption_scores, check_caption_scores,
+                             has_caption_scores)
 from search.queries import (Kept, check_text_queries, image_vectors, members_index, probabilities, ranked,
                             text_vectors)
 
@@ -121,11 +122,7 @@ class Service:
         read once."""
         with self._captions_lock:
             if self._has_caption_scores is None:
-                try:
-                    check_caption_scores(self.index)
-                    self._has_caption_scores = True
-                except ValueError:
-                    self._has_caption_scores = False
+                self._has_caption_scores = has_caption_scores(self.index)
             return self._has_caption_scores
 
     def _scores_of_captions(self):

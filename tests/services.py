@@ -6,14 +6,17 @@ SigLIP's).
     clip_job                                          # a module's fixture: a small CLIP's output of 12 PNGs, indexed
     siglip_job                                        # the same of a small SigLIP 2 (--model siglip)
     kept_job                                          # a module's fixture: an output of tars with --keep txt,json
+    index, scores = captioned_copy(clip_job, folder)  # a job's output copied into folder, with caption scores
 """
 
 import io
 import json
+import math
 import tarfile
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,6 +112,29 @@ def siglip_job(tmp_path_factory):
                                "--weights", str(weights), "--devices", "cpu:0", "--quiet"]) == 0
     assert run("--quiet", "index", folder / "f.npy") == 0
     return folder, weights, folder / "f.npy.index", images
+
+
+def captioned_copy(job, folder):
+    """The output of `job` (clip_job's or siglip_job's) copied into `folder`, with the text file a job run with
+    --text-column writes beside it: each row's caption embedding (seeded unit vectors) and caption score (rows 3
+    and 7: none), and its index. Returns (index, {key: caption score or None})."""
+    import shutil
+    from parallel.output.text_rows import TEXT_SUFFIX, TextRows, write_rows
+    from search.index import Index
+    output, index_folder = job[0] / "f.npy", job[2]
+    for path in output.parent.glob("f.npy*"):
+        if path.is_file():
+            shutil.copyfile(path, folder / path.name)
+    source = Index.load(index_folder)
+    keys, size = list(source.paths), source.meta["feature_size"]
+    random = np.random.default_rng(5)
+    embeddings = random.standard_normal((len(keys), size)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    scores = random.uniform(0.1, 0.4, len(keys)).astype(np.float32)
+    embeddings[[3, 7]], scores[[3, 7]] = np.nan, np.nan
+    write_rows(Path(str(folder / "f.npy") + TEXT_SUFFIX), TextRows(keys, embeddings, [None] * len(keys), scores))
+    index = Index.build(folder / "f.npy", folder / "f.index")
+    return index, {key: None if math.isnan(score) else float(score) for key, score in zip(keys, scores)}
 
 
 # A caption holding HTML, shown as text wherever the value is shown.

@@ -22,8 +22,8 @@ from search.api import PAGE_FILES, PAGE_SECURITY_HEADERS, SECURITY_HEADERS
 from search.index import Index
 from search.service import NO_EMBEDDER, Service
 from search_data import clustered
-from services import (HTML_CAPTION, Running, clip_job, kept_job, png,  # noqa: F401 -- the jobs: fixtures
-                      siglip_job)
+from services import (HTML_CAPTION, Running, captioned_copy, clip_job, kept_job,  # noqa: F401 -- the jobs: fixtures
+                      png, siglip_job)
 from test_search_page import BROWSER_FLAGS, CHROMIUM, wait_for_images
 from test_search_service import no_text_tower
 
@@ -540,25 +540,10 @@ CAPTION_SCORES = ("figures => figures.map(f => [f.querySelector('.key').title, f
 
 @pytest.fixture
 def captioned_clip_index(clip_job, tmp_path):
-    """clip_job's output copied, with the text file a job run with --text-column writes beside it: each row's
-    caption embedding (seeded unit vectors) and caption score (rows 3 and 7: none), and its index. Returns
-    (index, weights, {key: caption score or None})."""
-    import shutil
-    from parallel.output.text_rows import TEXT_SUFFIX, TextRows, write_rows
-    folder, weights, index_folder, _ = clip_job
-    for path in folder.glob("f.npy*"):
-        if path.is_file():
-            shutil.copyfile(path, tmp_path / path.name)
-    source = Index.load(index_folder)
-    keys, size = list(source.paths), source.meta["feature_size"]
-    random = np.random.default_rng(5)
-    embeddings = random.standard_normal((len(keys), size)).astype(np.float32)
-    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
-    scores = random.uniform(0.1, 0.4, len(keys)).astype(np.float32)
-    embeddings[[3, 7]], scores[[3, 7]] = np.nan, np.nan
-    write_rows(Path(str(tmp_path / "f.npy") + TEXT_SUFFIX), TextRows(keys, embeddings, [None] * len(keys), scores))
-    index = Index.build(tmp_path / "f.npy", tmp_path / "f.index")
-    return index, weights, {key: None if math.isnan(score) else float(score) for key, score in zip(keys, scores)}
+    """clip_job's output copied with caption scores (services.captioned_copy: rows 3 and 7 without one), and its
+    index. Returns (index, weights, {key: caption score or None})."""
+    index, scores = captioned_copy(clip_job, tmp_path)
+    return index, clip_job[1], scores
 
 
 @needs_a_browser

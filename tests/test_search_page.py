@@ -1,6 +1,10 @@
-"""search.page: the report in a real browser (Debian's chromium through Playwright), thumbnails, the server."""
+"""search.page: the report in a real browser (Debian's chromium through Playwright), thumbnails, the server; each
+tile's caption score and a SigLIP sentence's probability, on a page `page` wrote of a small SigLIP's output."""
 
 import contextlib
+import csv
+import io
+import json
 import threading
 import time
 import urllib.request
@@ -14,7 +18,7 @@ from hangs import HANG_SECONDS
 from search.duplicates import histogram
 from search.page import GROUPS_PER_PAGE, THUMBS, make_thumbnail, write_page
 from search.server import make_server
-from services import kept_job  # noqa: F401 -- a fixture
+from services import captioned_copy, kept_job, run, siglip_job  # noqa: F401 -- the jobs: fixtures
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -269,7 +273,13 @@ def test_the_values_kept_beside_each_row_show_under_its_path_as_text_in_chromium
                                                     "[line.dataset.name, line.lastChild.textContent])])")
         injected = view.evaluate("document.querySelectorAll('b, img:not([src^=\"thumbs/\"])').length")
         title = view.title()
+        captions = view.eval_on_selector_all("figcaption", "captions => captions.map(c => c.textContent)")
+        scores = view.evaluate("document.querySelectorAll('.caption-score, .probability').length")
     assert errors == [] and injected == 0 and title == "Search: f.csv"
+    # An output without caption scores (no --text-column) and no sentence: a tile's score and path, nothing more.
+    assert scores == 0 and len(captions) == len(shown)
+    assert all(text.split("  ")[-1] == path and len(text.split("  ")) == (2 if 1 <= place <= 4 else 1)
+               for place, (text, (path, _)) in enumerate(zip(captions, shown))), captions
     # The query, its 4 neighbours, then the one group of every row: each with its own values, none for none.
     assert [path for path, _ in shown[:2]] == [query, query]  # the query's tile, then itself, first found
     assert sorted(path for path, _ in shown[5:]) == sorted(expected) and len(shown) == 5 + len(expected)
@@ -393,3 +403,45 @@ def test_the_server_s_refusals_carry_the_service_s_headers_and_one_line_of_json(
     finally:
         server.shutdown()
         server.server_close()
+
+
+# [[path, caption score's text, probability's text]] of each row's image tiles (a sentence's own tile has no image).
+TILE_SCORES = ("rows => rows.map(row => Array.from(row.querySelectorAll('figure img')).map(img => {"
+               "const text = name => img.parentElement.querySelector(name) && "
+               "img.parentElement.querySelector(name).textContent;"
+               "return [img.alt, text('.caption-score'), text('.probability')]; }))")
+
+
+@needs_a_browser
+def test_each_tile_shows_its_row_s_caption_score_and_a_siglip_sentence_s_its_probability_in_chromium(
+        chromium, siglip_job, tmp_path, capsys):
+    """A small SigLIP's output with caption scores (services.captioned_copy: rows 3 and 7 without one): every tile
+    of the queries and of the duplicate group shows its row's caption score as the live page does; the tiles of a
+    sentence (--text) show SigLIP's probability, as `neighbours --text` prints it; those of a key and of a sentence
+    against the captions, none."""
+    index, expected = captioned_copy(siglip_job, tmp_path)
+    weights, sentence = siglip_job[1], "ein Hund am Strand"
+    capsys.readouterr()
+    assert run("neighbours", index.folder, "--text", sentence, "-k", "5", "--weights", weights) == 0
+    printed = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert run("--quiet", "page", index.folder, "--query", "colour03.png", "--text", sentence, "--caption", sentence,
+               "-k", "5", "--threshold", "-1", "--weights", weights, "--out", tmp_path / "page") == 0
+    errors = []
+    with opened(chromium, errors) as view:
+        view.goto((tmp_path / "page" / "index.html").as_uri())
+        by_key, by_text, by_caption = view.eval_on_selector_all("#queries .row", TILE_SCORES)
+        group, = view.eval_on_selector_all("#groups .row", TILE_SCORES)
+    assert errors == []
+
+    def caption(path):  # the live page's words for a row's caption score
+        return "caption " + ("\u2013" if expected[path] is None else "%.3f" % expected[path])
+    assert by_key[0][0] == by_key[1][0] == "colour03.png" and len(by_key) == 6  # its tile, then itself, first found
+    assert sorted(path for path, _, _ in group) == sorted(expected) and len(by_caption) == 5
+    for path, score, probability in by_key + by_caption + group:
+        assert score == caption(path) and probability is None, (path, score, probability)
+    assert {score for _, score, _ in group} >= {"caption \u2013", caption("colour05.png")}  # with and without
+    assert by_text == [[row["path"], caption(row["path"]), "p %.3f" % float(row["probability"])] for row in printed]
+    # The small model's probabilities are all near 0 ("p 0.000"): the page's data holds each whole, as printed.
+    data = (tmp_path / "page" / "index.html").read_text().split('id="data">')[1].split("</script>")[0]
+    np.testing.assert_allclose([row["probability"] for row in json.loads(data)["queries"][1]["neighbours"]],
+                               [float(row["probability"]) for row in printed], rtol=1e-5)
