@@ -111,19 +111,20 @@ def exact_pairs(output, mean, sample, threshold):
     return found
 
 
-def run_stage(argv):
+def run_stage(argv, program=None):
     """Runs search_features.py with `argv` in its own process: (wall seconds, its CPU seconds, its peak RSS in MiB).
 
     The CPU seconds (user and system, of the process and its threads) are what a busy machine does not move much:
-    the wall time on a shared machine is that and the waiting."""
+    the wall time on a shared machine is that and the waiting. `program`: the words given to Python before `argv`
+    in search_features.py's place (a script and its flags, or "-c" and code), or None."""
+    program = list(program) if program is not None else [str(ROOT / "search_features.py"), "--quiet"]
     started = time.monotonic()
-    child = subprocess.Popen([sys.executable, str(ROOT / "search_features.py"), "--quiet"] + argv,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    child = subprocess.Popen([sys.executable] + program + argv, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.monotonic() - started
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
-        raise SystemExit("search_features.py %s exited with %d" % (" ".join(argv), child.returncode))
+        raise SystemExit("%s %s exited with %d" % (Path(program[0]).name, " ".join(argv), child.returncode))
     cpu = usage.ru_utime + usage.ru_stime
     return round(seconds, 1), round(cpu, 1), round(usage.ru_maxrss / 1024, 1)  # Linux: ru_maxrss in KiB
 
