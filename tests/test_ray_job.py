@@ -76,8 +76,12 @@ def ray_runs(job_images, tmp_path_factory):
     command = "%s && exec %s" % (LOOPBACK_UP, shlex.join([sys.executable, CHILD, str(job_images), str(folder), *JOBS]))
     try:
         # A guard against a hang only (tests/hangs.py), for all the jobs of the one child.
+        # Ray starts its workers at nice 15 (its worker_niceness): beside other processes at nice 0 (a busy
+        # machine, the suite's other test processes) they got almost no CPU, and the jobs outlasted the hang guard
+        # (1200 s, where they take 5 min beside two busy loops at nice 0, as the driver and its nodes are).
         child = subprocess.run(prefix + ["sh", "-c", command], capture_output=True, text=True, timeout=2 * HANG_SECONDS,
-                               cwd=REPOSITORY, env=dict(os.environ, RAY_TMPDIR=ray_files, TF_CPP_MIN_LOG_LEVEL="3"))
+                               cwd=REPOSITORY, env=dict(os.environ, RAY_TMPDIR=ray_files, TF_CPP_MIN_LOG_LEVEL="3",
+                                                        RAY_worker_niceness="0"))
     finally:
         shutil.rmtree(ray_files, ignore_errors=True)
     results = {result["job"].split(":")[2]: result for result in
