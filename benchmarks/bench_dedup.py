@@ -190,9 +190,14 @@ def main(argv=None):
     results["precision"] = round(len(exact & found) / len(found), 4) if found else None
     results["index recall@10 at build"] = meta["recall_at_build"]["recall"]
     results["search"] = meta["parameters"].get("search")
+    return report(results, workdir)
+
+
+def report(results, workdir):
+    """Prints `results` a line each ("name = value") and writes them to WORKDIR/results.json; returns them."""
     for name, value in results.items():
         print("%s = %s" % (name, value))
-    (workdir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (Path(workdir) / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     return results
 
 

@@ -35,7 +35,6 @@ export would be resumed).
 """
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dedup import run_stage  # noqa: E402 -- benchmarks/, this script's folder
+from bench_dedup import report, run_stage  # noqa: E402 -- benchmarks/, this script's folder
 
 CLI_CHILD = ROOT / "tests" / "cli_child.py"
 SIZE = (640, 480)
@@ -209,10 +208,7 @@ def main(argv=None):
     if not args.no_read_back:
         results["read back features equal the rows'"] = read_back_equal(workdir, workdir / "selection.parquet")
     results["load average at the end"] = round(os.getloadavg()[0], 2)
-    for name, value in results.items():
-        print("%s = %s" % (name, value))
-    (workdir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    return results
+    return report(results, workdir)
 
 
 if __name__ == "__main__":
