@@ -15,7 +15,7 @@ from pathlib import Path
 
 from search.centre import mean_and_sample, uncentred_reason
 from search.kinds import (KINDS, RECALL_TARGET, SearchError, check_rows_for_kind, choose_kind, import_faiss,
-                          new_index, normalise, search_steps, training_rows)
+                          new_index, normalise, normalise_in_place, search_steps, training_rows)
 from search.metadata import VERSION
 from search.recall import ExactNeighbours
 from search.vectors import read_output
@@ -29,7 +29,7 @@ def build_index(index_class, output, folder, kind=None, batch_rows=4096, progres
     """Indexes every row of `output` into `folder` (created; an existing index there is replaced).
 
     Two passes over the rows, a batch at a time: the first takes their mean and a sample (the
-    rows of the recall check, and for ivfpq the TRAIN_ROWS that train the PCA and IVF-PQ), the
+    rows of the recall check, and for ivfpq the rows that train the PCA and IVF-PQ: `training_rows`), the
     second adds them. Memory: the index plus a few copies of one batch, plus for ivfpq its
     sample while it is trained; the whole matrix is never held.
 
@@ -69,12 +69,12 @@ def build_index(index_class, output, folder, kind=None, batch_rows=4096, progres
         raise SearchError("centre=%r; expected None (as the output's model says), True or False" % (centre,))
     if centre is None:
         centre = uncentred_reason(source.settings) or True
-    mean, sample, centre = mean_and_sample(source, batch_rows, seed, progress,
-                                            max(RECALL_QUERIES, training_rows(kind)), centre=centre)
+    sample_rows = max(RECALL_QUERIES, training_rows(kind, source.count, source.feature_size))
+    mean, sample, centre = mean_and_sample(source, batch_rows, seed, progress, sample_rows, centre=centre)
     check_rows_for_kind(kind, centre["rows"], source.output)
     queries = sample[:RECALL_QUERIES].copy()  # the sample is in random order; a copy, so that it can go
     faiss_index, parameters = new_index(faiss, kind, source.feature_size, centre["rows"],
-                                        normalise(sample, mean))
+                                        normalise_in_place(sample, mean))
     del sample
     if not full_vectors:
         parameters.pop("full_vectors", None)

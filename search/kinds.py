@@ -6,8 +6,9 @@
     hnsw    IndexHNSWFlat (M 32, efConstruction 40, efSearch 64 or more: `search_steps`): a graph over
             the full vectors, while they take at most half the available memory.
     ivfpq   a PCA to 256 dimensions (a randomised SVD of a sample), normalised again, then
-            IndexIVFPQ (about 4 sqrt(N) lists, 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32,
-            or more: `search_steps`; at least IVFPQ_MIN_ROWS rows to train),
+            IndexIVFPQ (about 4 sqrt(N) lists, as many as its sample trains with TRAIN_PER_LIST rows
+            each: `training_rows`; 16 codes of 8 bits, nprobe 1/32 of the lists, at least 32, or more:
+            `search_steps`; at least IVFPQ_MIN_ROWS rows to train),
             its candidates re-ranked with the 256-dimension vectors as 8-bit scalars (IndexRefine, k_factor
             8): about 280 bytes a row in memory. The PCA loses what the 256 axes do not hold, so the index
             folder also keeps every normalised vector in float16 on disk (vectors.f16, 2 D bytes a row,
@@ -38,7 +39,9 @@ NPROBE_DOUBLINGS = 3       # ivfpq: then nprobe x 2, x 4, x 8 (at most every lis
 # The recall@10 at build the search parameters are raised to reach: 0.95 for new queries, with a margin
 # (on the hard generator at 20k rows, a rerank that reached 0.954 at build found 0.939 of new queries').
 RECALL_TARGET = 0.97
-TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ (512 MB at 4096 floats)
+TRAIN_ROWS = 32_768        # rows sampled to train the PCA and the IVF-PQ, at least (512 MB at 4096 floats) ...
+TRAIN_PER_LIST = 39        # ... or, to train each IVF list on this many rows (faiss's minimum) ...
+TRAIN_BYTES = 1 << 30      # ... as many as this many bytes of float32 rows hold (1 GiB: 524,288 rows of 512)
 PQ_BITS = 8
 IVFPQ_MIN_ROWS = 2 ** PQ_BITS  # faiss's k-means of each code needs a training row per centroid
 
@@ -62,6 +65,14 @@ def normalise(vectors, mean):
     return np.divide(centred, norms, out=np.zeros_like(centred), where=norms > 0)
 
 
+def normalise_in_place(vectors, mean, rows=65_536):
+    """`normalise` written over `vectors` (float32 [N, D]), `rows` at a time: a training sample of a
+    gigabyte is not copied."""
+    for start in range(0, len(vectors), rows):
+        vectors[start:start + rows] = normalise(vectors[start:start + rows], mean)
+    return vectors
+
+
 def choose_kind(rows, feature_size, available_bytes=None):
     """The kind for `rows` vectors of `feature_size` floats, by the time of one query (what the command
     line and the page ask): exact while the vectors take at most EXACT_MAX_BYTES, HNSW while the vectors
@@ -73,9 +84,15 @@ def choose_kind(rows, feature_size, available_bytes=None):
     return "hnsw" if rows * (feature_size * 4 + HNSW_M * 2 * 4 + 16) <= available_bytes // 2 else "ivfpq"
 
 
-def training_rows(kind):
-    """Rows of the output that train an index of `kind` (a sample held while it is built): 0 for exact and hnsw."""
-    return TRAIN_ROWS if kind == "ivfpq" else 0
+def training_rows(kind, rows, feature_size):
+    """Rows of an output of `rows` rows of `feature_size` floats that train an index of `kind` (a sample held
+    while it is built): 0 for exact and hnsw; for ivfpq TRAIN_PER_LIST rows for each of the lists `rows` asks
+    for, in at most TRAIN_BYTES, and at least TRAIN_ROWS (never more than `rows`). At 10,000,000 rows of 512
+    it is 524,288 rows (8,192 lists); at 1,000,000 of 4,096, 65,536 (1,024 lists)."""
+    if kind != "ivfpq":
+        return 0
+    wanted = min(TRAIN_PER_LIST * _lists_for(rows), TRAIN_BYTES // (4 * max(1, feature_size)))
+    return int(min(rows, max(TRAIN_ROWS, wanted)))
 
 
 def check_rows_for_kind(kind, rows, output):
@@ -96,11 +113,17 @@ def _available_memory():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _nlist(rows):
-    """IVF lists: about 4 sqrt(N), a power of two, at least 1 and at most N / 39 (faiss wants 39 training
-    points a list)."""
-    target = 2 ** round(math.log2(max(1.0, 4 * math.sqrt(rows))))
-    return int(max(1, min(target, rows // 39)))
+def _lists_for(rows):
+    """The IVF lists `rows` rows ask for: about 4 sqrt(N), a power of two."""
+    return 2 ** round(math.log2(max(1.0, 4 * math.sqrt(rows))))
+
+
+def _nlist(rows, trained_on):
+    """IVF lists: those `rows` ask for (`_lists_for`), but no more than `trained_on` rows train with
+    TRAIN_PER_LIST each (fewer leave centroids that faiss warns of and lists of uneven size): a power of two,
+    at least 1."""
+    trainable = 2 ** int(math.log2(max(1, trained_on // TRAIN_PER_LIST)))
+    return int(min(_lists_for(rows), trainable))
 
 
 def _nprobe(nlist):
@@ -128,15 +151,16 @@ def new_index(faiss, kind, dims, rows, training):
     # otherwise shrink every score, a near-copy's 0.99 to about the variance kept).
     unit = faiss.NormalizationTransform(pca_dims, 2.0)
     reduced = unit.apply(pca.apply(training))
-    nlist = _nlist(rows)
+    nlist = _nlist(rows, len(training))
     # Sub-vectors of at least 16 dimensions: faiss's k-means is slow on fewer (26 s for 64 codes of 4).
     codes = max(1, min(PQ_CODES, pca_dims // 16))
     while pca_dims % codes:
         codes -= 1
     quantizer = faiss.IndexFlatIP(pca_dims)
     ivf = faiss.IndexIVFPQ(quantizer, pca_dims, nlist, codes, PQ_BITS, faiss.METRIC_INNER_PRODUCT)
-    # faiss prints a WARNING line on stderr below 39 training rows a centroid (9,984 for 8-bit codes); it
-    # trains all the same, and the recall measured at build says how well: the line would only be noise.
+    # faiss prints a WARNING line on stderr below 39 training rows a centroid: the lists have them (`_nlist`);
+    # the codes' 256 centroids may not (9,984 rows); they train all the same, and the recall measured at build
+    # says how well: the line would only be noise.
     ivf.pq.cp.min_points_per_centroid = 1
     refine = faiss.IndexRefine(ivf, faiss.IndexScalarQuantizer(pca_dims, faiss.ScalarQuantizer.QT_8bit,
                                                               faiss.METRIC_INNER_PRODUCT))

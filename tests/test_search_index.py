@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hangs import HANG_SECONDS
-from search.index import Index, SearchError, choose_kind, normalise
+from search.index import Index, SearchError, normalise
 from search_data import SETTINGS, clustered, hard, with_near_copy, write_npy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,16 +55,6 @@ def test_centring_matters_for_non_negative_vectors(tmp_path):
     assert np.median(raw @ raw.T) > 0.35  # without centring every cosine is high
     unit = normalise(rows, rows.mean(axis=0))
     assert abs(np.median(unit @ unit.T)) < 0.05
-
-
-def test_the_kind_follows_the_size():
-    assert choose_kind(1000, 4096) == "exact"
-    assert choose_kind(16_384, 4096) == "exact"  # 256 MiB: one query 16-28 ms on the benchmark's machine
-    assert choose_kind(16_385, 4096, available_bytes=64 << 30) == "hnsw"
-    assert choose_kind(200_000, 4096, available_bytes=64 << 30) == "hnsw"
-    assert choose_kind(65_536, 1024) == "exact"
-    assert choose_kind(500_000, 4096, available_bytes=64 << 30) == "hnsw"
-    assert choose_kind(500_000, 4096, available_bytes=8 << 30) == "ivfpq"
 
 
 @pytest.mark.parametrize("kind", ["exact", "ivfpq"])
@@ -205,11 +195,6 @@ def test_an_add_cuts_what_a_stopped_add_left_in_the_full_vectors(tmp_path):
     np.testing.assert_allclose(loaded.stored(range(2990, 3010)), normalise(rows[2990:3010], loaded.mean), atol=2e-3)
 
 
-def test_the_lists_visited_grow_with_the_lists():
-    from search.kinds import _nprobe
-    assert [_nprobe(nlist) for nlist in (16, 64, 1024, 4096, 16384)] == [16, 32, 32, 128, 512]
-
-
 @pytest.mark.parametrize("kind, target, chosen", [("ivfpq", 0.5, {"rerank": 3}), ("ivfpq", 1.01, {"rerank": 20}),
                                                   ("hnsw", 0.5, {"efSearch": 64}), ("hnsw", 1.01, {"efSearch": 512})])
 def test_the_search_parameters_are_the_least_that_reach_the_recall_target_at_build(tmp_path, monkeypatch, kind,
@@ -218,8 +203,8 @@ def test_the_search_parameters_are_the_least_that_reach_the_recall_target_at_bui
     monkeypatch.setattr(search.build, "RECALL_TARGET", target)  # 1.01: never reached, every step tried
     write_npy(tmp_path / "f.npy", hard(3000))
     index = Index.build(tmp_path / "f.npy", tmp_path / "f.index", kind=kind)
-    for search in (index.meta["parameters"]["search"], Index.load(tmp_path / "f.index").meta["parameters"]["search"]):
-        assert {name: search[name] for name in chosen} == chosen
+    for meta in (index.meta, Index.load(tmp_path / "f.index").meta):
+        assert {name: meta["parameters"]["search"][name] for name in chosen} == chosen
 
 
 # --- the edges: small and uniform collections, values that are not finite, damaged folders -------------------
