@@ -3,8 +3,8 @@
     server = make_service(Service(index, embedder), port=0)       # 127.0.0.1, any free port; not started
     serve_index(service, port=8000, host="127.0.0.1")             # until SIGINT or SIGTERM (search/server.py)
 
-`/` is the service's page (search/live_page/: index.html, live.js, live.css, favicon.svg: files of the package
-named by the fixed table PAGE_FILES, never by a path of the request), which uses the API; its
+`/` is the service's page (search/live_page/: index.html, live.js, scores.js, live.css, favicon.svg: files of the
+package named by the fixed table PAGE_FILES, never by a path of the request), which uses the API; its
 Content-Security-Policy lets it load only this origin's scripts, styles, images and answers. A route takes the
 parameters it names and no other: `/api/image?path=/etc/passwd` is refused (400), so an image is only ever fetched
 by its row. Any other answer carries a Content-Security-Policy that lets it load nothing, and `nosniff`: the HTTP
@@ -42,6 +42,7 @@ PAGE_FOLDER = Path(__file__).resolve().parent / "live_page"
 # The page's URL paths -> (its file in PAGE_FOLDER, content type): the only files served.
 PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
               "/live.js": ("live.js", "text/javascript; charset=utf-8"),
+              "/scores.js": ("scores.js", "text/javascript; charset=utf-8"),
               "/live.css": ("live.css", "text/css; charset=utf-8"),
               "/favicon.svg": ("favicon.svg", "image/svg+xml")}
 

@@ -157,8 +157,8 @@ figure.remove{border:2px dashed #c03030;opacity:.8}figure.keep{border:2px solid 
 .mark{font-size:11px;font-weight:600}.remove .mark{color:#c03030}.keep .mark{color:#2a8a3a}
 """
 
-_SCRIPT = """
-"use strict";
+# The tiles' score spans, as the live page draws them (scores.js: "use strict" first), then the page's own.
+_SCRIPT = (Path(__file__).resolve().parent / "live_page" / "scores.js").read_text(encoding="utf-8") + """
 const data = JSON.parse(document.getElementById("data").textContent);
 function figure(item) {
   const fig = document.createElement("figure");
@@ -167,19 +167,7 @@ function figure(item) {
   img.loading = "lazy"; img.src = item.thumb; img.alt = item.path; img.width = 160; img.height = 160;
   const cap = document.createElement("figcaption");
   if (item.score !== undefined) cap.append(item.score.toFixed(3) + "  ");
-  if (item.caption_score !== undefined) {  // an output with caption scores: its caption's cosine with its image
-    const captionScore = document.createElement("span"); captionScore.className = "caption-score";
-    captionScore.title = item.caption_score === null ? "no caption score: no caption, or one that failed" :
-      "its caption score: the cosine of its caption and its image";
-    captionScore.textContent = "caption " + (item.caption_score === null ? "\u2013" : item.caption_score.toFixed(3));
-    cap.append(captionScore, "  ");
-  }
-  if (item.probability !== undefined) {  // the model's own score of a sentence and an image (SigLIP's)
-    const probability = document.createElement("span"); probability.className = "probability";
-    probability.title = "the model's probability that the image and the sentence go together";
-    probability.textContent = "p " + item.probability.toFixed(3);
-    cap.append(probability, "  ");
-  }
+  for (const span of scoreSpans(item)) cap.append(span, "  ");  // search/live_page/scores.js
   cap.append(item.path);
   fig.append(img, cap);
   if (item.remove !== undefined) {  // a duplicate group's member, by the keep rule: the one kept, or one to remove

@@ -137,6 +137,14 @@ def captioned_copy(job, folder):
     return index, {key: None if math.isnan(score) else float(score) for key, score in zip(keys, scores)}
 
 
+def probability_text(probability):
+    """What both pages show of SigLIP's probability (search/live_page/scores.js's probabilityText)."""
+    if probability == 0 or probability >= 0.001:
+        return "p %.3f" % probability
+    mantissa, exponent = ("%.1e" % probability).split("e")
+    return "p %se%d" % (mantissa, int(exponent))
+
+
 # A caption holding HTML, shown as text wherever the value is shown.
 HTML_CAPTION = '<img src=x onerror="document.title=1"> <b>bold</b> & "quoted"'
 

@@ -23,7 +23,7 @@ from search.index import Index
 from search.service import NO_EMBEDDER, Service
 from search_data import clustered
 from services import (HTML_CAPTION, Running, captioned_copy, clip_job, kept_job,  # noqa: F401 -- the jobs: fixtures
-                      png, siglip_job)
+                      png, probability_text, siglip_job)
 from test_search_page import BROWSER_FLAGS, CHROMIUM, wait_for_images
 from test_search_service import no_text_tower
 
@@ -78,9 +78,10 @@ def test_the_page_s_files_only_under_the_csp_and_the_host_check(html_index):
         assert "'unsafe" not in PAGE_CSP and "default-src 'none'" in PAGE_CSP and "http" not in PAGE_CSP
         assert "img-src 'self' blob:;" in PAGE_CSP and PAGE_CSP.count("blob:") == 1 and "data:" not in PAGE_CSP
         page = (PAGE / "index.html").read_text()
-        assert page.count("<script") == 1 and '<script src="/live.js" defer></script>' in page
+        assert page.count("<script") == 2 and '<script src="/scores.js" defer></script>' in page
+        assert page.index('<script src="/scores.js"') < page.index('<script src="/live.js" defer></script>')
         assert "style=" not in page and "<style" not in page and "http" not in page
-        script = (PAGE / "live.js").read_text()
+        script = (PAGE / "live.js").read_text() + (PAGE / "scores.js").read_text()
         for writer in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function("):
             assert writer not in script, writer  # text from the API goes in by textContent only
         # Nothing but the table's files: no path of a request reaches the package's folder or the disk.
@@ -364,7 +365,7 @@ def test_a_siglip_sentence_s_results_show_siglip_s_probability_beside_the_score(
             page.press("#text", "Enter")
             browser.results_titled("\u201c%s\u201d: 5 results" % sentence)
             shown = page.eval_on_selector_all("#results figure", PROBABILITIES)
-            assert shown == [[found["key"], "p %.3f" % found["probability"]] for found in answer["neighbours"]]
+            assert shown == [[found["key"], probability_text(found["probability"])] for found in answer["neighbours"]]
             short = page.locator("#results figure .key").nth(0).text_content()
             page.locator("#results figure").nth(0).locator("button").click()  # an image's neighbours: no probability
             browser.results_titled("neighbours of %s: 5 results" % short)

@@ -18,7 +18,7 @@ from hangs import HANG_SECONDS
 from search.duplicates import histogram
 from search.page import GROUPS_PER_PAGE, THUMBS, make_thumbnail, write_page
 from search.server import make_server
-from services import captioned_copy, kept_job, run, siglip_job  # noqa: F401 -- the jobs: fixtures
+from services import captioned_copy, kept_job, probability_text, run, siglip_job  # noqa: F401 -- the jobs: fixtures
 
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -440,8 +440,22 @@ def test_each_tile_shows_its_row_s_caption_score_and_a_siglip_sentence_s_its_pro
     for path, score, probability in by_key + by_caption + group:
         assert score == caption(path) and probability is None, (path, score, probability)
     assert {score for _, score, _ in group} >= {"caption \u2013", caption("colour05.png")}  # with and without
-    assert by_text == [[row["path"], caption(row["path"]), "p %.3f" % float(row["probability"])] for row in printed]
-    # The small model's probabilities are all near 0 ("p 0.000"): the page's data holds each whole, as printed.
+    assert by_text == [[row["path"], caption(row["path"]), probability_text(float(row["probability"]))]
+                       for row in printed]
+    # The small model's probabilities are all near 0 (each shown in two significant digits, where three decimals
+    # said "p 0.000"): the page's data holds each whole, as printed.
+    assert all("e-" in probability for _, _, probability in by_text)
     data = (tmp_path / "page" / "index.html").read_text().split('id="data">')[1].split("</script>")[0]
     np.testing.assert_allclose([row["probability"] for row in json.loads(data)["queries"][1]["neighbours"]],
                                [float(row["probability"]) for row in printed], rtol=1e-5)
+
+
+@needs_a_browser
+def test_a_probability_shows_three_decimals_or_under_0_001_two_significant_digits(chromium, report):
+    errors = []
+    with opened(chromium, errors) as view:
+        view.goto(report[0].as_uri())
+        values = [0.731, 0.0015, 0.001, 0.0004, 1.234e-5, 0.0]
+        shown = view.evaluate("values => values.map(probabilityText)", values)
+    assert errors == [] and shown == ["p 0.731", "p 0.002", "p 0.001", "p 4.0e-4", "p 1.2e-5", "p 0.000"]
+    assert shown == [probability_text(value) for value in values]

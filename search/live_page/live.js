@@ -150,21 +150,7 @@ function tile(item, short) {
     score.textContent = item.score.toFixed(3);
     text.append(score);
   }
-  if (item.caption_score !== undefined) {  // an output with caption scores: its caption's cosine with its image
-    const captionScore = document.createElement("span");
-    captionScore.className = "caption-score";
-    captionScore.title = item.caption_score === null ? "no caption score: no caption, or one that failed" :
-      "its caption score: the cosine of its caption and its image";
-    captionScore.textContent = "caption " + (item.caption_score === null ? "\u2013" : item.caption_score.toFixed(3));
-    text.append(captionScore);
-  }
-  if (item.probability !== undefined) {  // the model's own score of a sentence and an image (SigLIP's)
-    const probability = document.createElement("span");
-    probability.className = "probability";
-    probability.title = "the model's probability that the image and the sentence go together";
-    probability.textContent = "p " + item.probability.toFixed(3);
-    text.append(probability);
-  }
+  text.append(...scoreSpans(item));  // scores.js
   const keyLine = document.createElement("div");
   keyLine.className = "key-line";
   const open = document.createElement("a");
