@@ -215,12 +215,17 @@ class Service:
                      for row, score in ranked(self.index, unit_vector[None], k, allowed)[0]]
         neighbours = [{"rank": rank, "row": row, "key": key, "score": score}
                       for rank, (row, key, score) in enumerate(found, 1)]
+        return {"query": query, "neighbours": self._with_kept(self._with_caption_scores(neighbours))}
+
+    def _with_caption_scores(self, rows):
+        """`rows` (dicts with a "row"), each given its "caption_score" when the output has caption scores (null: no
+        caption, one that failed, or a caption without an image row)."""
         scores = self._scores_of_captions()
-        if scores is not None:  # each row's caption score beside its score (null: none, or a caption alone)
-            for neighbour in neighbours:
-                value = None if neighbour["row"] is None else float(scores[neighbour["row"]])
-                neighbour["caption_score"] = None if value is None or math.isnan(value) else value
-        return {"query": query, "neighbours": self._with_kept(neighbours)}
+        if scores is not None:
+            for item in rows:
+                value = None if item["row"] is None else float(scores[item["row"]])
+                item["caption_score"] = None if value is None or math.isnan(value) else value
+        return rows
 
     def _row_of(self, key):
         try:
@@ -306,7 +311,7 @@ class Service:
     def duplicates(self, text, neighbours=20, keep_rule="first-key"):
         """The groups of rows with cosine >= threshold `text` (pairs joined, largest group first); in each, the row
         `keep_rule` keeps first ("remove": false) and the others, which would go ("remove": true;
-        search/removals.py)."""
+        search/removals.py); each member with its caption score where the output has them, as a search's."""
         from search.duplicates import find_pairs, group_pairs
         from search.removals import KEEP_RULES, check_rule_usable, kept_rows
         threshold = cosine("threshold", text)
@@ -324,6 +329,7 @@ class Service:
                   for row in [keep] + [row for row in group if row != keep]]
                  for group, keep in zip(groups, kept.tolist())]
         self._with_kept([member for group in shown for member in group[:self.limits.kept_per_group]])
+        self._with_caption_scores([member for group in shown for member in group])
         return {"threshold": threshold, "keep_rule": keep_rule, "pairs": len(pairs), "groups": len(groups),
                 "shown": shown}
 

@@ -597,6 +597,13 @@ def test_a_sentence_against_the_captions_and_a_caption_score_bound_show_each_row
             results = browser.results_titled("\u201c%s\u201d: 6 results" % sentence)
             found = api(text=sentence, k=6)
             assert page.eval_on_selector_all("#results figure", CAPTION_SCORES) == shown_scores(found)
+            browser.threshold("0.5")  # the duplicate groups' members show theirs too
+            groups = service.request("/api/duplicates?threshold=0.5")[1]
+            expect(page.locator("#groups-count")).to_have_text(_groups_line(groups))
+            members = [member for group in groups["shown"] for member in group]
+            assert [member["caption_score"] for member in members] == [scores[member["key"]] for member in members]
+            assert page.eval_on_selector_all("#groups figure", CAPTION_SCORES) == shown_scores(members)
+            assert len(members) > 2
             page.fill("#min-caption-score", "2")  # the API's one line, shown whole
             page.press("#min-caption-score", "Enter")
             expect(page.locator("#error")).to_have_text(
