@@ -52,7 +52,8 @@ def mean_and_sample(source, batch_rows, seed, progress, sample_rows, centre=True
     chosen = np.sort(rng.choice(source.count, size=take, replace=False))
     sums = np.zeros(source.feature_size, dtype=np.float64)
     squares, finite_rows = 0.0, 0
-    sample, start = [], 0
+    # Filled in place and shuffled in place: a sample of a gigabyte is held once, not copied.
+    sample, taken, start = np.empty((take, source.feature_size), dtype=np.float32), 0, 0
     for _, vectors in source.batches(batch_rows):
         finite = np.isfinite(vectors).all(axis=1)
         kept = vectors if finite.all() else vectors[finite]
@@ -62,20 +63,21 @@ def mean_and_sample(source, batch_rows, seed, progress, sample_rows, centre=True
         stop = start + len(vectors)
         picked = chosen[np.searchsorted(chosen, start):np.searchsorted(chosen, stop)] - start
         picked = picked[finite[picked]]
-        if len(picked):
-            sample.append(vectors[picked].copy())
+        sample[taken:taken + len(picked)] = vectors[picked]
+        taken += len(picked)
         start = stop
         if progress:
             progress(start, source.count, "reading")
     if finite_rows < 2:
         raise SearchError("output=%s holds %d rows with finite values: nothing to index"
                           % (source.output, finite_rows))
-    if not sample:  # more rows than sampled, and every one sampled was not finite
+    if not taken:  # more rows than sampled, and every one sampled was not finite
         raise SearchError("output=%s: the %d rows sampled all hold values that are not finite: write it again"
                           % (source.output, take))
-    sample = np.concatenate(sample)
+    sample = sample[:taken]
+    rng.shuffle(sample)  # the order rng.permutation(taken) gives
     mean, record = choose_centre(sums, squares, finite_rows, centre)
-    return mean, sample[rng.permutation(len(sample))], record
+    return mean, sample, record
 
 
 def choose_centre(sums, squares, rows, centre=True):

@@ -145,12 +145,16 @@ def new_index(faiss, kind, dims, rows, training):
         index.hnsw.efSearch = EF_SEARCH
         _reserve(faiss.downcast_index(index.storage), rows)
         return index, {"faiss": "IndexHNSWFlat", "M": HNSW_M, "efConstruction": 40, "search": {"efSearch": EF_SEARCH}}
-    pca_dims = min(PCA_DIMS, dims, len(training))
-    pca, kept = _pca(faiss, training, pca_dims)
+    # The PCA from the sample's first TRAIN_ROWS (it is in random order): its axes need no more, and its
+    # randomised SVD holds a few copies of what it is given (float64 among them).
+    pca_dims = min(PCA_DIMS, dims, len(training[:TRAIN_ROWS]))
+    pca, kept = _pca(faiss, training[:TRAIN_ROWS], pca_dims)
     # Normalised again after the PCA: the inner product stays a cosine (the dropped dimensions would
     # otherwise shrink every score, a near-copy's 0.99 to about the variance kept).
     unit = faiss.NormalizationTransform(pca_dims, 2.0)
-    reduced = unit.apply(pca.apply(training))
+    reduced = np.empty((len(training), pca_dims), dtype=np.float32)
+    for start in range(0, len(training), TRAIN_ROWS):
+        reduced[start:start + TRAIN_ROWS] = unit.apply(pca.apply(training[start:start + TRAIN_ROWS]))
     nlist = _nlist(rows, len(training))
     # Sub-vectors of at least 16 dimensions: faiss's k-means is slow on fewer (26 s for 64 codes of 4).
     codes = max(1, min(PQ_CODES, pca_dims // 16))
