@@ -17,7 +17,6 @@ writes seeded RANDOM weights in the real layout, to check that an installation r
 the 553 MB ImageNet file. Features computed with them are meaningless.
 """
 
-import argparse
 import os
 import pickle
 import sys
@@ -234,8 +233,9 @@ def main(argv=None):
     written); 1 the file could not be written (nothing is left of it).
     """
     from models import registry
+    from parallel.flag_types import FlagParser
 
-    parser = argparse.ArgumentParser(
+    parser = FlagParser(  # a flag given twice is refused in one line, not dropped
         prog="python -m models.weight_files",
         description="Model weight files. 'random' writes seeded random weights in a real layout, to check "
                     "that an installation runs without the ImageNet file: features computed with them are "

@@ -151,6 +151,15 @@ def test_the_random_command_refuses_before_writing_anything(tmp_path, capsys, na
     assert (tmp_path / "existing.npy").read_bytes() == b"precious"
 
 
+def test_the_random_command_refuses_a_flag_given_twice_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:  # argparse's own: it kept the last --model without a word
+        weight_files.main(["random", str(tmp_path / "w.h5"), "--model", "resnet50", "--model", "efficientnet_b0"])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and list(tmp_path.iterdir()) == []
+    assert error.splitlines()[-1] == ("python -m models.weight_files random: error: argument --model: given twice "
+                                      "('resnet50', then 'efficientnet_b0'): give it once"), error
+
+
 def test_reading_and_writing_weight_files_imports_no_tensorflow():
     code = ("import sys, models.weight_files, models.imagenet_download; "
             "print(sorted({'tensorflow', 'h5py', 'keras'} & set(sys.modules)))")
