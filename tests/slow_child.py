@@ -58,14 +58,14 @@ def config(images, output, marker=None, step_seconds=0.0, load_seconds=0.0):
 
 def main(images, output, marker, step_seconds, load_seconds):
     from parallel import jobs
-    from parallel.signals import exit_on_second_signal
+    from parallel.signals import EXIT_INTERRUPTED, exit_on_second_signal
     job = config(images, output, marker, step_seconds, load_seconds)  # TensorFlow imported, the graph not built
     try:
         with exit_on_second_signal("stopped at once; rerun the same command to resume"):
             summary = jobs.run(job)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     print(summary.line(), file=sys.stderr)
     return summary.exit_status
 
