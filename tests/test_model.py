@@ -47,9 +47,11 @@ def _imported_modules(path):
                 yield node.module
 
 
-# What models may import from parallel: the model interface, and the durable file operations
-# (standard library only) that the weights download writes its file with.
-MODEL_IMPORTS = {"parallel.model", "parallel.output.durable", "parallel.messages", "parallel.native_log"}  # no engine
+# What models may import from parallel: the model interface, the durable file operations (standard library
+# only) that the weights download writes its file with, and the command lines' parser (standard library only:
+# `python -m models.weight_files`).
+MODEL_IMPORTS = {"parallel.model", "parallel.output.durable", "parallel.messages", "parallel.native_log",
+                 "parallel.flag_types"}  # no engine
 
 
 def test_models_import_only_the_model_interface_and_durable_writes_from_parallel():
