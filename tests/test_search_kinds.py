@@ -36,8 +36,8 @@ def test_the_sample_trains_each_list_with_faiss_s_minimum_within_its_bytes():
 
 def test_an_index_of_more_rows_than_its_sample_trains_no_list_on_fewer_rows_than_faiss_asks(tmp_path, monkeypatch,
                                                                                               capfd):
-    # The sample held to 3,000 rows of the 20,000 (whose 4 sqrt(N) asks for 512 lists): before, 512 lists were
-    # trained on the sample's rows, 5.9 each, and faiss warned on stderr; now 64 lists, 46 rows each.
+    # The sample held to 3,000 rows of the 20,000 (whose 4 sqrt(N) asks for 512 lists): before (4bb8621), its
+    # 512 lists were trained on the TRAIN_ROWS sampled, 2 each, and faiss warned on stderr; now 64, 46 rows each.
     monkeypatch.setattr(search.kinds, "TRAIN_ROWS", 1000)
     monkeypatch.setattr(search.kinds, "TRAIN_BYTES", 3000 * 64 * 4)
     write_npy(tmp_path / "f.npy", clustered(20_000))
