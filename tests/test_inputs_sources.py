@@ -83,6 +83,27 @@ def test_a_prefix_without_an_image_object_is_a_usage_error_as_an_empty_folder_is
             parse_images(prefix).scan()
 
 
+def test_a_prefix_of_parquet_or_tfrecord_files_and_no_image_names_the_pattern_that_takes_them(s3_store):
+    """A store prefix img2dataset wrote into was "no image" without a word of its files: the line names them and
+    the pattern to pass, which takes them."""
+    from stores import store
+    for name in ("00000.parquet", "00001.parquet", "00000_stats.json", ".cache/x.parquet"):
+        store().pipe("bucket/img2dataset/" + name, b"")
+    with pytest.raises(ValueError) as refused:
+        parse_images("s3://bucket/img2dataset/").scan()
+    assert str(refused.value) == ("images=s3://bucket/img2dataset/ holds no image but 2 Parquet files: pass "
+                                  "images='s3://bucket/img2dataset/*.parquet'")
+    assert parse_images("s3://bucket/img2dataset/*.parquet") == sources.Source(
+        PARQUET, "", ("s3://bucket/img2dataset/00000.parquet", "s3://bucket/img2dataset/00001.parquet"))
+    store().pipe("bucket/mixed/a/0.tfrecord", b"")
+    store().pipe("bucket/mixed/1.tar", b"")
+    with pytest.raises(ValueError) as refused:
+        parse_images("s3://bucket/mixed").scan()
+    assert str(refused.value) == ("images=s3://bucket/mixed/ holds no image but 1 tar and 1 TFRecord file: pass "
+                                  "images='s3://bucket/mixed/*.tar' or images='s3://bucket/mixed/**/*.tfrecord'")
+    assert parse_images("s3://bucket/mixed/**/*.tfrecord").files == ("s3://bucket/mixed/a/0.tfrecord",)
+
+
 def test_files_of_no_known_ending_are_taken_by_their_first_bytes(tmp_path, monkeypatch, s3_store):
     import gzip
     import io

@@ -4,6 +4,8 @@ a file's first bytes; and a folder holding such files instead of images.
     file_kind("data/000.parquet")            -> PARQUET (TARS: .tar; TFRECORD: .tfrecord, .tfrecords, .tfrec, .gz)
     sniff("imagenet/train-00000-of-01024")   -> TFRECORD, by its first bytes (PARQUET, TARS too)
     files_instead_of_images("img2dataset/")  -> (PARQUET, its Parquet files), when it holds no image
+    no_image_at("s3://b/pq/", names)         -> the line refusing a prefix of no image, naming the pattern
+                                                of the files it holds instead
 """
 
 import os
@@ -86,6 +88,23 @@ def files_instead_of_images(folder, value, own=None):
             value, " and ".join(counted(len(found[kind]), _NAMES[kind]) for kind in sorted(found)),
             " or ".join("images=%s" % pattern_of(value, found[kind], below[kind]) for kind in sorted(found))))
     return next(iter(found.items()), None)
+
+
+def no_image_at(prefix, names):
+    """The line refusing a store's `prefix` (a URL ending in "/") that holds no image object: when `names` (the
+    objects under it, relative to it) hold tars, Parquet or TFRecord files, it says so and names the pattern that
+    takes them (one kind per job: the pattern of each), as a folder of them would be taken."""
+    found = {}
+    for name in names:
+        kind = file_kind(name)
+        if kind is not None and not any(part.startswith(".") for part in name.split("/")):
+            found.setdefault(kind, []).append(name)
+    if not found:
+        return "images=%s holds no image: no object under it has an image extension" % prefix
+    return "images=%s holds no image but %s: pass %s" % (
+        prefix, " and ".join(counted(len(found[kind]), _NAMES[kind]) for kind in sorted(found)),
+        " or ".join("images=%s" % pattern_of(prefix.rstrip("/"), found[kind], any("/" in name for name in found[kind]))
+                    for kind in sorted(found)))
 
 
 def pattern_of(folder, files, below):

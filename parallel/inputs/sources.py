@@ -54,7 +54,8 @@ from pathlib import Path
 from parallel.inputs import remote
 from parallel.inputs.discovery import has_image_extension
 from parallel.inputs.file_kinds import (  # noqa: F401 (STREAMED, file_kind, is_tar, files_name: named here too)
-    _NAMES, PARQUET, STREAMED, TARS, TFRECORD, file_kind, files_instead_of_images, files_name, is_tar, sniff)
+    _NAMES, PARQUET, STREAMED, TARS, TFRECORD, file_kind, files_instead_of_images, files_name, is_tar, no_image_at,
+    sniff)
 from parallel.inputs.locations import describe_all
 from parallel.inputs.manifest import Manifest
 from parallel.inputs.patterns import expand, names_files
@@ -103,15 +104,17 @@ class Source:
         stream_members's `version`: parallel.inputs.remote).
 
         Raises:
-          ValueError: a prefix holds no image object, or none of the tars exists (or can be
+          ValueError: a prefix holds no image object (the line names the pattern of the tars, Parquet or
+            TFRecord files it holds instead), or none of the tars exists (or can be
             described: the line says why of the first).
         """
         if self.kind == FOLDER:
             return Manifest.scan(self.root, exclude)
         if self.kind == PREFIX:
-            entries = remote.list_objects(self.root, has_image_extension)
-            if not entries:
-                raise ValueError("images=%s holds no image: no object under it has an image extension" % self.root)
+            listed = remote.list_objects(self.root, lambda name: has_image_extension(name) or file_kind(name))
+            entries = [entry for entry in listed if has_image_extension(entry[0])]
+            if not entries:  # of tars, Parquet or TFRecord files instead, the pattern that takes them
+                raise ValueError(no_image_at(self.root, [entry[0] for entry in listed]))
         else:
             entries = [(tar,) + tuple(described) for tar, described in zip(self.files, describe_all(self.files))]
             if all(size < 0 for _, size, _, _ in entries):
