@@ -289,9 +289,16 @@ def _add(args, bars):
 def _embedder(index, args):
     """The queries' embedder (models/query_embedder.py): the output's model, loaded when a query first needs it."""
     from models.query_embedder import QueryEmbedder
-    from parallel.queries import ImageEmbedder  # the engine's, given to the model's side: models never import it
     return QueryEmbedder(index.settings, index.meta["source"]["output"], weights=args.weights, devices=args.devices,
-                         image_embedder=ImageEmbedder, before_load=native_log.hide_for_the_command_line)
+                         image_embedder=_image_embedder, before_load=native_log.hide_for_the_command_line)
+
+
+def _image_embedder(model, **options):
+    """The engine's ImageEmbedder (given to the model's side: models never import the engine), imported when an
+    image is first embedded: the engine imports TensorFlow (3 s of CPU), which a key's or a vector's query, and
+    a service that is never sent an image, do not need."""
+    from parallel.queries import ImageEmbedder
+    return ImageEmbedder(model, **options)
 
 
 def _neighbour_lists(index, args, queries):

@@ -251,6 +251,17 @@ def test_an_indexed_image_given_by_its_file_is_answered_by_its_row_unless_it_cha
                                        "photo2-crop.jpg was computed (size or modification time)\n" % file)
 
 
+def test_a_key_s_neighbours_import_no_tensorflow(output, tmp_path):
+    """A query by key or vector needs no model: the engine (and TensorFlow, 3 s of CPU) was imported at start."""
+    assert run("--quiet", "index", output) == 0
+    code = ("import sys, search_features; status = search_features.main(['neighbours', sys.argv[1], 'img/00003.jpg', "
+            "'-k', '2']); print('TENSORFLOW', 'tensorflow' in sys.modules); sys.exit(status)")
+    done = subprocess.run([sys.executable, "-c", code, str(output) + ".index"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=HANG_SECONDS)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "TENSORFLOW False", (done.stdout, done.stderr)
+    assert "img/00003.jpg,1," in done.stdout and "img/00399.jpg" in done.stdout  # itself, then its near-copy
+
+
 def test_the_python_example_of_docs_search_runs(tmp_path):
     page = (ROOT / "docs" / "search.md").read_text()
     code = page.split("## Python API")[1].split("```python\n")[1].split("```")[0]
