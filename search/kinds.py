@@ -44,6 +44,7 @@ TRAIN_PER_LIST = 39        # ... or, to train each IVF list on this many rows (f
 TRAIN_BYTES = 1 << 30      # ... as many as this many bytes of float32 rows hold (1 GiB: 524,288 rows of 512)
 PQ_BITS = 8
 IVFPQ_MIN_ROWS = 2 ** PQ_BITS  # faiss's k-means of each code needs a training row per centroid
+BLOCK_ROWS = 65_536        # a training sample's rows transformed at a time (not copied whole)
 
 
 class SearchError(ValueError):
@@ -65,7 +66,7 @@ def normalise(vectors, mean):
     return np.divide(centred, norms, out=np.zeros_like(centred), where=norms > 0)
 
 
-def normalise_in_place(vectors, mean, rows=65_536):
+def normalise_in_place(vectors, mean, rows=BLOCK_ROWS):
     """`normalise` written over `vectors` (float32 [N, D]), `rows` at a time: a training sample of a
     gigabyte is not copied."""
     for start in range(0, len(vectors), rows):
@@ -147,14 +148,15 @@ def new_index(faiss, kind, dims, rows, training):
         return index, {"faiss": "IndexHNSWFlat", "M": HNSW_M, "efConstruction": 40, "search": {"efSearch": EF_SEARCH}}
     # The PCA from the sample's first TRAIN_ROWS (it is in random order): its axes need no more, and its
     # randomised SVD holds a few copies of what it is given (float64 among them).
-    pca_dims = min(PCA_DIMS, dims, len(training[:TRAIN_ROWS]))
-    pca, kept = _pca(faiss, training[:TRAIN_ROWS], pca_dims)
+    axes_sample = training[:TRAIN_ROWS]
+    pca_dims = min(PCA_DIMS, dims, len(axes_sample))
+    pca, kept = _pca(faiss, axes_sample, pca_dims)
     # Normalised again after the PCA: the inner product stays a cosine (the dropped dimensions would
     # otherwise shrink every score, a near-copy's 0.99 to about the variance kept).
     unit = faiss.NormalizationTransform(pca_dims, 2.0)
     reduced = np.empty((len(training), pca_dims), dtype=np.float32)
-    for start in range(0, len(training), TRAIN_ROWS):
-        reduced[start:start + TRAIN_ROWS] = unit.apply(pca.apply(training[start:start + TRAIN_ROWS]))
+    for start in range(0, len(training), BLOCK_ROWS):
+        reduced[start:start + BLOCK_ROWS] = unit.apply(pca.apply(training[start:start + BLOCK_ROWS]))
     nlist = _nlist(rows, len(training))
     # Sub-vectors of at least 16 dimensions: faiss's k-means is slow on fewer (26 s for 64 codes of 4).
     codes = max(1, min(PQ_CODES, pca_dims // 16))

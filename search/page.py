@@ -157,8 +157,9 @@ figure.remove{border:2px dashed #c03030;opacity:.8}figure.keep{border:2px solid 
 .mark{font-size:11px;font-weight:600}.remove .mark{color:#c03030}.keep .mark{color:#2a8a3a}
 """
 
-# The tiles' score spans, as the live page draws them (scores.js: "use strict" first), then the page's own.
-_SCRIPT = (Path(__file__).resolve().parent / "live_page" / "scores.js").read_text(encoding="utf-8") + """
+# The page's own script, after the live page's scores.js (the tiles' score spans; "use strict" first).
+_SCORES_JS = Path(__file__).resolve().parent / "live_page" / "scores.js"
+_SCRIPT = """
 const data = JSON.parse(document.getElementById("data").textContent);
 function figure(item) {
   const fig = document.createElement("figure");
@@ -327,7 +328,7 @@ def write_page(folder, queries=(), groups=(), histogram=None, threshold=None, im
         '<p class="pager"><button id="previous">previous</button><button id="next">next</button>'
         '<span id="page-number"></span></p><div id="groups"></div>',
         '<script type="application/json" id="data">%s</script>' % payload,
-        "<script>%s</script>" % _SCRIPT, "</body></html>", ""])
+        "<script>%s%s</script>" % (_SCORES_JS.read_text(encoding="utf-8"), _SCRIPT), "</body></html>", ""])
     page = folder / "index.html"
     replace_atomically(page, text.encode("utf-8"))
     return page
