@@ -31,8 +31,6 @@ def _import_tensorflow_quietly():
     return tensorflow
 
 
-tf = _import_tensorflow_quietly()
-
 import numpy as np  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -41,7 +39,18 @@ from faults import make_node, small_disk  # noqa: F401,E402 -- fixtures for ever
 from stores import http_server, s3_store  # noqa: F401 -- stores on loopback, one S3 server for the whole session
 from hub_server import fake_hub  # noqa: F401,E402 -- a Hugging Face hub on loopback, huggingface_hub pointed at it
 
-tf1 = tf.compat.v1
+tf = tf1 = None  # TensorFlow and its compat.v1, imported by pytest_configure
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's, which registers its controller ("dsession")
+def pytest_configure(config):
+    """Imports TensorFlow quietly in each process that runs tests, before any test module does; not in
+    pytest-xdist's controller, which runs none (3 s of CPU the suite spent there for nothing)."""
+    global tf, tf1
+    if not config.pluginmanager.has_plugin("dsession"):
+        tf = _import_tensorflow_quietly()
+        tf1 = tf.compat.v1
+
 
 # The modules that take longest, longest first (wall seconds in their test process, whole suite on a quiet
 # machine after the suite's speed work of 2026-11-28: Ray's 70, then 36 down to 11), run before the rest. A module

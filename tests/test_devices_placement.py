@@ -52,6 +52,39 @@ def test_weights_are_variables_never_graph_constants(graph):
             np.testing.assert_array_equal(session.run(copy), big["dense/weights"])
 
 
+@pytest.mark.parametrize("placement_class", [ReplicatedVariables, SharedVariables])
+def test_a_shaped_variable_starts_from_its_placeholder_and_one_made_from_a_value_is_assigned(graph, placement_class):
+    """A variable made with its shape is loaded by its own initializer (from the host placeholder of its name):
+    no zeros are built for it and no second assign; one made from a value (no shape given) is loaded by an assign."""
+    values = dict(DENSE_WEIGHTS, **{"offset": np.array([0.5, -0.5, 2.0], np.float32)})
+
+    def model(inputs):
+        offset = tf1.get_variable("offset", initializer=tf.constant([0.0, 0.0, 0.0]))
+        return dense_model(inputs) + offset
+    placement = placement_class(cpu_devices(2))
+    outputs = data_parallelism(placement, model, [tf.ones([1, 4])] * 2)
+    with cpu_session(graph, 2) as session:
+        placement.load(session, values)
+        for name, copies in placement.variables().items():
+            assert len(copies) == (2 if placement_class is ReplicatedVariables else 1)
+            for copy in copies:
+                np.testing.assert_array_equal(session.run(copy), values[name])
+        expected = np.ones((1, 4), np.float32) @ values["dense/weights"] + values["dense/biases"] + values["offset"]
+        for output in session.run(outputs):
+            np.testing.assert_allclose(output, expected, rtol=1e-6)
+    operations = graph.get_operations()
+    assert [op.name for op in operations if op.type == "Fill" or "zeros" in op.name] == []
+    feeds = sorted(op.name for op in operations if op.type == "Placeholder")
+    assert feeds == ["load_weights/dense_biases", "load_weights/dense_weights", "load_weights/offset"]
+    assigns = [op for op in operations if op.type == "AssignVariableOp"]
+    shaped = 2 * len(placement.variables()["dense/weights"])
+    offsets = len(placement.variables()["offset"])
+    # The shaped copies' initializers, and the offset's copies: their initializer and the load's assign each.
+    assert len(assigns) == shaped + 2 * offsets
+    assert all(op.device == "/device:CPU:0" for op in operations if op.name.startswith("load_weights/") and
+               op.type == "Placeholder")
+
+
 def test_load_names_what_is_missing_unexpected_or_misshapen(graph):
     placement = ReplicatedVariables(cpu_devices(2))
     data_parallelism(placement, dense_model, [tf.zeros([1, 4])] * 2)

@@ -149,7 +149,8 @@ def _has_gpu_kernel(op):
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_on_gpus_every_op_runs_on_its_replicas_gpu_and_has_a_gpu_kernel(precision):
     """What --gpus 0,1,2 builds, checked without GPUs: soft placement is off, so an op on the wrong
-    device, or without a GPU kernel for its dtype, would fail (or be copied) on a real GPU box."""
+    device, or without a GPU kernel for its dtype, would fail (or be copied) on a real GPU box. The weights'
+    placeholders (load_weights/) are the host's: each replica's variables start from them, once."""
     model = vgg16.feature_model(endpoint="prob", weights="imagenet", precision=precision)
     names = resolve_devices(gpus="0,1,2", gpu_count=3).names
     graph, placement, _, outputs = engine.build_graph(model, names)
@@ -169,9 +170,12 @@ def test_on_gpus_every_op_runs_on_its_replicas_gpu_and_has_a_gpu_kernel(precisio
 
     replica_of = re.compile(r"^(?:parallel|replica)_(\d+)/")
     operations = graph.get_operations()
+    fed = [op for op in operations if op.name.startswith("load_weights/")]
+    assert len(fed) == 2 * 16 and {(op.type, op.device) for op in fed} == {("Placeholder", "/device:CPU:0")}
     for op in operations:
         match = replica_of.match(op.name)
-        assert device_of(op) == names[int(match.group(1)) if match else 0], (op.name, device_of(op))
+        if op not in fed:
+            assert device_of(op) == names[int(match.group(1)) if match else 0], (op.name, device_of(op))
     assert [op.name for op in operations if not _has_gpu_kernel(op)] == []
     assert len(placement.variables()) == 2 * 16 and all(
         [copy.device for copy in copies] == list(names) for copies in placement.variables().values())
