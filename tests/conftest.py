@@ -126,12 +126,13 @@ def seeded_weights():
 
 
 @pytest.fixture(scope="session")
-def seeded_files(tmp_path_factory):
+def seeded_files(tmp_path_factory, request):
     """`seeded_weights` in both real on-disk layouts: {"npy": vgg16.npy, "h5": Keras's .h5 file}.
 
     Written once for the whole run, in a folder its test processes share (pytest-xdist gives each a
     basetemp of its own in the run's): 1.1 GB and 4 s of CPU, which each process needing them wrote
-    again. The first to come writes them; the others wait on the lock, then read them."""
+    again. The first to come writes them (from `seeded_weights`, which its tests may want too); the others wait on
+    the lock, then read them."""
     import fcntl
     from weights import random_weight_files, weight_files_in
 
@@ -141,7 +142,7 @@ def seeded_files(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
         if not (folder / "written").exists():
             folder.mkdir(exist_ok=True)
-            random_weight_files(folder, seed=0)
+            random_weight_files(folder, seed=0, weights=request.getfixturevalue("seeded_weights"))
             (folder / "written").touch()
     return weight_files_in(folder)
 

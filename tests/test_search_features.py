@@ -131,10 +131,10 @@ def test_a_failure_while_writing_exits_1(output, tmp_path, capsys):
 # --- image queries and near-copies, through the engine (seeded random VGG16 weights: ~10 s) ------------------
 
 def near_copies(folder):
-    """4 smooth photos and 3 near-copies of each: a centre crop of 90 %, a resize to half, JPEG quality 40."""
+    """3 smooth photos and 3 near-copies of each: a centre crop of 90 %, a resize to half, JPEG quality 40."""
     rng = np.random.default_rng(3)
     originals = []
-    for index in range(4):
+    for index in range(3):
         image = Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)).resize((320, 240), Image.BICUBIC)
         name = "photo%d" % index
         image.save(folder / (name + ".jpg"), quality=95)
