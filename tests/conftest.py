@@ -57,12 +57,35 @@ def pytest_configure(config):
 # goes to one test process whole (setup.cfg: loadscope, and --no-loadscope-reorder: without it, modules go out by
 # their number of tests): a long module handed out last ends the run alone (Ray's once started 196 s in and ended
 # it, 365 s later, while the two other processes had finished). Measured, not tested: update it as modules grow.
-LONGEST_FIRST = ("test_ray_job.py", "test_run_inference.py", "test_assembly.py", "test_convnext.py",
-                 "test_store_shards.py", "test_store_inputs.py", "test_registry.py", "test_resnet.py",
-                 "test_efficientnet.py", "test_vgg16.py", "test_clip_config.py", "test_siglip.py",
-                 "test_inputs_streamed.py", "test_search_features.py", "test_output_writers.py", "test_docs.py",
-                 "test_search_live_page.py", "test_search_service.py", "test_distributed.py", "test_text_pass.py",
-                 "test_search_index.py", "test_signals.py", "test_engine.py", "test_protocol.py")
+# The PyTorch-reference modules (TOGETHER) go out as one unit of 62 s, second.
+LONGEST_FIRST = ("test_ray_job.py", "test_clip_config.py", "test_siglip.py", "test_dinov2_config.py",
+                 "test_run_inference.py", "test_assembly.py", "test_convnext.py", "test_store_shards.py",
+                 "test_store_inputs.py", "test_registry.py", "test_resnet.py", "test_efficientnet.py",
+                 "test_vgg16.py", "test_inputs_streamed.py", "test_search_features.py", "test_output_writers.py",
+                 "test_docs.py", "test_search_live_page.py", "test_search_service.py", "test_distributed.py",
+                 "test_text_pass.py", "test_search_index.py", "test_signals.py", "test_engine.py", "test_protocol.py")
+
+
+# Modules that go to one test process together, as one unit of loadscope's work: the parity tests against
+# PyTorch, which start a PyTorch child in the first test process to need one (tests/torch_references.py:
+# importing torch, transformers and open_clip is 4 to 5 s of CPU), so that one child serves them all (the
+# three modules alone, on three test processes: 57 CPU-seconds with a child in each, 46 with one).
+TOGETHER = {"test_clip_config.py": "torch references", "test_siglip.py": "torch references",
+            "test_dinov2_config.py": "torch references"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """loadscope's scheduling (setup.cfg), but TOGETHER's modules are one scope; another --dist is xdist's own."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TogetherScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            scope = super()._split_scope(nodeid)
+            return TOGETHER.get(scope.split("::")[0].rpartition("/")[2], scope)
+
+    return TogetherScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items):

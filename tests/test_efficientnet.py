@@ -211,13 +211,13 @@ def test_reduced_precision_stays_close_to_fp32(keras_files, photographs, avg_poo
 
 # ----------------------------------------------------------------------------- the command line
 
-def test_one_static_rank_and_three_give_the_same_bytes(keras_files, tmp_path):
+def test_one_static_rank_and_two_give_the_same_bytes(keras_files, tmp_path):
     rng, images = np.random.default_rng(0), tmp_path / "images"
     images.mkdir()
-    for index in range(3):  # a shard (a step) of one image for each of three ranks
+    for index in range(3):  # shards (steps) of one image: rank 0 of two takes 0 and 2
         Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(images / ("%d.png" % index))
     outputs = {}
-    for world_size in (1, 3):
+    for world_size in (1, 2):
         output = tmp_path / str(world_size) / "features.npy"
         for rank in range(world_size):
             assert run_inference.main([
@@ -226,4 +226,4 @@ def test_one_static_rank_and_three_give_the_same_bytes(keras_files, tmp_path):
                 "--distributed", "static", "--rank", str(rank), "--world-size", str(world_size),
                 "--shard-size", "1"]) == 0
         outputs[world_size] = job_outputs(output)
-    assert outputs[1] == outputs[3] and np.load(tmp_path / "1" / "features.npy").shape == (3, 1280)
+    assert outputs[1] == outputs[2] and np.load(tmp_path / "1" / "features.npy").shape == (3, 1280)

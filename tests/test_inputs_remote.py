@@ -259,23 +259,47 @@ def test_over_https_reads_ask_for_the_recorded_etag_too(versioned_server, monkey
 class FailingStore:
     """A server on 127.0.0.1 that fails every request: "503" answers S3's SlowDown at once, "silent" accepts
     and never answers. After `ceiling` requests it answers 404 at once, so that a client retrying far
-    more than it should fails its test in moments instead of waiting minutes."""
+    more than it should fails its test in moments instead of waiting minutes. `settled()` counts them."""
 
     def __init__(self, mode, ceiling=40):
         import socket
         import threading
         self.mode, self.ceiling, self.requests, self.held = mode, ceiling, 0, []
+        self.markers, self.accepted = set(), threading.Condition()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
 
+    def settled(self):
+        """The requests so far, counting every connection a client opened before this call, even one this server
+        has not accepted yet (a silent try's client gives up without waiting for that): a marker connection of
+        ours, queued behind them, is accepted after them, since a listener accepts in the order of arrival."""
+        import socket
+        from hangs import HANG_SECONDS
+        with socket.socket() as marker:
+            marker.bind(("127.0.0.1", 0))
+            with self.accepted:
+                self.markers.add(marker.getsockname())
+            marker.connect(self.listener.getsockname())
+            with self.accepted:
+                if not self.accepted.wait_for(lambda: marker.getsockname() not in self.markers, HANG_SECONDS):
+                    raise AssertionError("the marker connection was not accepted in %d s" % HANG_SECONDS)
+                return self.requests
+
     def _serve(self):
         while True:
             try:
-                connection, _ = self.listener.accept()
+                connection, peer = self.listener.accept()
             except OSError:
                 return
-            self.requests += 1
+            with self.accepted:
+                marker = peer in self.markers
+                self.markers.discard(peer)
+                self.requests += not marker
+                self.accepted.notify_all()
+            if marker:
+                connection.close()
+                continue
             if self.mode == "silent" and self.requests <= self.ceiling:
                 self.held.append(connection)  # read, never answered
                 continue
@@ -309,11 +333,11 @@ def test_a_store_that_fails_every_get_is_given_up_after_our_tries_only(s3_store,
     waits = no_waits(monkeypatch)  # anyone's time.sleep in this process: ours, or a store client's own backoff
     try:
         for pinned in ({}, {"version": "0123456789abcdef0123456789abcdef"}):  # and pinned to a recorded ETag
-            before = failing.requests
+            before = failing.settled()
             with pytest.raises(ImageError) as failed:
                 remote.fetch(url, **pinned)
             assert failed.value.kind == "unreachable", failed.value
-            assert failing.requests - before == remote.TRIES  # one request a try: no retries inside ours
+            assert failing.settled() - before == remote.TRIES  # one request a try: no retries inside ours
     finally:
         failing.close()
     backoff = [remote.BACKOFF_SECONDS * 2 ** attempt for attempt in range(remote.TRIES - 1)]

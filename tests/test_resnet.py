@@ -205,9 +205,9 @@ def test_bf16_stays_close_to_fp32(calibrated_file, photographs, avg_pool):
     assert not np.array_equal(reduced, avg_pool)  # it really computed in bf16
 
 
-def test_cli_one_and_three_static_ranks_give_the_same_bytes(calibrated_file, tmp_path, capsys):
+def test_cli_one_and_two_static_ranks_give_the_same_bytes(calibrated_file, tmp_path, capsys):
     images = tmp_path / "images"
-    make_images(images, 3)  # a shard (a step) of one image for each of three ranks
+    make_images(images, 3)  # shards (steps) of one image: rank 0 of two takes 0 and 2
 
     def run(output, *flags):
         assert run_inference.main([str(flag) for flag in (
@@ -216,10 +216,10 @@ def test_cli_one_and_three_static_ranks_give_the_same_bytes(calibrated_file, tmp
 
     static = ("--distributed", "static", "--shard-size", 1)
     run(tmp_path / "one.npy", *static, "--rank", 0, "--world-size", 1)
-    for rank in range(3):
-        run(tmp_path / "three.npy", *static, "--rank", rank, "--world-size", 3)
+    for rank in range(2):
+        run(tmp_path / "two.npy", *static, "--rank", rank, "--world-size", 2)
     one = job_outputs(tmp_path / "one.npy")
-    assert one[""] and one == job_outputs(tmp_path / "three.npy")
+    assert one[""] and one == job_outputs(tmp_path / "two.npy")
     paths, features = read_output(tmp_path / "one.npy", "npy")
     assert len(paths) == 3 and features.shape == (3, 2048)
 
