@@ -163,14 +163,22 @@ def test_some_images_failed_is_exit_3_with_an_errors_file(colour, tmp_path, caps
 
 def test_another_job_s_rerun_is_refused_in_one_line_with_nothing_logged_before_it_until_overwrite(
         tmp_path, capfd, caplog, weights_file):
-    """A rerun with other settings, of another model or of other images: one line on stderr (descriptor 2 too),
-    nothing logged before it (caplog: what the command line's log would show), the output untouched; --overwrite
-    replaces it. (A refusal in a process of its own, its log on stderr, TensorFlow's too, as users run it:
-    test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter.)"""
+    """A rerun with other settings (a tf32 run does not resume an fp32 output), of another model or of other images:
+    one line on stderr (descriptor 2 too), nothing logged before it (caplog: what the command line's log would
+    show), the output untouched; --overwrite replaces it. (A refusal in a process of its own, its log on stderr,
+    TensorFlow's too, as users run it:
+    test_a_store_output_in_a_missing_bucket_is_one_line_exit_2_without_the_store_client_s_chatter.) The first run
+    logs its batch size, and runs in fp32 with TensorFlow's TF32 turned off, whatever it was before."""
     first, second = make_images(tmp_path / "first", NAMES[:1]), make_images(tmp_path / "second", NAMES[:1])
     output = tmp_path / "features.csv"
-    assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
-                "--quiet") == 0
+    allowed = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
+    try:
+        assert main("--images", first, "--output", output, "--weights", weights_file, "--devices", "cpu:0") == 0
+        assert tf.config.experimental.tensor_float_32_execution_enabled() is False  # fp32 is IEEE float32
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(allowed)
+    assert "1 image under %s; devices: CPU:0; 12 images per device per step" % first in caplog.messages
     before = output.read_bytes()
     capfd.readouterr()
     other_model = tmp_path / "efficientnet_b0.h5"
@@ -178,6 +186,7 @@ def test_another_job_s_rerun_is_refused_in_one_line_with_nothing_logged_before_i
     for flags, message in ((["--images", first, "--layer", "relu7"],
                             "written with other settings (column_prefix='fc7', not 'relu7'; layer='fc7', not "
                             "'relu7')"),
+                           (["--images", first, "--precision", "tf32"], "(precision='fp32', not 'tf32')"),
                            (["--images", first, "--model", "efficientnet_b0", "--weights", other_model,
                              "--batch-size", 5],  # no word of its step geometry: the job is not this one
                             "%s was written by another model (vgg16, not efficientnet_b0): pass --overwrite to "
@@ -521,27 +530,6 @@ def test_devices_cpu_runs_on_the_cpu_on_purpose_with_the_cpu_batch_unless_one_is
     assert nvidia_smi.runs() == 0  # nothing was asked of the GPUs
 
 
-def test_the_log_states_the_batch_size_and_a_tf32_run_does_not_resume_an_fp32_output(tmp_path, capsys, caplog,
-                                                                                     weights_file):
-    images = make_images(tmp_path / "images", NAMES[:1])
-    output = tmp_path / "features.csv"
-    allowed = tf.config.experimental.tensor_float_32_execution_enabled()
-    tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
-    try:
-        assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0") == 0
-        assert tf.config.experimental.tensor_float_32_execution_enabled() is False  # fp32 is IEEE float32
-    finally:
-        tf.config.experimental.enable_tensor_float_32_execution(allowed)
-    assert "1 image under %s; devices: CPU:0; 12 images per device per step" % images in caplog.messages
-    capsys.readouterr()
-    before = output.read_bytes()
-    assert main("--images", images, "--output", output, "--weights", weights_file, "--devices", "cpu:0",
-                "--precision", "tf32") == engine.EXIT_USAGE
-    error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "(precision='fp32', not 'tf32')" in error, error
-    assert output.read_bytes() == before
-
-
 # ----------------------------------------------------------------------------- signals, in real processes
 # The command line as a program of its own, with a model that costs nothing to load or compute
 # (tests/cli_child.py: job_child's colour model in VGG16's place, its steps slowed by a sleep inside
@@ -811,7 +799,8 @@ def test_a_distributed_usage_error_writes_nothing_and_the_corrected_rerun_works(
     assert main(*flags, "--weights", tmp_path / "notes.npy") == 2  # a file that is not weights: the same
     assert "is neither a tensorflow-vgg vgg16.npy nor a Keras .h5" in capsys.readouterr().err
     assert not output.parent.exists()
-    assert main(*flags, "--weights", weights_file) == 0, capsys.readouterr().err
+    with colour_in_every_model_s_place():  # nothing left makes the rerun another job, even of another model
+        assert main(*flags) == 0, capsys.readouterr().err
     assert len(read(output)) == 2
 
 
