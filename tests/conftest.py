@@ -69,7 +69,7 @@ LONGEST_FIRST = ("test_ray_job.py", "test_clip_config.py", "test_siglip.py", "te
 # Modules that go to one test process together, as one unit of loadscope's work: the parity tests against
 # PyTorch, which start a PyTorch child in the first test process to need one (tests/torch_references.py:
 # importing torch, transformers and open_clip is 4 to 5 s of CPU), so that one child serves them all (the
-# three modules alone, on three test processes: 57 CPU-seconds with a child in each, 46 with one).
+# three modules alone, on three test processes: 59 and 55 CPU-seconds with a child in each, 47 and 45 with one).
 TOGETHER = {"test_clip_config.py": "torch references", "test_siglip.py": "torch references",
             "test_dinov2_config.py": "torch references"}
 
