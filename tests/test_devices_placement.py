@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from conftest import DENSE_WEIGHTS, cpu_devices, cpu_session, dense_model
 from parallel.devices.batch_split import shard_features
@@ -63,8 +64,13 @@ def test_a_shaped_variable_starts_from_its_placeholder_and_one_made_from_a_value
         return dense_model(inputs) + offset
     placement = placement_class(cpu_devices(2))
     outputs = data_parallelism(placement, model, [tf.ones([1, 4])] * 2)
+    checked = {}  # the op that says which variables are not initialized, built once the model is
     with cpu_session(graph, 2) as session:
+        checked["before"] = sorted(session.run(tf1.report_uninitialized_variables(tf1.global_variables() +
+                                                                                  tf1.local_variables())))
         placement.load(session, values)
+        checked["after"] = session.run(tf1.report_uninitialized_variables(tf1.global_variables() +
+                                                                          tf1.local_variables())).tolist()
         for name, copies in placement.variables().items():
             assert len(copies) == (2 if placement_class is ReplicatedVariables else 1)
             for copy in copies:
@@ -83,6 +89,17 @@ def test_a_shaped_variable_starts_from_its_placeholder_and_one_made_from_a_value
     assert len(assigns) == shaped + 2 * offsets
     assert all(op.device == "/device:CPU:0" for op in operations if op.name.startswith("load_weights/") and
                op.type == "Placeholder")
+    # Each copy a resource variable, in its collections: the first trainable and global, the others local. None
+    # asks whether it is initialized at build (TensorFlow's creator builds an op for that: made only for the
+    # offset's copies here, and for the check above), yet the check works: every copy before the load, none after.
+    copies = [copy for name in sorted(placement.variables()) for copy in placement.variables()[name]]
+    assert all(isinstance(copy, resource_variable_ops.ResourceVariable) for copy in copies)
+    assert set(tf1.trainable_variables()) == {copies[0] for copies in placement.variables().values()}
+    assert set(tf1.global_variables() + tf1.local_variables()) == set(copies)
+    assert [op.name for op in operations if op.type == "VarIsInitializedOp" and
+            not op.name.startswith("report_uninitialized_variables")] == [
+        "%s/IsInitialized/VarIsInitializedOp" % copy.op.name for copy in placement.variables()["offset"]]
+    assert checked == {"before": sorted(copy.op.name.encode() for copy in copies), "after": []}
 
 
 def test_load_names_what_is_missing_unexpected_or_misshapen(graph):

@@ -15,7 +15,9 @@ Values are fed through placeholders, never embedded as graph constants: four rep
 VGG16 as constants would break the 2 GB GraphDef limit. Each variable the model creates with
 a full shape starts from its canonical name's placeholder (one on the host, whatever the
 replicas): its own initializer is the load, so no zeros are built for it and no second assign
-(a quarter fewer ops in ResNet-50's graph on 4 devices, built in 0.8 s of CPU instead of 1.4).
+(a quarter fewer ops in ResNet-50's graph on 4 devices, built in 0.8 s of CPU instead of 1.4), and
+no op that asks whether it is initialized (`_loaded_variable`: a sixth fewer again, built 15 to 20 %
+faster: ConvNeXt-Tiny on 4 devices 1.45 to 1.56 s of CPU before, 1.18 to 1.25 after).
 """
 
 import numpy as np
@@ -67,7 +69,8 @@ class Placement:
         placeholder = self._placeholder(canonical, tf.as_dtype(kwargs.get("dtype") or tf.float32).base_dtype,
                                         tf.TensorShape(shape))
         made = []  # the initializer is called only when the variable is made, not when an existing one is reused
-        variable = getter(name, **dict(kwargs, initializer=lambda *_, **__: made.append(True) or placeholder))
+        with tf1.variable_creator_scope(_loaded_variable):
+            variable = getter(name, **dict(kwargs, initializer=lambda *_, **__: made.append(True) or placeholder))
         if made:
             self._fed.add(id(variable))
         return self._record(canonical, variable)
@@ -127,6 +130,43 @@ class Placement:
                 ops.extend(copy.initializer if id(copy) in self._fed
                            else copy.assign(placeholders[name], read_value=False) for copy in copies)
             return placeholders, tf.group(*ops)
+
+
+def _loaded_variable(next_creator, **kwargs):
+    """A resource variable whose initializer assigns its placeholder (`Placement._get`): its handle, that assign
+    and one read, as TensorFlow's own creator makes them, without the op that tells whether it is initialized
+    (nothing asks: `load` runs every initializer) and at half the CPU. Anything else: TensorFlow's creator."""
+    from tensorflow.core.framework import variable_pb2
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
+    ordinary = (not kwargs.get("caching_device") and kwargs.get("constraint") is None and kwargs.get("variable_def")
+                is None and not kwargs.get("import_scope") and kwargs.get("use_resource") is not False and
+                kwargs.get("validate_shape") is not False and kwargs.get("synchronization") in
+                (None, tf.VariableSynchronization.AUTO) and kwargs.get("aggregation") in
+                (None, tf.VariableAggregation.NONE))
+    if not ordinary:  # what only TensorFlow's creator makes as asked
+        return next_creator(**kwargs)
+    graph = tf1.get_default_graph()
+    collections = list(kwargs.get("collections") or [tf1.GraphKeys.GLOBAL_VARIABLES])
+    trainable = kwargs.get("trainable", True) is not False
+    if trainable and tf1.GraphKeys.TRAINABLE_VARIABLES not in collections:
+        collections.append(tf1.GraphKeys.TRAINABLE_VARIABLES)
+    with ops.init_scope(), graph.name_scope(kwargs["name"]) as scope:
+        initial_value = kwargs["initial_value"]
+        initial_value = initial_value() if callable(initial_value) else initial_value
+        name = scope[:-1]
+        handle = gen_resource_variable_ops.var_handle_op(dtype=initial_value.dtype.base_dtype,
+                                                         shape=initial_value.shape, shared_name=name, name=scope)
+        with graph.name_scope("Assign") as assign_scope, graph.colocate_with(None, ignore_existing=True), \
+                graph.device(handle.device):
+            assign = gen_resource_variable_ops.assign_variable_op(handle, initial_value, name=assign_scope)
+        with graph.name_scope("Read"), graph.device(handle.device):
+            read = gen_resource_variable_ops.read_variable_op(handle, initial_value.dtype.base_dtype)
+    variable = resource_variable_ops.ResourceVariable(variable_def=variable_pb2.VariableDef(
+        variable_name=handle.name, initializer_name=assign.name, snapshot_name=read.name, is_resource=True,
+        trainable=trainable))
+    graph.add_to_collections(collections, variable)
+    return variable
 
 
 class SharedVariables(Placement):
