@@ -22,6 +22,9 @@ faster: ConvNeXt-Tiny on 4 devices 1.45 to 1.56 s of CPU before, 1.18 to 1.25 af
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import variable_pb2
+from tensorflow.python.framework import ops
+from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
 tf1 = tf.compat.v1
 
@@ -136,9 +139,6 @@ def _loaded_variable(next_creator, **kwargs):
     """A resource variable whose initializer assigns its placeholder (`Placement._get`): its handle, that assign
     and one read, as TensorFlow's own creator makes them, without the op that tells whether it is initialized
     (nothing asks: `load` runs every initializer) and at half the CPU. Anything else: TensorFlow's creator."""
-    from tensorflow.core.framework import variable_pb2
-    from tensorflow.python.framework import ops
-    from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
     ordinary = (not kwargs.get("caching_device") and kwargs.get("constraint") is None and kwargs.get("variable_def")
                 is None and not kwargs.get("import_scope") and kwargs.get("use_resource") is not False and
                 kwargs.get("validate_shape") is not False and kwargs.get("synchronization") in
