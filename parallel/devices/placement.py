@@ -23,7 +23,6 @@ faster: ConvNeXt-Tiny on 4 devices 1.45 to 1.56 s of CPU before, 1.18 to 1.25 af
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import variable_pb2
-from tensorflow.python.framework import ops
 from tensorflow.python.ops import gen_resource_variable_ops, resource_variable_ops
 
 tf1 = tf.compat.v1
@@ -151,7 +150,7 @@ def _loaded_variable(next_creator, **kwargs):
     trainable = kwargs.get("trainable", True) is not False
     if trainable and tf1.GraphKeys.TRAINABLE_VARIABLES not in collections:
         collections.append(tf1.GraphKeys.TRAINABLE_VARIABLES)
-    with ops.init_scope(), graph.name_scope(kwargs["name"]) as scope:
+    with tf.init_scope(), graph.name_scope(kwargs["name"]) as scope:
         initial_value = kwargs["initial_value"]
         initial_value = initial_value() if callable(initial_value) else initial_value
         name = scope[:-1]
