@@ -1,4 +1,5 @@
-"""TensorFlow's C++ start-up log, held to TF_CPP_MIN_LOG_LEVEL when the library first imports TensorFlow.
+"""TensorFlow's C++ start-up log, held to TF_CPP_MIN_LOG_LEVEL when the library first imports TensorFlow (and
+that import without Keras).
 
 While its libraries load, TensorFlow 2.21's C++ code prints, twice, before any setting is read:
 
@@ -14,6 +15,12 @@ descriptor 2 held in a temporary file: then it gives back to descriptor 2 every 
 TF_CPP_MIN_LOG_LEVEL, else 3 (set then, so that TensorFlow's later log is quiet too): 0 keeps every line.
 The command line, which owns its process, sends descriptor 2 to /dev/null instead
 (`hide_for_the_command_line`).
+
+That import also runs without TensorFlow's eager import of Keras (`without_eager_keras`): TensorFlow 2.16+
+imports `keras.src.optimizers` as it loads, within a try that skips it when it cannot be imported, only to
+register Keras's optimizers for SavedModels. Keras 3 and the pandas it imports cost about a second of CPU in
+every process that imports TensorFlow (each job, each rank, each Ray worker), and inference never uses them.
+Keras imports as usual afterwards (`import keras`, `tf.keras`): only that one import is skipped.
 
 Standard library only: importing it imports no TensorFlow.
 """
@@ -119,8 +126,26 @@ class _FirstImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+@contextlib.contextmanager
+def without_eager_keras():
+    """Within: `import keras.src.optimizers` raises ImportError, unless Keras is imported or being imported
+    (then TensorFlow's import of it runs as usual). After: Keras imports as if nothing happened."""
+    blocked = "keras" not in sys.modules and _EAGER_KERAS not in sys.modules
+    if blocked:
+        sys.modules[_EAGER_KERAS] = None  # the import system's "not found"
+    try:
+        yield
+    finally:
+        if blocked and _EAGER_KERAS in sys.modules and sys.modules[_EAGER_KERAS] is None:
+            del sys.modules[_EAGER_KERAS]
+
+
+_EAGER_KERAS = "keras.src.optimizers"  # what tensorflow/__init__.py imports eagerly (2.16 to 2.21)
+
+
 class _HeldLoader(importlib.abc.Loader):
-    """`loader`, its module executed within held_to_level(); the module keeps `loader` as its own."""
+    """`loader`, its module executed within held_to_level() and without_eager_keras(); the module keeps `loader`
+    as its own."""
 
     def __init__(self, loader):
         self.loader = loader
@@ -130,7 +155,7 @@ class _HeldLoader(importlib.abc.Loader):
 
     def exec_module(self, module):
         module.__loader__ = module.__spec__.loader = self.loader
-        with held_to_level():
+        with held_to_level(), without_eager_keras():
             self.loader.exec_module(module)
 
 

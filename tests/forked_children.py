@@ -30,9 +30,11 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(TESTS)
 _MESSAGE_BYTES = 1 << 16
 # What tests/job_child.py imports before its job runs: a zygote of these makes a job child cost its job alone.
-JOB_CHILD_MODULES = ("tensorflow", "numpy", "PIL.Image", "pyarrow.parquet", "s3fs", "aiobotocore.session", "job_child",
-                     "parallel.engine", "parallel.jobs.runner", "parallel.jobs.distributed", "parallel.output",
-                     "parallel.signals", "parallel.inputs.sources", "parallel.inputs.reader")
+# `parallel` first, as in the children: TensorFlow is then imported as the library imports it (without Keras,
+# parallel/native_log.py).
+JOB_CHILD_MODULES = ("parallel", "tensorflow", "numpy", "PIL.Image", "pyarrow.parquet", "s3fs", "aiobotocore.session",
+                     "job_child", "parallel.engine", "parallel.jobs.runner", "parallel.jobs.distributed",
+                     "parallel.output", "parallel.signals", "parallel.inputs.sources", "parallel.inputs.reader")
 
 
 class Zygote:

@@ -315,7 +315,8 @@ def test_extract_from_python_prints_no_tensorflow_log(tmp_path, first, level):
     (before TF_CPP_MIN_LOG_LEVEL is read), is not shown; the user's own TF_CPP_MIN_LOG_LEVEL=0 shows it all.
 
     The library imports TensorFlow first (the engine, lazily; or a model module, as the docs' example does),
-    then job_child's colour model (whose import would set the level) is made.
+    then job_child's colour model (whose import would set the level) is made. That import skipped Keras, which
+    TensorFlow imports eagerly (parallel/native_log.py): a run imports none, and Keras imports afterwards.
     """
     make_images(tmp_path / "images", 3)
     code = ("import sys; sys.path.insert(0, %r)\n" % str(Path(__file__).parent) + first + "\n"
@@ -325,13 +326,17 @@ def test_extract_from_python_prints_no_tensorflow_log(tmp_path, first, level):
             "paths, features = extract(model, %r)\n" % str(tmp_path / "images") +
             "summary = run(Config(model=model, images=%r, output=%r, devices=resolve_devices(devices='cpu:0')))\n"
             % (str(tmp_path / "images"), str(tmp_path / "features.csv")) +
-            "print(len(paths), features.shape, summary.written)\n")
+            "print(len(paths), features.shape, summary.written, 'keras' in sys.modules)\n")
+    if level is None:  # once is enough: a process of its own importing Keras costs a second of CPU
+        code += ("import keras, tensorflow as tf\n"
+                 "print(tf.keras.optimizers.Adam is keras.optimizers.Adam, keras.src.optimizers.Adam.__name__)\n")
     environment = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     if level is not None:
         environment["TF_CPP_MIN_LOG_LEVEL"] = level
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS,
                           cwd=str(Path(__file__).parent.parent), env=environment)
-    assert done.returncode == 0 and done.stdout.split() == ["3", "(3,", "6)", "3"], done.stderr
+    assert done.returncode == 0 and done.stdout.split()[:5] == ["3", "(3,", "6)", "3", "False"], done.stderr
+    assert done.stdout.split()[5:] == ([] if level else ["True", "Adam"]), done.stdout
     if level is None:
         assert not TENSORFLOW_LOG.search(done.stderr), done.stderr
     else:  # the lines of its libraries' loading, as TensorFlow prints them, and its later log
