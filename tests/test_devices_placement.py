@@ -1,3 +1,5 @@
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -56,12 +58,15 @@ def test_weights_are_variables_never_graph_constants(graph):
 @pytest.mark.parametrize("placement_class", [ReplicatedVariables, SharedVariables])
 def test_a_shaped_variable_starts_from_its_placeholder_and_one_made_from_a_value_is_assigned(graph, placement_class):
     """A variable made with its shape is loaded by its own initializer (from the host placeholder of its name):
-    no zeros are built for it and no second assign; one made from a value (no shape given) is loaded by an assign."""
-    values = dict(DENSE_WEIGHTS, **{"offset": np.array([0.5, -0.5, 2.0], np.float32)})
+    no zeros are built for it and no second assign, and its uses share one read; one made from a value (no shape
+    given) is loaded by an assign."""
+    values = dict(DENSE_WEIGHTS, **{"offset": np.array([0.5, -0.5, 2.0], np.float32),
+                                    "scale": np.array([2.0, 3.0, -1.0], np.float32)})
 
     def model(inputs):
         offset = tf1.get_variable("offset", initializer=tf.constant([0.0, 0.0, 0.0]))
-        return dense_model(inputs) + offset
+        scale = tf1.get_variable("scale", shape=[3])  # shaped, and used twice
+        return (dense_model(inputs) + offset) * scale + scale
     placement = placement_class(cpu_devices(2))
     outputs = data_parallelism(placement, model, [tf.ones([1, 4])] * 2)
     checked = {}  # the op that says which variables are not initialized, built once the model is
@@ -75,15 +80,17 @@ def test_a_shaped_variable_starts_from_its_placeholder_and_one_made_from_a_value
             assert len(copies) == (2 if placement_class is ReplicatedVariables else 1)
             for copy in copies:
                 np.testing.assert_array_equal(session.run(copy), values[name])
-        expected = np.ones((1, 4), np.float32) @ values["dense/weights"] + values["dense/biases"] + values["offset"]
+        expected = (np.ones((1, 4), np.float32) @ values["dense/weights"] + values["dense/biases"] +
+                    values["offset"]) * values["scale"] + values["scale"]
         for output in session.run(outputs):
             np.testing.assert_allclose(output, expected, rtol=1e-6)
     operations = graph.get_operations()
     assert [op.name for op in operations if op.type == "Fill" or "zeros" in op.name] == []
     feeds = sorted(op.name for op in operations if op.type == "Placeholder")
-    assert feeds == ["load_weights/dense_biases", "load_weights/dense_weights", "load_weights/offset"]
+    assert feeds == ["load_weights/dense_biases", "load_weights/dense_weights", "load_weights/offset",
+                     "load_weights/scale"]
     assigns = [op for op in operations if op.type == "AssignVariableOp"]
-    shaped = 2 * len(placement.variables()["dense/weights"])
+    shaped = 3 * len(placement.variables()["dense/weights"])
     offsets = len(placement.variables()["offset"])
     # The shaped copies' initializers, and the offset's copies: their initializer and the load's assign each.
     assert len(assigns) == shaped + 2 * offsets
@@ -100,6 +107,11 @@ def test_a_shaped_variable_starts_from_its_placeholder_and_one_made_from_a_value
             not op.name.startswith("report_uninitialized_variables")] == [
         "%s/IsInitialized/VarIsInitializedOp" % copy.op.name for copy in placement.variables()["offset"]]
     assert checked == {"before": sorted(copy.op.name.encode() for copy in copies), "after": []}
+    # Each shaped copy is read by one op, whichever replicas use it and however often (TensorFlow's creator
+    # builds a read for each use): the scale's reads are the dense weights' count.
+    reads = collections.Counter(op.inputs[0].op.name for op in operations if op.type == "ReadVariableOp")
+    assert {reads[copy.op.name] for name in ("dense/weights", "dense/biases", "scale")
+            for copy in placement.variables()[name]} == {1}
 
 
 def test_load_names_what_is_missing_unexpected_or_misshapen(graph):
