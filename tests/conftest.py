@@ -3,6 +3,7 @@ from tests/faults.py, nodes that are not regular files and a disk that fills up;
 server and an HTTP server on loopback; from tests/hub_server.py, a Hugging Face hub on loopback; the end of the
 PyTorch references' child (tests/torch_references.py) with the session."""
 
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -86,6 +87,13 @@ def pytest_xdist_make_scheduler(config, log):
             return TOGETHER.get(scope.split("::")[0].rpartition("/")[2], scope)
 
     return TogetherScheduling(config, log)
+
+
+def pytest_collection_finish(session):
+    """Moves what a test process holds once its tests are collected (TensorFlow, Keras, the test modules: about
+    500,000 objects) out of the cyclic garbage collector's way, whose full collections walked them all each time
+    (in a run of the suite, 2.8 to 3.6 CPU-seconds of full collections a test process; 1.9 to 2.5 with them frozen)."""
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items):
