@@ -16,10 +16,10 @@ TF_CPP_MIN_LOG_LEVEL, else 3 (set then, so that TensorFlow's later log is quiet 
 The command line, which owns its process, sends descriptor 2 to /dev/null instead
 (`hide_for_the_command_line`).
 
-That import also runs without TensorFlow's eager import of Keras (`without_eager_keras`): TensorFlow 2.16+
+That import also runs without TensorFlow's eager import of Keras (`without_eager_keras`): TensorFlow 2.21
 imports `keras.src.optimizers` as it loads, within a try that skips it when it cannot be imported, only to
-register Keras's optimizers for SavedModels. Keras 3 and the pandas it imports cost about a second of CPU in
-every process that imports TensorFlow (each job, each rank, each Ray worker), and inference never uses them.
+register Keras's optimizers for SavedModels. Keras 3 and the pandas it imports cost one to two seconds of CPU
+in every process that imports TensorFlow (each job, each rank, each Ray worker), and inference never uses them.
 Keras imports as usual afterwards (`import keras`, `tf.keras`): only that one import is skipped.
 
 Standard library only: importing it imports no TensorFlow.
@@ -126,6 +126,9 @@ class _FirstImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+_EAGER_KERAS = "keras.src.optimizers"  # what tensorflow/__init__.py (2.21) imports eagerly
+
+
 @contextlib.contextmanager
 def without_eager_keras():
     """Within: `import keras.src.optimizers` raises ImportError, unless Keras is imported or being imported
@@ -138,9 +141,6 @@ def without_eager_keras():
     finally:
         if blocked and _EAGER_KERAS in sys.modules and sys.modules[_EAGER_KERAS] is None:
             del sys.modules[_EAGER_KERAS]
-
-
-_EAGER_KERAS = "keras.src.optimizers"  # what tensorflow/__init__.py imports eagerly (2.16 to 2.21)
 
 
 class _HeldLoader(importlib.abc.Loader):

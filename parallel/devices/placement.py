@@ -168,7 +168,7 @@ def _loaded_variable(next_creator, **kwargs):
         variable_name=handle.name, initializer_name=assign.name, snapshot_name=read.name, is_resource=True,
         trainable=trainable))
     # Its uses share that read, as TensorFlow's own caching_device makes them (without the identity it adds):
-    # a graph of inference reads each weight once a step, and a read op for each use was a fifth of a ResNet's ops.
+    # a graph of inference reads each weight once a step, and a read op for each use was a sixth of a ResNet's ops.
     variable._cached_value = read  # noqa: SLF001 -- ResourceVariable's cache of its read, which value() returns
     graph.add_to_collections(collections, variable)
     return variable
